@@ -1,0 +1,141 @@
+"""The command line: parse options, load the config, call one function, print through ``ui``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from bertwb import __version__, engine, ui
+from bertwb import sql as sql_module
+from bertwb.config import Config, load_config
+from bertwb.errors import BertwbError
+from bertwb.workspace import Workspace
+
+
+class _Group(click.Group):
+    """Turns user errors into one red line and exit code 1 (a traceback only with --debug)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        debug = "--debug" in sys.argv[1:2] or ctx.params.get("debug")
+        try:
+            return super().invoke(ctx)
+        except BertwbError as exc:
+            if debug:
+                raise
+            ui.error(str(exc))
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            ui.error("interrupted; outputs already built are kept")
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug, not bad input: still one line unless asked
+            if debug:
+                raise
+            ui.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+            ctx.exit(1)
+
+
+def _common(func: Callable) -> Callable:
+    """--config, --set and --workdir, shared by every command that reads the config."""
+    func = click.option("--workdir", type=click.Path(file_okay=False), default=None,
+                        help="Workspace directory (overrides workspace.dir).")(func)
+    func = click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+                        help="Override a config value; repeatable.")(func)
+    func = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                        help="Config file (default: ./bertwb.yaml).")(func)
+    return func
+
+
+def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> tuple[Config, Workspace]:
+    cfg = load_config(config_path, list(overrides), workdir)
+    return cfg, Workspace(cfg.resolve(cfg.workspace.dir))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="bertwb")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def cli(debug: bool) -> None:
+    """bertwb: turn a raw text corpus into a trained BERT, one cached stage at a time."""
+
+
+def _stage_command(name: str, help_text: str) -> None:
+    @cli.command(name, help=help_text)
+    @_common
+    @click.option("--force", is_flag=True, help="Run even when the stage is fresh.")
+    def command(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool) -> None:
+        cfg, ws = _load(config_path, overrides, workdir)
+        engine.run_pipeline(cfg, ws, [name], force=force)
+
+
+_stage_command("ingest", "Read the corpus into the documents and sentences tables.")
+_stage_command("vocab", "Train (or load) the WordPiece vocabulary and tokenise every sentence.")
+
+
+@cli.command()
+@_common
+@click.option("--force", is_flag=True, help="Run every stage, fresh or not.")
+@click.option("--until", type=click.Choice(list(engine.STAGES)), default=None, help="Last stage to run.")
+def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
+        until: str | None) -> None:
+    """Run the pipeline, skipping every stage that is fresh."""
+    cfg, ws = _load(config_path, overrides, workdir)
+    names = list(engine.STAGES)
+    stages = names[: names.index(until) + 1] if until else names
+    engine.run_pipeline(cfg, ws, stages, force=force)
+
+
+@cli.command()
+@_common
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, as_json: bool) -> None:
+    """Show each stage: fresh, stale (and why) or missing, with key, size and times."""
+    cfg, ws = _load(config_path, overrides, workdir)
+    rows = engine.status(cfg, ws)
+    if as_json:
+        ui.print_json(rows)
+        return
+    ui.table(f"workspace {ws.root}", ["stage", "state", "why", "key", "size", "rows", "finished", "took"],
+             [[r["stage"], r["state"], r["reason"], r["key"],
+               ui.human_bytes(r["size_bytes"]) if r["size_bytes"] is not None else "",
+               ", ".join(f"{t} {n:,}" for t, n in (r["rows"] or {}).items()),
+               r["finished_at"], f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else ""] for r in rows])
+
+
+@cli.command()
+@_common
+@click.argument("query", required=False)
+@click.option("-f", "--file", "sql_file", type=click.Path(dir_okay=False), help="Read the query from a .sql file.")
+@click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the result to this file.")
+@click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
+@click.option("--max-rows", type=int, default=100, show_default=True, help="Rows shown in a table.")
+def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
+        sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
+    """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
+    cfg, ws = _load(config_path, overrides, workdir)
+    text = sql_module.read_query(query, sql_file)
+    if output and fmt != "table" or fmt == "parquet":
+        if not output:
+            raise BertwbError("--format parquet needs --output FILE.parquet")
+        count = sql_module.export(ws, text, fmt, output, write)
+        ui.info(f"wrote {count:,} rows to {output}")
+        return
+    columns, rows = sql_module.run_query(ws, text, write)
+    if fmt == "table":
+        ui.table(None, columns, [list(r) for r in rows[:max_rows]])
+        if len(rows) > max_rows:
+            ui.info(f"{len(rows) - max_rows:,} more rows not shown (raise --max-rows or use --format csv)")
+        return
+    text_out = sql_module.to_text(columns, rows, fmt)
+    if output:
+        Path(output).write_text(text_out, encoding="utf-8")
+    else:
+        click.echo(text_out, nl=False)
+
+
+def main() -> None:
+    cli(prog_name="bertwb")

@@ -1,0 +1,242 @@
+"""Typed configuration: one dataclass per section of ``bertwb.yaml``, validated on load.
+
+Every field carries a one-line doc (``doc``), an optional range (``min``/``max``) and whether it
+changes a stage's outputs (``cache=False`` for knobs such as thread counts, which are left out of
+the stage key). Unknown keys, wrong types and out-of-range values raise ``BertwbError`` naming the
+file, line and key, with a "did you mean" for misspelt keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from bertwb.errors import BertwbError
+
+DEFAULT_CONFIG_NAME = "bertwb.yaml"
+
+
+def _field(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
+           cache: bool = True) -> Any:
+    """A config field with its doc, range and whether it belongs in the stage key."""
+    meta = {"doc": doc, "min": min, "max": max, "cache": cache}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class WorkspaceConfig:
+    dir: str = _field(".bertwb", "Where every artifact goes, relative to the config file.")
+
+
+@dataclass
+class IngestConfig:
+    inputs: list[str] = _field([], "Files, directories or globs to read, relative to the config file.")
+    format: Literal["auto", "bert", "paragraphs", "jsonl", "csv", "parquet"] = _field(
+        "auto", "Input format; auto picks by extension (.jsonl, .csv/.tsv, .parquet, else bert).")
+    text_field: str = _field("text", "The JSONL key or CSV/Parquet column that holds the text.")
+    valid_fraction: float = _field(0.05, "Share of documents held out for validation.", min=0.0, max=0.5)
+    seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0)
+    min_sentence_chars: int = _field(1, "Drop sentences shorter than this after clean-up.", min=1)
+    dedupe: bool = _field(True, "Remove exact duplicate documents.")
+    content_hash: bool = _field(False, "Fingerprint inputs by content, not only size and mtime.")
+
+
+@dataclass
+class VocabConfig:
+    vocab_size: int = _field(8192, "Target WordPiece vocabulary size (padded to pad_to_multiple).",
+                             min=64, max=1_000_000)
+    min_frequency: int = _field(2, "Minimum count for a merge to enter the vocabulary.", min=1)
+    limit_alphabet: int = _field(1000, "Most distinct characters kept in the initial alphabet.", min=1)
+    lowercase: bool = _field(True, "Uncased model: lowercase and strip accents.")
+    pad_to_multiple: int = _field(64, "Pad the vocabulary with [unusedN] tokens to a multiple of this.",
+                                  min=1, max=1024)
+    from_file: str | None = _field(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
+    batch_size: int = _field(8192, "Sentences per tokenisation batch.", min=1, cache=False)
+
+
+SECTIONS: dict[str, type] = {
+    "workspace": WorkspaceConfig,
+    "ingest": IngestConfig,
+    "vocab": VocabConfig,
+}
+
+
+@dataclass
+class Config:
+    """The whole validated configuration plus where it came from."""
+
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    path: Path | None = None  # the YAML file read, or None for built-in defaults
+    base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
+
+    def section(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the config, resolved against the config file's directory."""
+        path = Path(relative).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    def cache_params(self, section: str) -> dict[str, Any]:
+        """The fields of ``section`` that change a stage's outputs, for the stage key."""
+        sec = self.section(section)
+        return {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec) if f.metadata.get("cache", True)}
+
+
+def field_docs(section: str) -> dict[str, str]:
+    """Field name → one-line doc for a section (used by ``bertwb init`` and the README)."""
+    return {f.name: f.metadata["doc"] for f in dataclasses.fields(SECTIONS[section])}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), workdir: str | None = None) -> Config:
+    """Read, merge and validate the configuration.
+
+    ``path`` defaults to ``./bertwb.yaml`` when it exists, else the built-in defaults. ``overrides``
+    are ``section.key=value`` strings applied on top. ``workdir`` replaces ``workspace.dir``.
+    """
+    raw: dict[str, Any] = {}
+    lines: dict[tuple[str, ...], int] = {}
+    cfg_path: Path | None = None
+    if path is None and Path(DEFAULT_CONFIG_NAME).exists():
+        path = DEFAULT_CONFIG_NAME
+    if path is not None:
+        cfg_path = Path(path)
+        if not cfg_path.is_file():
+            raise BertwbError(f"{cfg_path}: config file not found; pass --config FILE or run `bertwb init`")
+        raw, lines = _read_yaml(cfg_path)
+    where = str(cfg_path) if cfg_path else "config"
+
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) != 2 or not all(parts):
+            raise BertwbError(f"--set {item!r}: expected section.key=value, e.g. --set vocab.vocab_size=4096")
+        raw.setdefault(parts[0], {})
+        if isinstance(raw[parts[0]], dict):
+            raw[parts[0]][parts[1]] = yaml.safe_load(value) if value.strip() else None
+        lines[tuple(parts)] = 0  # 0 marks "from --set"
+
+    cfg = Config(path=cfg_path.resolve() if cfg_path else None,
+                 base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd())
+    for section_name, values in raw.items():
+        if section_name not in SECTIONS:
+            raise BertwbError(_locate(where, lines, (section_name,))
+                              + f"unknown section '{section_name}'{_suggest(section_name, SECTIONS)}")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise BertwbError(_locate(where, lines, (section_name,))
+                              + f"section '{section_name}' must be a mapping of key: value")
+        setattr(cfg, section_name, _build_section(section_name, values, where, lines))
+    if workdir is not None:
+        cfg.workspace.dir = str(Path(workdir).resolve())
+    return cfg
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse YAML and remember the line of every section and key, for error messages."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise BertwbError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BertwbError(f"{path}{line}: invalid YAML ({problem}); fix the syntax") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise BertwbError(f"{path}: expected a mapping of sections (ingest:, vocab:, ...) at the top level")
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            lines[(key_node.value,)] = key_node.start_mark.line + 1
+            if isinstance(value_node, yaml.MappingNode):
+                for sub_key, _ in value_node.value:
+                    lines[(key_node.value, sub_key.value)] = sub_key.start_mark.line + 1
+    return data, lines
+
+
+def _locate(where: str, lines: dict[tuple[str, ...], int], key: tuple[str, ...]) -> str:
+    line = lines.get(key)
+    if line == 0:
+        return f"--set {'.'.join(key)}: "
+    return f"{where} line {line}: " if line else f"{where}: "
+
+
+def _suggest(name: str, choices: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(choices)}"
+
+
+def _build_section(section: str, values: dict[str, Any], where: str,
+                   lines: dict[tuple[str, ...], int]) -> Any:
+    cls = SECTIONS[section]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        prefix = _locate(where, lines, (section, str(key)))
+        if key not in fields:
+            raise BertwbError(prefix + f"unknown key '{section}.{key}'{_suggest(str(key), fields)}")
+        kwargs[key] = _coerce(value, hints[key], fields[key], f"{section}.{key}", prefix)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:
+    """Check ``value`` against the field's type and range; return it in canonical form."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise BertwbError(prefix + f"{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BertwbError(prefix + f"{name} must be a list of strings, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise BertwbError(prefix + f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BertwbError(prefix + f"{name} must be an integer, got {value!r}")
+    elif hint is float:
+        # PyYAML reads "3e-4" (no dot) as a string, so numbers in strings are accepted.
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            value = float(value)
+        except (TypeError, ValueError):
+            raise BertwbError(prefix + f"{name} must be a number, got {value!r}") from None
+    elif hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise BertwbError(prefix + f"{name} must be a string, got {value!r}")
+        return str(value)
+    low, high = f.metadata.get("min"), f.metadata.get("max")
+    if low is not None and value < low or high is not None and value > high:
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise BertwbError(prefix + f"{name} must be {bounds}, got {value!r}")
+    return value

@@ -1,0 +1,318 @@
+"""The stage engine: keys, manifests, freshness, atomic commits.
+
+A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
+config fields it reads, its upstream stages' keys and (for ingest only) a fingerprint of the input
+files. A stage is fresh when its manifest holds the current key and its outputs exist. Stages build
+into ``<table>__new`` tables and a temporary directory; the engine swaps both in (tables in one
+DuckDB transaction, the directory by rename) and writes the manifest last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from bertwb import __version__, ui
+from bertwb.config import Config
+from bertwb.errors import BertwbError
+from bertwb.workspace import Workspace, dir_size
+
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What the engine needs to know about a stage; its work lives in ``bertwb.<name>.run``."""
+
+    name: str
+    version: int  # bump when the stage's outputs change for the same inputs and params
+    sections: tuple[str, ...]  # config sections whose cache fields enter the key
+    deps: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
+    has_files: bool = False
+    fingerprints_inputs: bool = False
+
+    def module(self) -> Any:
+        return importlib.import_module(f"bertwb.{self.name}")
+
+
+STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
+    StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprints_inputs=True),
+    StageSpec("vocab", 1, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
+]}
+
+
+@dataclass
+class Build:
+    """Handed to a stage's ``run``: where to write, and the database connection."""
+
+    workspace: Workspace
+    spec: StageSpec
+    con: duckdb.DuckDBPyConnection
+    out_dir: Path  # temporary; swapped in as workspace/<stage>/ on success
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def table(self, name: str) -> str:
+        """The temporary name to build table ``name`` under."""
+        if name not in self.spec.tables:
+            raise ValueError(f"stage {self.spec.name} does not declare table {name}")
+        return f"{name}__new"
+
+    def upstream_dir(self, stage: str) -> Path:
+        return self.workspace.stage_dir(stage)
+
+
+@dataclass
+class State:
+    """Where a stage stands: fresh, stale (with the reason) or missing."""
+
+    stage: str
+    state: str  # fresh | stale | missing
+    reason: str
+    key: str | None
+    manifest: dict[str, Any] | None
+
+
+def stage_key(spec: StageSpec, cfg: Config, ws: Workspace, inputs: list[dict[str, Any]]) -> tuple[str, dict]:
+    """The stage's key and the parts hashed into it."""
+    parts = {
+        "stage": spec.name,
+        "version": spec.version,
+        "params": {section: cfg.cache_params(section) for section in spec.sections},
+        "deps": {dep: (ws.read_manifest(dep) or {}).get("key") for dep in spec.deps},
+        "inputs": inputs,
+    }
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest(), parts
+
+
+def _fingerprint(spec: StageSpec, cfg: Config) -> list[dict[str, Any]]:
+    return spec.module().fingerprint_inputs(cfg) if spec.fingerprints_inputs else []
+
+
+def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
+          inputs: list[dict[str, Any]] | None = None) -> State:
+    """Compare the stage's manifest with the current config, upstream keys and outputs."""
+    spec = STAGES[name]
+    manifest = ws.read_manifest(name)
+    for dep in spec.deps:
+        dep_state = check(dep, cfg, ws, con)
+        if dep_state.state != "fresh":
+            return State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
+                         None, manifest)
+    if inputs is None:
+        inputs = _fingerprint(spec, cfg)
+    key, parts = stage_key(spec, cfg, ws, inputs)
+    if manifest is None:
+        return State(name, "missing", "never run", key, None)
+    if manifest.get("key") == key:
+        missing = _missing_output(manifest, ws, con)
+        if missing:
+            return State(name, "stale", f"output missing: {missing}", key, manifest)
+        return State(name, "fresh", f"key {key[:8]}", key, manifest)
+    return State(name, "stale", _why_changed(manifest, parts), key, manifest)
+
+
+def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
+    """One line naming what differs between the manifest and the current key parts."""
+    if manifest.get("version") != parts["version"]:
+        return f"stage format v{manifest.get('version')} → v{parts['version']}"
+    changes = []
+    for section, params in parts["params"].items():
+        old = manifest.get("params", {}).get(section, {})
+        for key in sorted(set(params) | set(old)):
+            if old.get(key) != params.get(key):
+                changes.append(f"{section}.{key} {old.get(key)!r} → {params.get(key)!r}")
+    for dep, key in parts["deps"].items():
+        old_key = manifest.get("deps", {}).get(dep)
+        if old_key != key:
+            changes.append(f"upstream {dep} changed ({str(old_key)[:8]} → {str(key)[:8]})")
+    old_inputs = {i["path"]: i for i in manifest.get("inputs", [])}
+    new_inputs = {i["path"]: i for i in parts["inputs"]}
+    for path in sorted(set(old_inputs) | set(new_inputs)):
+        if path not in old_inputs:
+            changes.append(f"input added: {path}")
+        elif path not in new_inputs:
+            changes.append(f"input removed: {path}")
+        elif old_inputs[path] != new_inputs[path]:
+            changes.append(f"input changed: {path}")
+    if not changes:
+        return "key changed"
+    more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""
+    return ", ".join(changes[:3]) + more
+
+
+def _missing_output(manifest: dict[str, Any], ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> str | None:
+    outputs = manifest.get("outputs", {})
+    for rel in outputs.get("files", {}):
+        if not (ws.root / rel).exists():
+            return rel
+    tables = outputs.get("tables", {})
+    if tables:
+        existing = _existing_tables(ws, con)
+        if existing is not None:
+            for table in tables:
+                if table not in existing:
+                    return f"table {table}"
+    return None
+
+
+def _existing_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> set[str] | None:
+    """Table names in the database, or None when it cannot be read now (busy)."""
+    if not ws.db_path.exists():
+        return set()
+    query = "select table_name from information_schema.tables where table_type = 'BASE TABLE'"
+    if con is not None:
+        return {row[0] for row in con.execute(query).fetchall()}
+    try:
+        with duckdb.connect(str(ws.db_path), read_only=True) as ro:
+            return {row[0] for row in ro.execute(query).fetchall()}
+    except duckdb.Error:
+        return None
+
+
+def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,
+              force: bool = False) -> dict[str, Any] | None:
+    """Run one stage unless fresh; return its summary, or None when skipped. Caller holds the lock."""
+    spec = STAGES[name]
+    for dep in spec.deps:
+        dep_state = check(dep, cfg, ws, con)
+        if dep_state.state != "fresh":
+            raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
+                              f"run `bertwb {dep}` or `bertwb run` first")
+    inputs = _fingerprint(spec, cfg)
+    state = check(name, cfg, ws, con, inputs)
+    if state.state == "fresh" and not force:
+        ui.stage_line(name, f"fresh ({state.reason}), skipped")
+        return None
+    why = "forced" if state.state == "fresh" else f"{state.state}: {state.reason}"
+    ui.stage_line(name, f"running ({why})")
+
+    started = time.time()
+    build = Build(ws, spec, con, ws.new_tmp_dir(name), inputs)
+    _drop_tables(con, [build.table(t) for t in spec.tables])
+    try:
+        summary = spec.module().run(cfg, build)
+        _commit_tables(con, spec, getattr(spec.module(), "VIEWS", []))
+        if spec.has_files:
+            ws.swap_in(name, build.out_dir)
+    except BaseException:
+        _drop_tables(con, [build.table(t) for t in spec.tables])
+        shutil.rmtree(build.out_dir, ignore_errors=True)
+        raise
+    if not spec.has_files:
+        build.out_dir.rmdir()
+    finished = time.time()
+    key, parts = stage_key(spec, cfg, ws, inputs)
+    ws.write_manifest(name, {
+        "format": MANIFEST_FORMAT,
+        "stage": name,
+        "key": key,
+        **parts,
+        "config": str(cfg.path) if cfg.path else None,
+        "outputs": _outputs(spec, ws, con),
+        "started_at": _iso(started),
+        "finished_at": _iso(finished),
+        "duration_s": round(finished - started, 3),
+        "versions": _versions(),
+        "summary": summary,
+    })
+    ui.summary(name, summary)
+    ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
+    return summary
+
+
+def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
+    for table in tables:
+        con.execute(f'drop table if exists "{table}"')
+
+
+def _commit_tables(con: duckdb.DuckDBPyConnection, spec: StageSpec, views: list[str]) -> None:
+    """Swap every ``t__new`` in for ``t`` and (re)create the stage's views, in one transaction."""
+    con.execute("begin transaction")
+    try:
+        for table in spec.tables:
+            con.execute(f'drop table if exists "{table}"')
+            con.execute(f'alter table "{table}__new" rename to "{table}"')
+        for view in views:
+            con.execute(view)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    con.execute("checkpoint")
+
+
+def _outputs(spec: StageSpec, ws: Workspace, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    files = {}
+    if spec.has_files:
+        stage_dir = ws.stage_dir(spec.name)
+        files = {str(p.relative_to(ws.root)): p.stat().st_size for p in sorted(stage_dir.rglob("*")) if p.is_file()}
+    tables = {t: con.execute(f'select count(*) from "{t}"').fetchone()[0] for t in spec.tables}
+    return {"files": files, "tables": tables}
+
+
+def _versions() -> dict[str, str]:
+    versions = {"bertwb": __version__, "duckdb": duckdb.__version__}
+    for module in ("tokenizers", "torch"):
+        try:
+            versions[module] = importlib.import_module(module).__version__
+        except ImportError:
+            pass
+    return versions
+
+
+def _iso(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
+
+
+def run_pipeline(cfg: Config, ws: Workspace, stages: list[str], force: bool = False) -> dict[str, Any]:
+    """Run ``stages`` in order under the workspace lock; return summaries of those that ran."""
+    ran = {}
+    with ws.lock("bertwb " + " ".join(stages)):
+        ws.recover()
+        con = ws.connect()
+        try:
+            for name in stages:
+                summary = run_stage(name, cfg, ws, con, force=force)
+                if summary is not None:
+                    ran[name] = summary
+        finally:
+            con.close()
+    return ran
+
+
+def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+    """One row per stage: state, reason, key, size, finish time and duration."""
+    rows = []
+    for name, spec in STAGES.items():
+        state = check(name, cfg, ws)
+        manifest = state.manifest or {}
+        outputs = manifest.get("outputs", {})
+        rows.append({
+            "stage": name,
+            "state": state.state,
+            "reason": state.reason,
+            "key": (manifest.get("key") or "")[:8] or None,
+            "size_bytes": sum(outputs.get("files", {}).values()) if spec.has_files else None,
+            "rows": outputs.get("tables") or None,
+            "finished_at": manifest.get("finished_at"),
+            "duration_s": manifest.get("duration_s"),
+        })
+    return rows
+
+
+def stage_path(ws: Workspace, stage: str) -> Path:
+    """A fresh stage's directory; an error naming the fix when the stage has not run."""
+    path = ws.stage_dir(stage)
+    if ws.read_manifest(stage) is None or not path.exists():
+        raise BertwbError(f"{stage} has not run in {ws.root}; run `bertwb {stage}` first")
+    return path

@@ -1,0 +1,133 @@
+"""The workspace directory: where artifacts live, the lock, atomic writes, the DuckDB file.
+
+Layout under ``workspace.dir``::
+
+    bertwb.duckdb          every data stage's tables
+    manifests/<stage>.json one manifest per stage, written last
+    <stage>/               a stage's files (tokenizer, checkpoints, ...), swapped in whole
+    .tmp/                  outputs being built; never read by anything else
+    .lock                  held while a stage runs
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+
+from bertwb.errors import BertwbError
+
+DB_NAME = "bertwb.duckdb"
+
+
+class Workspace:
+    """Paths and shared services of one workspace directory."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.db_path = self.root / DB_NAME
+        self.manifest_dir = self.root / "manifests"
+        self.tmp_dir = self.root / ".tmp"
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.root / stage
+
+    def manifest_path(self, stage: str) -> Path:
+        return self.manifest_dir / f"{stage}.json"
+
+    def read_manifest(self, stage: str) -> dict[str, Any] | None:
+        """The stage's manifest, or None when missing or unreadable (an unreadable one is stale)."""
+        try:
+            return json.loads(self.manifest_path(stage).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_manifest(self, stage: str, manifest: dict[str, Any]) -> None:
+        write_text_atomic(self.manifest_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    @contextmanager
+    def lock(self, what: str) -> Iterator[None]:
+        """Hold the workspace lock; a second bertwb on the same workspace fails with a clear line."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / ".lock"
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another bertwb process"
+                raise BertwbError(f"{self.root} is in use by {holder}; wait for it to finish "
+                                  "(or use another --workdir)") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} ({what}, since {time.strftime('%H:%M:%S')})")
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                handle.truncate()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+        """Open the database; read-only opens fail clearly when it does not exist or is busy."""
+        if read_only and not self.db_path.exists():
+            raise BertwbError(f"{self.db_path} does not exist yet; run `bertwb ingest` first")
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            return duckdb.connect(str(self.db_path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise BertwbError(f"{self.db_path} is in use by another bertwb process; "
+                                  "try again when it finishes") from None
+            raise BertwbError(f"{self.db_path}: cannot open the database ({exc})") from None
+
+    def new_tmp_dir(self, stage: str) -> Path:
+        path = self.tmp_dir / f"{stage}-{os.getpid()}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    def swap_in(self, stage: str, built: Path) -> None:
+        """Replace the stage's directory with ``built`` by two renames; the old one is removed after."""
+        final = self.stage_dir(stage)
+        old = self.tmp_dir / f"{stage}-old-{os.getpid()}"
+        if final.exists():
+            os.replace(final, old)
+        os.replace(built, final)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def recover(self) -> None:
+        """Undo a swap that a crash cut between its two renames, and drop leftovers of dead builds."""
+        if not self.tmp_dir.exists():
+            return
+        for path in self.tmp_dir.iterdir():
+            stage, _, pid = path.name.partition("-old-")
+            if pid and not self.stage_dir(stage).exists():
+                os.replace(path, self.stage_dir(stage))
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file under a temporary name in the same directory, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def dir_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
