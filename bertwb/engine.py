@@ -23,7 +23,7 @@ import duckdb
 from bertwb import __version__, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.workspace import Workspace, dir_size
+from bertwb.workspace import Workspace
 
 MANIFEST_FORMAT = 1
 

@@ -68,7 +68,8 @@ def to_text(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> str:
         writer.writerow(columns)
         writer.writerows(rows)
         return buffer.getvalue()
-    return json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str, ensure_ascii=False) + "\n"
+    records = [dict(zip(columns, row, strict=True)) for row in rows]
+    return json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
 def _first_line(exc: Exception) -> str:

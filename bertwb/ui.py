@@ -8,7 +8,6 @@ that ``bertwb sql --format csv`` output on stdout stays clean; tables and data g
 from __future__ import annotations
 
 import json
-import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -146,7 +145,7 @@ class _RateColumn(TextColumn):
         super().__init__("")
         self.unit = unit
 
-    def render(self, task):  # noqa: ANN001 - rich's signature
+    def render(self, task):  # noqa: ANN001
         from rich.text import Text
         if self.unit == "bytes" or not task.speed:
             return Text("")
