@@ -1,0 +1,445 @@
+"""BERT (Devlin et al., 2019) in one file: config, encoder, MLM + NSP heads, Hugging Face name mapping.
+
+Read top to bottom: `BertConfig` and `PRESETS`, the backbone (`Embeddings`, `SelfAttention`,
+`FeedForward`, `Block`, `BertModel`), the pre-training wrapper (`MLMHead`, `BertForPreTraining`),
+then the conversion to and from `transformers.BertForPreTraining` checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import MISSING, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bertwb.errors import BertwbError
+
+
+@dataclass
+class BertConfig:
+    """The architecture of one BERT model; every field matches a Hugging Face `BertConfig` field."""
+
+    vocab_size: int  # number of WordPiece tokens, including [PAD] [UNK] [CLS] [SEP] [MASK]
+    hidden_size: int  # H: width of every token vector
+    num_layers: int  # L: number of encoder blocks
+    num_heads: int  # A: attention heads per block; hidden_size must be divisible by it
+    intermediate_size: int  # width of the feed-forward layer (4H in all presets)
+    max_position_embeddings: int = 512  # longest sequence the position table covers
+    type_vocab_size: int = 2  # segment ids: 0 for sentence A, 1 for sentence B
+    hidden_dropout: float = 0.1  # dropout on embeddings and on each residual branch
+    attention_dropout: float = 0.1  # dropout on the attention probabilities
+    layer_norm_eps: float = 1e-12  # the original TensorFlow BERT value
+    initializer_range: float = 0.02  # std of the normal init of every Linear and Embedding weight
+    pad_token_id: int = 0  # id of [PAD]; recorded for export, the embedding row is not special
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads != 0:
+            raise BertwbError(
+                f"model.hidden_size {self.hidden_size} is not divisible by model.num_heads {self.num_heads}; "
+                "pick sizes where it is (e.g. 64 per head)"
+            )
+
+    @classmethod
+    def from_preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:
+        """The named size from `PRESETS` for a vocabulary, with any field overridden by keyword."""
+        if name not in PRESETS:
+            raise BertwbError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+        layers, hidden, heads = PRESETS[name]
+        sizes = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden)
+        return cls(vocab_size=vocab_size, **{**sizes, **overrides})
+
+
+# name: (L layers, H hidden, A heads); intermediate size is 4H and positions 512 in all of them.
+# tiny/mini/small/medium are the compact BERTs of Turc et al. 2019 ("Well-Read Students Learn Better"),
+# base/large are BERT-Base and BERT-Large of Devlin et al. 2019.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+class Embeddings(nn.Module):
+    """Token + segment + position embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.segments = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        seq_len = input_ids.size(1)
+        if seq_len > self.positions.num_embeddings:
+            raise BertwbError(
+                f"sequence of {seq_len} tokens is longer than model.max_position_embeddings "
+                f"{self.positions.num_embeddings}; shorten the sequences or raise the limit"
+            )
+        position_ids = torch.arange(seq_len, device=input_ids.device)  # (T,), broadcast over the batch
+        x = self.tokens(input_ids) + self.segments(token_type_ids) + self.positions(position_ids)
+        return self.dropout(self.norm(x))  # (B, T, H)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through `F.scaled_dot_product_attention`.
+
+    Query, key and value are three Linear layers rather than one fused QKV matrix so that each of
+    our parameters is exactly one Hugging Face tensor: conversion is a rename, never a split or concat.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.attention_dropout = config.attention_dropout
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, H = x.shape
+        # (B, T, H) -> (B, T, A, H/A) -> (B, A, T, H/A): one slice per head
+        q = self.query(x).view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
+        k = self.key(x).view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
+        v = self.value(x).view(B, T, self.num_heads, H // self.num_heads).transpose(1, 2)
+        dropout_p = self.attention_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # (B, A, T, H/A)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, A, T, H/A) -> (B, T, A, H/A) -> (B, T, H): heads side by side
+        return self.proj(y)
+
+
+class FeedForward(nn.Module):
+    """Position-wise H -> 4H -> H with exact (erf) GELU, as the original BERT."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """One post-LN encoder layer: LayerNorm after each residual sum, as in BERT (not pre-LN as GPT-2)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attn = SelfAttention(config)
+        self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, attn_mask)))
+        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+        return x
+
+
+class BertModel(nn.Module):
+    """The BERT backbone: embeddings, L encoder blocks and (optionally) the tanh pooler on [CLS].
+
+    Fine-tuning heads hold one as `self.bert` and call it; `with_pooler=False` leaves out the pooler
+    for heads that never use it (token classification, QA), as Hugging Face's `add_pooling_layer=False`,
+    so DDP sees no parameters without gradients.
+    """
+
+    def __init__(self, config: BertConfig, with_pooler: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if with_pooler else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Encode (B, T) token ids; returns hidden states (B, T, H) and pooled [CLS] (B, H) (None without pooler).
+
+        `attention_mask` is 1 for real tokens and 0 for padding; None means no padding, which lets
+        scaled_dot_product_attention pick its fastest (mask-free) kernel.
+        """
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        attn_mask = None
+        if attention_mask is not None:
+            # (B, T) -> (B, 1, 1, T): True = attend; the same keys for every head and every query
+            attn_mask = attention_mask.bool()[:, None, None, :]
+        x = self.embeddings(input_ids, token_type_ids)
+        for block in self.layers:
+            x = block(x, attn_mask)
+        pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
+        return x, pooled
+
+
+class MLMHead(nn.Module):
+    """Dense H -> H, GELU, LayerNorm, then scores over the vocabulary with the (tied) word embeddings."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)  # weight tied by the owner
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))  # the only untied output parameter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(F.gelu(self.dense(x)))) + self.bias  # (..., H) -> (..., V)
+
+
+@dataclass
+class BertOutput:
+    """What `BertForPreTraining.forward` computed; None for whatever it was not asked for."""
+
+    loss: torch.Tensor | None  # mlm_loss + nsp_loss (or whichever of them was given labels)
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    mlm_logits: torch.Tensor  # (n_masked, V) with masked_positions, else (B, T, V)
+    nsp_logits: torch.Tensor  # (B, 2): index 0 = "B follows A", 1 = "B is random", as the original
+    hidden_states: torch.Tensor  # (B, T, H), last encoder layer
+    pooled: torch.Tensor  # (B, H), tanh pooler on [CLS]
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its two pre-training heads: masked language model and next sentence prediction."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm_head = MLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.mlm_head.decoder.weight = self.bert.embeddings.tokens.weight  # weight tying: one (V, H) matrix in and out
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
+        nsp_labels: torch.Tensor | None = None,
+    ) -> BertOutput:
+        """Run the encoder and both heads.
+
+        `masked_positions` holds flat indices into the (B*T) token grid, so rows with different mask
+        counts need no padding; the MLM head then runs only there and `mlm_labels` is (n_masked,).
+        Without it the head runs on every token (fill-mask, parity tests) and `mlm_labels` is (B, T)
+        with -100 where there is nothing to predict. `nsp_labels` is (B,). Losses are mean cross-entropy.
+        """
+        hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        if masked_positions is not None:
+            # (B, T, H) -> (B*T, H) -> (n_masked, H): the MLM head is ~V/H times a block's cost per token
+            mlm_inputs = hidden_states.reshape(-1, hidden_states.size(-1)).index_select(0, masked_positions)
+        else:
+            mlm_inputs = hidden_states
+        mlm_logits = self.mlm_head(mlm_inputs)
+        nsp_logits = self.nsp_head(pooled)
+
+        mlm_loss = nsp_loss = loss = None
+        if mlm_labels is not None:
+            # (..., V) -> (N, V) and (...) -> (N,); -100 marks unmasked tokens in the dense layout
+            mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.size(-1)), mlm_labels.reshape(-1))
+        if nsp_labels is not None:
+            nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
+        if mlm_loss is not None or nsp_loss is not None:
+            loss = sum(part for part in (mlm_loss, nsp_loss) if part is not None)
+        return BertOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, hidden_states, pooled)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone alone, no heads: (hidden states (B, T, H), pooled (B, H))."""
+        return self.bert(input_ids, token_type_ids, attention_mask)
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT init: normal(0, std) Linear and Embedding weights, zero biases, LayerNorm weight 1 bias 0.
+
+    Task heads apply it to their new layers: `head.apply(lambda m: init_weights(m, config.initializer_range))`.
+    """
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    if isinstance(module, MLMHead):
+        nn.init.zeros_(module.bias)
+
+
+# --- Hugging Face format -------------------------------------------------------------------------------
+
+# One row per module: (bertwb name, transformers.BertForPreTraining name). `{i}` is the layer index, and
+# a parameter's `.weight` / `.bias` suffix carries over unchanged. The same table is read in both directions.
+NAME_TABLE: list[tuple[str, str]] = [
+    ("bert.embeddings.tokens", "bert.embeddings.word_embeddings"),
+    ("bert.embeddings.positions", "bert.embeddings.position_embeddings"),
+    ("bert.embeddings.segments", "bert.embeddings.token_type_embeddings"),
+    ("bert.embeddings.norm", "bert.embeddings.LayerNorm"),
+    ("bert.layers.{i}.attn.query", "bert.encoder.layer.{i}.attention.self.query"),
+    ("bert.layers.{i}.attn.key", "bert.encoder.layer.{i}.attention.self.key"),
+    ("bert.layers.{i}.attn.value", "bert.encoder.layer.{i}.attention.self.value"),
+    ("bert.layers.{i}.attn.proj", "bert.encoder.layer.{i}.attention.output.dense"),
+    ("bert.layers.{i}.attn_norm", "bert.encoder.layer.{i}.attention.output.LayerNorm"),
+    ("bert.layers.{i}.ffn.up", "bert.encoder.layer.{i}.intermediate.dense"),
+    ("bert.layers.{i}.ffn.down", "bert.encoder.layer.{i}.output.dense"),
+    ("bert.layers.{i}.ffn_norm", "bert.encoder.layer.{i}.output.LayerNorm"),
+    ("bert.pooler", "bert.pooler.dense"),
+    ("mlm_head.dense", "cls.predictions.transform.dense"),
+    ("mlm_head.norm", "cls.predictions.transform.LayerNorm"),
+    ("mlm_head.decoder", "cls.predictions.decoder"),  # tied: same tensor as the word embeddings
+    ("mlm_head.bias", "cls.predictions.bias"),
+    ("nsp_head", "cls.seq_relationship"),
+]
+
+# HF keys that name a tensor already named elsewhere: HF ties cls.predictions.decoder.bias to cls.predictions.bias.
+HF_ALIASES = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
+# Non-parameter buffers that older HF checkpoints saved; they carry no weights.
+HF_IGNORED = re.compile(r"bert\.embeddings\.(position_ids|token_type_ids)")
+# Old TensorFlow-converted checkpoints call LayerNorm parameters gamma / beta.
+HF_LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
+
+
+def _compile(template: str) -> str:
+    return re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<suffix>\.weight|\.bias)?"
+
+
+def _rename(name: str, source: int) -> str | None:
+    """Map `name` from column `source` of NAME_TABLE to the other column; None if no row matches."""
+    for row in NAME_TABLE:
+        match = re.fullmatch(_compile(row[source]), name)
+        if match:
+            target = row[1 - source].replace("{i}", match.groupdict().get("i") or "")
+            return target + (match.group("suffix") or "")
+    return None
+
+
+def hf_name(name: str) -> str:
+    """The Hugging Face `BertForPreTraining` name of one bertwb parameter name."""
+    target = _rename(name, 0)
+    if target is None:
+        raise KeyError(f"no Hugging Face name for bertwb parameter {name!r}")
+    return target
+
+
+def bertwb_name(name: str) -> str:
+    """The bertwb parameter name of one Hugging Face `BertForPreTraining` name (inverse of `hf_name`)."""
+    target = _rename(name, 1)
+    if target is None:
+        raise KeyError(f"no bertwb name for Hugging Face parameter {name!r}")
+    return target
+
+
+def to_hf_state_dict(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A bertwb `BertForPreTraining` state dict renamed for `transformers.BertForPreTraining`.
+
+    The tied decoder weight and decoder bias alias are included, so HF's strict `load_state_dict` passes;
+    `save_pretrained` / safetensors `save_model` drop the duplicates themselves.
+    """
+    hf_state = {hf_name(name): tensor for name, tensor in model_state.items()}
+    if "cls.predictions.decoder.weight" not in hf_state:
+        hf_state["cls.predictions.decoder.weight"] = hf_state["bert.embeddings.word_embeddings.weight"]
+    for alias, canonical in HF_ALIASES.items():
+        hf_state[alias] = hf_state[canonical]
+    return hf_state
+
+
+def from_hf_state_dict(
+    hf_state: dict[str, torch.Tensor], config: BertConfig
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """Rename a Hugging Face BERT state dict for a bertwb `BertForPreTraining` of `config`.
+
+    Returns (state, missing_hf_keys, unexpected_hf_keys). `state` holds every tensor that was found
+    (load it with `strict=not missing_hf_keys`); missing keys are HF names the model needs but the checkpoint
+    lacks (e.g. `cls.*` from a bare `BertModel` checkpoint); unexpected keys are HF names bertwb has no
+    place for (e.g. a fine-tuned `classifier.*`). The MLM decoder always uses the word embeddings, as HF
+    does with `tie_word_embeddings`. Accepts bare `BertModel` keys (no `bert.` prefix) and gamma/beta names.
+    """
+    with torch.device("meta"):  # shapes only: no memory, no init
+        expected = {name: tuple(t.shape) for name, t in BertForPreTraining(config).state_dict().items()}
+    state, unexpected = {}, []
+    canonical_present = set(hf_state) & set(HF_ALIASES.values())
+    for key, tensor in hf_state.items():
+        name = key
+        for old, new in HF_LEGACY_SUFFIXES.items():
+            name = name[: -len(old)] + new if name.endswith(old) else name
+        if name.startswith(("embeddings.", "encoder.", "pooler.")):
+            name = "bert." + name  # saved from a bare BertModel
+        if HF_IGNORED.fullmatch(name) or name == "cls.predictions.decoder.weight":
+            continue  # buffers, and the tied decoder weight (checked and filled from the word embeddings below)
+        if name in HF_ALIASES:
+            if HF_ALIASES[name] in canonical_present:
+                continue
+            name = HF_ALIASES[name]
+        ours = _rename(name, 1)
+        if ours not in expected:
+            unexpected.append(key)
+            continue
+        if tuple(tensor.shape) != expected[ours]:
+            raise BertwbError(
+                f"checkpoint tensor {key} has shape {tuple(tensor.shape)} but the model config needs "
+                f"{expected[ours]}; the config.json does not match the weights"
+            )
+        state[ours] = tensor
+    if "bert.embeddings.tokens.weight" in state:
+        state["mlm_head.decoder.weight"] = state["bert.embeddings.tokens.weight"]
+        decoder = hf_state.get("cls.predictions.decoder.weight")
+        if decoder is not None and not torch.equal(decoder, state["mlm_head.decoder.weight"]):
+            unexpected.append("cls.predictions.decoder.weight")  # an untied checkpoint: its decoder is dropped
+    missing = [hf_name(name) for name in expected if name not in state]
+    return state, missing, unexpected
+
+
+# bertwb config field -> HF config.json field, where the names differ.
+_HF_CONFIG_NAMES = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "hidden_dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
+
+
+def hf_config_dict(config: BertConfig) -> dict:
+    """The `config.json` fields with which `transformers.BertConfig(**d)` describes the same model."""
+    d = {_HF_CONFIG_NAMES.get(f.name, f.name): getattr(config, f.name) for f in fields(config)}
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        "hidden_act": "gelu",  # exact erf GELU
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        **d,
+    }
+
+
+def config_from_hf_dict(d: dict) -> BertConfig:
+    """A `BertConfig` read from a Hugging Face BERT `config.json` (any sizes; HF defaults for absent extras)."""
+    if d.get("model_type", "bert") != "bert":
+        raise BertwbError(f"config.json has model_type {d['model_type']!r}; only 'bert' checkpoints can be imported")
+    for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+        if d.get(key, supported) != supported:
+            raise BertwbError(f"config.json has {key} {d[key]!r}; bertwb supports only {supported!r}")
+    values = {}
+    for f in fields(BertConfig):
+        key = _HF_CONFIG_NAMES.get(f.name, f.name)
+        if key in d:
+            values[f.name] = d[key]
+        elif f.default is MISSING:  # a required field
+            raise BertwbError(f"config.json lacks {key!r}, which every BERT config.json has; is it a BERT model?")
+    return BertConfig(**values)

@@ -1,0 +1,278 @@
+"""The BERT model: shapes, presets, init, sparse MLM head, padding, Hugging Face parity, learning."""
+
+import pytest
+import torch
+
+from bertwb.errors import BertwbError
+from bertwb.model import (
+    PRESETS,
+    BertConfig,
+    BertForPreTraining,
+    BertModel,
+    bertwb_name,
+    config_from_hf_dict,
+    from_hf_state_dict,
+    hf_config_dict,
+    hf_name,
+    to_hf_state_dict,
+)
+
+VOCAB = 1000
+
+
+def small_config(**overrides) -> BertConfig:
+    # deliberately not a preset (H64 A2 I256) so nothing relies on preset numbers
+    sizes = dict(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256)
+    return BertConfig(**{**sizes, **overrides})
+
+
+def make_batch(batch=3, seq=12, seed=0):
+    """Random ids with [CLS]=2 first, two segments, and trailing padding in every row but the first."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, VOCAB, (batch, seq), generator=gen)
+    input_ids[:, 0] = 2
+    token_type_ids = torch.zeros(batch, seq, dtype=torch.long)
+    token_type_ids[:, seq // 2 :] = 1
+    lengths = torch.tensor([seq] + [seq - 3 * (row + 1) for row in range(batch - 1)])
+    attention_mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()  # (B, T)
+    input_ids[attention_mask == 0] = 0
+    token_type_ids[attention_mask == 0] = 0
+    return input_ids, token_type_ids, attention_mask, lengths
+
+
+def random_model(config: BertConfig, seed: int = 0) -> BertForPreTraining:
+    """A model whose biases and LayerNorms are random too, so a wrongly mapped one shows up."""
+    torch.manual_seed(seed)
+    model = BertForPreTraining(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_output_shapes_dense_and_sparse(use_mask):
+    model = BertForPreTraining(small_config()).eval()
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12)
+    mask = attention_mask if use_mask else None
+
+    dense = model(input_ids, token_type_ids, mask)
+    assert dense.mlm_logits.shape == (3, 12, VOCAB)
+    assert dense.nsp_logits.shape == (3, 2)
+    assert dense.hidden_states.shape == (3, 12, 64)
+    assert dense.pooled.shape == (3, 64)
+    assert dense.loss is None and dense.mlm_loss is None and dense.nsp_loss is None
+
+    masked_positions = torch.tensor([1, 4, 13, 30, 31])  # ragged: 2 in row 0, 1 in row 1, 2 in row 2
+    sparse = model(input_ids, token_type_ids, mask, masked_positions=masked_positions,
+                   mlm_labels=torch.tensor([7, 8, 9, 10, 11]), nsp_labels=torch.tensor([0, 1, 0]))
+    assert sparse.mlm_logits.shape == (5, VOCAB)
+    assert sparse.nsp_logits.shape == (3, 2)
+    assert sparse.mlm_loss.ndim == 0 and sparse.nsp_loss.ndim == 0
+    torch.testing.assert_close(sparse.loss, sparse.mlm_loss + sparse.nsp_loss)
+
+
+def test_presets_have_the_table_numbers():
+    table = {  # name: (layers, hidden, heads), Turc et al. 2019 / Devlin et al. 2019
+        "tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
+        "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16),
+    }
+    assert set(PRESETS) == set(table)
+    for name, (layers, hidden, heads) in table.items():
+        config = BertConfig.from_preset(name, vocab_size=30522)
+        assert (config.num_layers, config.hidden_size, config.num_heads) == (layers, hidden, heads)
+        assert config.intermediate_size == 4 * hidden
+        assert config.max_position_embeddings == 512
+        assert config.vocab_size == 30522
+
+    tiny = BertForPreTraining(BertConfig.from_preset("tiny", vocab_size=VOCAB))
+    assert len(tiny.bert.layers) == 2
+    assert tiny.bert.embeddings.tokens.weight.shape == (VOCAB, 128)
+
+
+def test_preset_overrides_and_errors():
+    config = BertConfig.from_preset("mini", vocab_size=VOCAB, num_layers=6, hidden_dropout=0.0)
+    assert (config.num_layers, config.hidden_size, config.hidden_dropout) == (6, 256, 0.0)
+    with pytest.raises(BertwbError, match="unknown model preset 'huge'"):
+        BertConfig.from_preset("huge", vocab_size=VOCAB)
+    with pytest.raises(BertwbError, match="not divisible"):
+        small_config(num_heads=3)
+
+
+def test_init_follows_bert():
+    model = BertForPreTraining(small_config(intermediate_size=1024))
+    up = model.bert.layers[0].ffn.up
+    assert abs(up.weight.std().item() - 0.02) < 0.001  # 65k samples
+    assert abs(model.bert.embeddings.tokens.weight.std().item() - 0.02) < 0.001
+    assert torch.count_nonzero(up.bias) == 0
+    assert torch.count_nonzero(model.mlm_head.bias) == 0
+    norm = model.bert.layers[0].attn_norm
+    assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
+    # the padding row is an ordinary row
+    assert model.bert.embeddings.tokens.weight[0].abs().sum() > 0
+    # weight tying: the decoder is the word embedding matrix itself
+    assert model.mlm_head.decoder.weight is model.bert.embeddings.tokens.weight
+
+
+def test_sparse_head_equals_dense_head_gathered():
+    model = random_model(small_config())
+    input_ids, token_type_ids, attention_mask, _ = make_batch()
+    masked_positions = torch.tensor([3, 5, 12, 20, 25, 26])
+    mlm_labels = torch.tensor([11, 12, 13, 14, 15, 16])
+    with torch.no_grad():
+        sparse = model(input_ids, token_type_ids, attention_mask, masked_positions, mlm_labels)
+        dense_labels = torch.full(input_ids.shape, -100)
+        dense_labels.view(-1)[masked_positions] = mlm_labels  # (B, T) viewed flat
+        dense = model(input_ids, token_type_ids, attention_mask, mlm_labels=dense_labels)
+    gathered = dense.mlm_logits.reshape(-1, VOCAB)[masked_positions]  # (B, T, V) -> (B*T, V) -> (n, V)
+    torch.testing.assert_close(sparse.mlm_logits, gathered, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sparse.mlm_loss, dense.mlm_loss, atol=1e-6, rtol=1e-6)
+
+
+def test_padded_batch_matches_sequences_run_alone():
+    model = random_model(small_config())
+    input_ids, token_type_ids, attention_mask, lengths = make_batch(batch=3, seq=12)
+    with torch.no_grad():
+        batched = model(input_ids, token_type_ids, attention_mask)
+        for row, length in enumerate(lengths.tolist()):
+            alone = model(input_ids[row : row + 1, :length], token_type_ids[row : row + 1, :length])
+            close = dict(atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(batched.hidden_states[row, :length], alone.hidden_states[0], **close)
+            torch.testing.assert_close(batched.mlm_logits[row, :length], alone.mlm_logits[0], **close)
+            torch.testing.assert_close(batched.nsp_logits[row], alone.nsp_logits[0], **close)
+        # and the mask matters: without it the padded rows change
+        unmasked = model(input_ids, token_type_ids)
+    assert not torch.allclose(unmasked.pooled[1], batched.pooled[1], atol=1e-4)
+
+
+def test_backbone_without_pooler_and_encode():
+    config = small_config()
+    backbone = BertModel(config, with_pooler=False)
+    hidden_states, pooled = backbone(torch.tensor([[2, 10, 11, 3]]))
+    assert hidden_states.shape == (1, 4, 64) and pooled is None
+    assert not any("pooler" in name for name, _ in backbone.named_parameters())
+    model = random_model(config)
+    input_ids, token_type_ids, attention_mask, _ = make_batch()
+    with torch.no_grad():
+        hidden_states, pooled = model.encode(input_ids, token_type_ids, attention_mask)
+        full = model(input_ids, token_type_ids, attention_mask)
+    torch.testing.assert_close(hidden_states, full.hidden_states)
+    torch.testing.assert_close(pooled, full.pooled)
+
+
+def test_name_table_round_trips():
+    model = BertForPreTraining(small_config())
+    for name in model.state_dict():
+        assert bertwb_name(hf_name(name)) == name
+    with pytest.raises(KeyError):
+        hf_name("bert.not_a_module.weight")
+
+
+def test_config_round_trips_through_hf_dict():
+    config = BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536,
+                        max_position_embeddings=256, hidden_dropout=0.05, layer_norm_eps=1e-7)
+    d = hf_config_dict(config)
+    assert d["architectures"] == ["BertForPreTraining"] and d["model_type"] == "bert" and d["hidden_act"] == "gelu"
+    assert d["num_hidden_layers"] == 6 and d["num_attention_heads"] == 12 and d["hidden_dropout_prob"] == 0.05
+    assert config_from_hf_dict(d) == config
+    with pytest.raises(BertwbError, match="hidden_act"):
+        config_from_hf_dict({**d, "hidden_act": "relu"})
+    with pytest.raises(BertwbError, match="num_hidden_layers"):
+        config_from_hf_dict({k: v for k, v in d.items() if k != "num_hidden_layers"})
+
+
+# --- Hugging Face parity ---------------------------------------------------------------------------------
+
+
+def hf_model_for(config: BertConfig, attn_implementation: str):
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.BertConfig(**hf_config_dict(config))
+    hf_config._attn_implementation = attn_implementation
+    return transformers.BertForPreTraining(hf_config).eval()
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_bertwb_weights_give_hf_outputs(attn_implementation):
+    config = small_config()
+    model = random_model(config)
+    hf_model = hf_model_for(config, attn_implementation)
+    result = hf_model.load_state_dict(to_hf_state_dict(model.state_dict()), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12)
+    with torch.no_grad():
+        ours = model(input_ids, token_type_ids, attention_mask)
+        theirs = hf_model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+    # every position, padding included: HF and bertwb both let pad queries attend to real keys
+    assert (ours.mlm_logits - theirs.prediction_logits).abs().max() <= 1e-5
+    assert (ours.nsp_logits - theirs.seq_relationship_logits).abs().max() <= 1e-5
+
+
+def test_hf_weights_give_bertwb_outputs():
+    config = small_config()
+    hf_model = hf_model_for(config, "eager")
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for param in hf_model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    hf_state = hf_model.state_dict()
+    hf_state["bert.embeddings.position_ids"] = torch.arange(512)[None]  # as older checkpoints saved it
+
+    state, missing, unexpected = from_hf_state_dict(hf_state, config)
+    assert missing == [] and unexpected == []
+    model = BertForPreTraining(config).eval()
+    model.load_state_dict(state, strict=True)
+    assert model.mlm_head.decoder.weight is model.bert.embeddings.tokens.weight  # still tied after loading
+
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12, seed=5)
+    with torch.no_grad():
+        ours = model(input_ids, token_type_ids, attention_mask)
+        theirs = hf_model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+    assert (ours.mlm_logits - theirs.prediction_logits).abs().max() <= 1e-5
+    assert (ours.nsp_logits - theirs.seq_relationship_logits).abs().max() <= 1e-5
+
+
+def test_from_hf_reports_missing_and_unexpected_keys():
+    config = small_config()
+    hf_state = to_hf_state_dict(random_model(config).state_dict())
+    # a bare BertModel checkpoint with a fine-tuned classifier: no `bert.` prefix, no cls.*
+    bare = {name.removeprefix("bert."): t for name, t in hf_state.items() if name.startswith("bert.")}
+    bare["classifier.weight"] = torch.zeros(2, 64)
+    bare["embeddings.LayerNorm.gamma"] = bare.pop("embeddings.LayerNorm.weight")  # TF-era name
+    state, missing, unexpected = from_hf_state_dict(bare, config)
+    assert unexpected == ["classifier.weight"]
+    assert sorted(missing) == sorted(name for name in hf_state if name.startswith("cls.")
+                                     and name not in ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"))
+    torch.testing.assert_close(state["bert.embeddings.norm.weight"], hf_state["bert.embeddings.LayerNorm.weight"])
+    # only the alias name of the decoder bias is enough
+    only_alias = {k: v for k, v in hf_state.items() if k != "cls.predictions.bias"}
+    state, missing, _ = from_hf_state_dict(only_alias, config)
+    assert missing == [] and state["mlm_head.bias"] is hf_state["cls.predictions.decoder.bias"]
+    # an untied decoder cannot be represented: it is reported, and the word embeddings are used
+    untied = {**hf_state, "cls.predictions.decoder.weight": torch.zeros(VOCAB, 64)}
+    state, _, unexpected = from_hf_state_dict(untied, config)
+    assert unexpected == ["cls.predictions.decoder.weight"]
+    assert state["mlm_head.decoder.weight"] is hf_state["bert.embeddings.word_embeddings.weight"]
+    # a config that does not fit the weights is a clear error
+    with pytest.raises(BertwbError, match="shape"):
+        from_hf_state_dict(hf_state, small_config(vocab_size=VOCAB + 64))
+
+
+def test_loss_goes_down_on_a_fixed_batch():
+    torch.manual_seed(0)
+    model = BertForPreTraining(small_config(hidden_dropout=0.0, attention_dropout=0.0)).train()
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=4, seq=16)
+    masked_positions = torch.tensor([1, 5, 9, 17, 20, 33, 36, 50])
+    mlm_labels = input_ids.view(-1)[masked_positions].clone()  # (B, T) viewed flat
+    masked_ids = input_ids.clone()
+    masked_ids.view(-1)[masked_positions] = 4  # [MASK]
+    nsp_labels = torch.tensor([0, 1, 1, 0])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        out = model(masked_ids, token_type_ids, attention_mask, masked_positions, mlm_labels, nsp_labels)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        losses.append(out.loss.item())
+    assert losses[0] > 6.0  # ~ln(1000) + ln(2) at init
+    assert losses[-1] < 0.15 * losses[0]  # memorising 8 tokens and 4 NSP labels
