@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,7 +18,7 @@ class _Group(click.Group):
     """Turns user errors into one red line and exit code 1 (a traceback only with --debug)."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        debug = "--debug" in sys.argv[1:2] or ctx.params.get("debug")
+        debug = ctx.params.get("debug")
         try:
             return super().invoke(ctx)
         except BertwbError as exc:
@@ -116,7 +115,7 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
         sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
     """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
-    cfg, ws = _load(config_path, overrides, workdir)
+    _, ws = _load(config_path, overrides, workdir)
     text = sql_module.read_query(query, sql_file)
     if output and fmt != "table" or fmt == "parquet":
         if not output:

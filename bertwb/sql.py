@@ -46,13 +46,10 @@ def export(ws: Workspace, query: str, fmt: str, output: str, write: bool = False
     """Write the query's result to ``output`` as csv/json/parquet through DuckDB; return the row count."""
     con = ws.connect(read_only=not write)
     options = {"csv": "format csv, header true", "json": "format json, array true", "parquet": "format parquet"}
+    escaped = str(output).replace("'", "''")
     try:
-        relation = con.sql(query.strip().rstrip(";"))
-        if relation is None:
-            raise BertwbError("sql: the query returns no rows to write; use a select")
-        count = relation.aggregate("count(*)").fetchone()[0]
-        escaped = str(output).replace("'", "''")
-        relation.query("result", f"copy (select * from result) to '{escaped}' ({options[fmt]})")
+        row = con.execute(f"copy ({query.strip().rstrip(';')}) to '{escaped}' ({options[fmt]})").fetchone()
+        count = row[0] if row else 0
     except duckdb.Error as exc:
         raise BertwbError(f"sql: {_first_line(exc)}") from None
     finally:

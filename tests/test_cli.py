@@ -1,0 +1,136 @@
+"""The CLI as a user drives it: a full ingest → vocab run, status, sql, help texts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from bertwb.cli import cli
+from conftest import PYTHON, REPO, Project
+
+
+def test_every_command_has_help_text():
+    for name, command in cli.commands.items():
+        assert command.help or command.callback.__doc__, f"bertwb {name} has no help text"
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_python_dash_m_and_version():
+    result = subprocess.run([PYTHON, "-m", "bertwb", "--version"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0 and "bertwb" in result.stdout
+
+
+def test_run_builds_tables_files_and_manifests(project: Project):
+    result = project.run("run")
+    assert "ingest: running (missing: never run)" in result.output
+    assert "vocab: running (missing: never run)" in result.output
+    con = duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True)
+    documents, valid = con.execute("select count(*), count(*) filter (split = 'valid') from documents").fetchone()
+    assert documents == 120 and 1 <= valid <= 30
+    n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
+    assert n_sentences == con.execute("select count(*) from tokens").fetchone()[0]
+    assert con.execute("select sum(n_sentences) from documents").fetchone()[0] == n_sentences
+    vocab_size = con.execute("select count(*) from vocab").fetchone()[0]
+    assert vocab_size % 64 == 0
+    assert con.execute("select token from vocab where token_id < 5 order by token_id").fetchall() == \
+        [("[PAD]",), ("[UNK]",), ("[CLS]",), ("[SEP]",), ("[MASK]",)]
+    # The frequencies in the vocab table are the counts of the ids in the tokens table.
+    counted = con.execute("select sum(len(ids)) from tokens").fetchone()[0]
+    assert con.execute("select sum(frequency) from vocab").fetchone()[0] == counted
+
+    manifest = json.loads((project.workspace / "manifests" / "vocab.json").read_text())
+    assert manifest["deps"]["ingest"] == json.loads((project.workspace / "manifests" / "ingest.json").read_text())["key"]
+    assert manifest["outputs"]["tables"]["tokens"] == n_sentences
+    assert {"vocab/tokenizer.json", "vocab/vocab.txt"} <= set(manifest["outputs"]["files"])
+    assert manifest["summary"]["unk_rate"] == 0
+    assert manifest["summary"]["tokens_per_word"] >= 1
+    assert manifest["versions"]["duckdb"] == duckdb.__version__
+    vocab_lines = (project.workspace / "vocab" / "vocab.txt").read_text().splitlines()
+    assert len(vocab_lines) == vocab_size
+
+
+def test_second_run_skips_every_stage_and_keeps_manifests(project: Project):
+    project.run("run")
+    before = {p.name: p.read_bytes() for p in (project.workspace / "manifests").iterdir()}
+    result = project.run("run")
+    assert "ingest: fresh" in result.output and "vocab: fresh" in result.output
+    assert "running" not in result.output
+    after = {p.name: p.read_bytes() for p in (project.workspace / "manifests").iterdir()}
+    assert before == after
+
+
+def test_status_table_and_json(project: Project):
+    states = {r["stage"]: r["state"] for r in json.loads(project.run("status", "--json").stdout)}
+    assert states == {"ingest": "missing", "vocab": "missing"} | {k: "missing" for k in states if k not in
+                                                                  ("ingest", "vocab")}
+    project.run("ingest")
+    rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "fresh" and rows["ingest"]["rows"]["documents"] == 120
+    assert rows["vocab"]["state"] == "missing"
+    project.run("vocab")
+    project.run("run", "--set", "vocab.vocab_size=320")  # builds, then the config below differs
+    rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
+    assert rows["vocab"]["state"] == "stale"
+    assert rows["vocab"]["reason"] == "vocab.vocab_size 320 → 256"
+    table = project.run("status").stdout
+    assert "vocab.vocab_size 320 → 256" in table and "fresh" in table
+
+
+def test_sql_formats(project: Project, tmp_path):
+    project.run("run")
+    query = "select doc_id, split from documents order by doc_id limit 3"
+    table = project.run("sql", query).stdout
+    assert "doc_id" in table and "split" in table
+    csv_text = project.run("sql", query, "--format", "csv").stdout
+    assert csv_text.splitlines()[0] == "doc_id,split" and len(csv_text.splitlines()) == 4
+    rows = json.loads(project.run("sql", query, "--format", "json").stdout)
+    assert [r["doc_id"] for r in rows] == [0, 1, 2]
+    out = tmp_path / "docs.parquet"
+    project.run("sql", query, "--format", "parquet", "--output", str(out))
+    assert duckdb.connect().execute(f"select count(*) from '{out}'").fetchone()[0] == 3
+    sql_file = tmp_path / "q.sql"
+    sql_file.write_text("select count(*) as n from sentences;")
+    assert json.loads(project.run("sql", "-f", str(sql_file), "--format", "json").stdout)[0]["n"] > 0
+
+
+def test_sql_views_decode_tokens_and_frequencies(project: Project):
+    project.run("run")
+    rows = json.loads(project.run("sql", "select text, pieces from tokens_text limit 5", "--format", "json").stdout)
+    for row in rows:
+        assert "".join(p.removeprefix("##") for p in row["pieces"]) == row["text"].lower().replace(" ", "")
+    top = json.loads(project.run("sql", "select token, percent from vocab_freq limit 1", "--format", "json").stdout)
+    assert top[0]["percent"] > 0
+    stats = json.loads(project.run("sql", "select * from corpus_stats", "--format", "json").stdout)
+    assert sum(r["documents"] for r in stats) == 120
+
+
+def test_sql_is_read_only_by_default(project: Project):
+    project.run("ingest")
+    result = project.run("sql", "delete from documents", expect=1)
+    assert "read-only" in result.output.lower()
+    assert json.loads(project.run("sql", "select count(*) as n from documents", "--format", "json").stdout)[0]["n"] \
+        == 120
+    project.run("sql", "create table notes as select 1 as x", "--write")
+
+
+def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+    project.run("run")
+    vocab_dir = project.workspace / "vocab"
+    hf = transformers.BertTokenizerFast.from_pretrained(str(vocab_dir))
+    ours = Tokenizer.from_file(str(vocab_dir / "tokenizer.json"))
+    con = duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True)
+    for text, ids in con.execute("select s.text, t.ids from sentences s join tokens t using (doc_id, sent_idx) "
+                                 "limit 50").fetchall():
+        assert hf(text, add_special_tokens=False)["input_ids"] == ids
+        assert hf(text)["input_ids"] == ours.encode(text).ids
+    pair = hf("Ship sail.", "Bread oven.")
+    assert pair["token_type_ids"] == ours.encode("Ship sail.", "Bread oven.").type_ids
+    slow = transformers.BertTokenizer(str(vocab_dir / "vocab.txt"), do_lower_case=True)
+    assert slow("The captain's ship!")["input_ids"] == hf("The captain's ship!")["input_ids"]
