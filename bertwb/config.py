@@ -47,7 +47,7 @@ class IngestConfig:
     seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0)
     min_sentence_chars: int = _field(1, "Drop sentences shorter than this after clean-up.", min=1)
     dedupe: bool = _field(True, "Remove exact duplicate documents.")
-    content_hash: bool = _field(False, "Fingerprint inputs by content, not only size and mtime.")
+    content_hash: bool = _field(False, "Fingerprint inputs by content hash instead of modification time.")
 
 
 @dataclass

@@ -48,13 +48,16 @@ VIEWS = [
 
 
 def fingerprint_inputs(cfg: Config) -> list[dict[str, Any]]:
-    """Path, size and mtime (and sha256 with ``ingest.content_hash``) of every input file."""
+    """Path, size and mtime (sha256 instead of mtime with ``ingest.content_hash``) of every input file."""
     rows = []
     for path in _input_files(cfg):
         stat = path.stat()
-        row = {"path": _display(path, cfg), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        row = {"path": _display(path, cfg), "size": stat.st_size}
+        # With content hashing a touched-but-unchanged file stays fresh (e.g. after a fresh checkout).
         if cfg.ingest.content_hash:
             row["sha256"] = _sha256(path)
+        else:
+            row["mtime_ns"] = stat.st_mtime_ns
         rows.append(row)
     return rows
 
