@@ -74,6 +74,18 @@ _stage_command("ingest", "Read the corpus into the documents and sentences table
 _stage_command("vocab", "Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
+@cli.command("init")
+@click.argument("directory", type=click.Path(file_okay=False), default=".")
+@click.option("--input", "inputs", multiple=True, default=["corpus"], show_default=True,
+              help="Corpus file, directory or glob for ingest.inputs; repeatable.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
+    """Write a commented bertwb.yaml and a pipelines/Makefile."""
+    from bertwb.init import init
+    for path in init(Path(directory), list(inputs), force):
+        ui.info(f"wrote {path}")
+
+
 @cli.command()
 @_common
 @click.option("--force", is_flag=True, help="Run every stage, fresh or not.")

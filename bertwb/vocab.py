@@ -78,6 +78,7 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
         "unk_rate": round(n_unk / max(n_tokens, 1), 6),
         "tokens_per_word": round(n_tokens / max(n_words, 1), 4),
         "coverage": round(float((counts[:vocab_size] > 0).mean()), 4),
+        "most_frequent": " ".join(tokens[i] for i in order[:10]),
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
         "train_seconds": round(train_seconds, 3),
         "seconds": round(seconds, 3),

@@ -134,3 +134,21 @@ def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
     assert pair["token_type_ids"] == ours.encode("Ship sail.", "Bread oven.").type_ids
     slow = transformers.BertTokenizer(str(vocab_dir / "vocab.txt"), do_lower_case=True)
     assert slow("The captain's ship!")["input_ids"] == hf("The captain's ship!")["input_ids"]
+
+
+def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
+    import dataclasses
+
+    from bertwb.config import SECTIONS, load_config
+    result = CliRunner().invoke(cli, ["init", str(tmp_path), "--input", "texts/*.txt"])
+    assert result.exit_code == 0, result.output
+    cfg = load_config(tmp_path / "bertwb.yaml")
+    assert cfg.ingest.inputs == ["texts/*.txt"]
+    for section, cls in SECTIONS.items():
+        defaults = cls()
+        if section == "ingest":
+            defaults.inputs = ["texts/*.txt"]
+        assert dataclasses.asdict(cfg.section(section)) == dataclasses.asdict(defaults)
+    assert "$(BERTWB) vocab" in (tmp_path / "pipelines" / "Makefile").read_text()
+    again = CliRunner().invoke(cli, ["init", str(tmp_path)])
+    assert again.exit_code == 1 and "already exists; pass --force" in again.output
