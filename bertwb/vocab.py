@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -200,8 +201,8 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
         for batch in reader:
             encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
             id_lists = [e.ids for e in encodings]
-            lengths = np.fromiter((len(ids) for ids in id_lists), dtype=np.int32, count=len(id_lists))
-            flat = np.fromiter((i for ids in id_lists for i in ids), dtype=np.int32, count=int(lengths.sum()))
+            lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
+            flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
             offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
             np.cumsum(lengths, out=offsets[1:])
             counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
