@@ -1,0 +1,198 @@
+"""Pre-training throughput on CPU: bertwb against transformers.BertForPreTraining, side by side.
+
+Usage: ``python benchmarks/pretrain_cpu.py [--steps 8] [--warmup 2] [--no-append]``
+
+* Data: real pairs of ``sample_corpus/pretrain`` (ingest → vocab → pairs with max_seq_length 128,
+  static masks), built once in a temporary workspace by the bertwb CLI.
+* Shape (both sides): L4 H256 A4 I1024, vocab 30522, sequences ≤ 128, batch 32, fp32, AdamW.
+* bertwb: length-bucketed batches padded to the longest row, MLM head at masked positions only.
+* Hugging Face: ``attn_implementation="sdpa"``, random batches padded to the longest row as
+  ``DataCollatorForLanguageModeling`` pads (dense labels, -100 where not masked), full MLM head.
+* Both: one training step = forward, loss, backward, clip to 1.0, AdamW step; tokens/s counts real
+  (non-pad) tokens, so padding is cost, not throughput.
+* Peak: the best of a few 2048³ fp32 ``torch.mm`` calls, as FLOP/s.
+* Useful FLOP/s (bertwb): ``bertwb.pretrain.useful_flops_per_pair`` summed over the pairs trained,
+  i.e. 3 × forward matmul FLOPs on real tokens: per token and layer 24·H² + 4·T·H (T = the pair's
+  length), the MLM head 2·H² + 2·H·V at masked tokens only, the pooler/NSP once; divided by time.
+
+Results are appended to BENCHMARKS.md with the machine description.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: E402
+from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
+from bertwb.pretrain import useful_flops_per_pair  # noqa: E402
+
+SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
+VOCAB, SEQ, BATCH = 30522, 128, 32
+
+
+def build_pairs(workdir: Path) -> Path:
+    """Ingest, vocab and pairs of the sample corpus in ``workdir``; returns the pairs stage dir."""
+    config = workdir / "bertwb.yaml"
+    config.write_text(f"ingest:\n  inputs: [{REPO / 'sample_corpus' / 'pretrain'}]\n"
+                      f"pairs:\n  max_seq_length: {SEQ}\n  dupe_factor: 1\n")
+    subprocess.run([sys.executable, "-m", "bertwb", "run", "--until", "pairs", "--config", str(config)],
+                   check=True, cwd=REPO, capture_output=True)
+    return workdir / ".bertwb" / "pairs"
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n ** 3 / best
+
+
+def bench_bertwb(pairs, steps: int, warmup: int) -> dict:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, **SHAPE)
+    model = BertForPreTraining(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = Batches(pairs, BATCH, seed=0, bucket_batches=50)
+    tokens = flops = 0.0
+    elapsed = 0.0
+    for step in range(warmup + steps):
+        batch = batches.micro_batches(0, step)[0]  # collation is timed too: it is part of the loop
+        started = time.perf_counter()
+        out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
+        loss = F.cross_entropy(out.mlm_logits, batch.mlm_labels) + F.cross_entropy(out.nsp_logits, batch.nsp_labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            elapsed += time.perf_counter() - started
+            lengths = (batch.attention_mask.sum(1) if batch.attention_mask is not None
+                       else torch.full((len(batch.nsp_labels),), batch.input_ids.size(1))).tolist()
+            counts = np.bincount((batch.masked_positions // batch.input_ids.size(1)).numpy(), minlength=len(lengths))
+            tokens += batch.n_tokens
+            flops += sum(useful_flops_per_pair(config, int(n), int(m)) for n, m in zip(lengths, counts, strict=True))
+    return {"tokens_per_s": tokens / elapsed, "useful_flops": flops / elapsed, "s_per_step": elapsed / steps,
+            "pad_fraction": padding_fraction(batches)}
+
+
+def bench_hf(pairs, steps: int, warmup: int) -> dict:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=SHAPE["hidden_size"],
+                                     num_hidden_layers=SHAPE["num_layers"], num_attention_heads=SHAPE["num_heads"],
+                                     intermediate_size=SHAPE["intermediate_size"], attn_implementation="sdpa")
+    model = transformers.BertForPreTraining(config)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    random_batches = Batches(pairs, BATCH, seed=0, bucket_batches=1)  # the Trainer's random sampler
+    pad_total = pad_real = 0
+    tokens = elapsed = 0.0
+    for step in range(warmup + steps):
+        indices = random_batches.epoch_order(0)[step]
+        batch = collate(pairs, indices)  # the padded layout DataCollatorForLanguageModeling makes
+        B, T = batch.input_ids.shape
+        labels = torch.full((B * T,), -100, dtype=torch.long)
+        labels[batch.masked_positions] = batch.mlm_labels
+        attention_mask = batch.attention_mask
+        if attention_mask is None:
+            attention_mask = torch.ones(B, T, dtype=torch.long)
+        started = time.perf_counter()
+        out = model(input_ids=batch.input_ids, token_type_ids=batch.token_type_ids, attention_mask=attention_mask,
+                    labels=labels.view(B, T), next_sentence_label=batch.nsp_labels)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            elapsed += time.perf_counter() - started
+            tokens += batch.n_tokens
+            pad_total += batch.n_padded
+            pad_real += batch.n_tokens
+    return {"tokens_per_s": tokens / elapsed, "s_per_step": elapsed / steps,
+            "pad_fraction": 1 - pad_real / pad_total, "version": transformers.__version__}
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{platform.system()} {platform.release()} {platform.machine()} ({cpu}), {os.cpu_count()} CPUs, "
+            f"torch {torch.__version__} with {torch.get_num_threads()} threads, Python {platform.python_version()}, "
+            f"load average before the run {os.getloadavg()[0]:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
+    args = parser.parse_args()
+    host = machine()
+    workdir = Path(tempfile.mkdtemp(prefix="bertwb-bench-"))
+    try:
+        pairs, _, _ = load_split(build_pairs(workdir), "train")
+        peak = matmul_peak()
+        ours = bench_bertwb(pairs, args.steps, args.warmup)
+        theirs = bench_hf(pairs, args.steps, args.warmup)
+        peak = max(peak, matmul_peak())  # measured before and after, the better one counts
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    speedup = ours["tokens_per_s"] / theirs["tokens_per_s"]
+
+    def row(name: str, r: dict, notes: str) -> str:
+        return (f"| {name} | {r['tokens_per_s']:,.0f} | {r['s_per_step']:.3f} | "
+                f"{100 * r['pad_fraction']:.1f}% | {notes} |")
+
+    share = ours["useful_flops"] / peak
+    report = f"""
+## Pre-training throughput, CPU — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
+
+Script: `python benchmarks/pretrain_cpu.py --steps {args.steps} --warmup {args.warmup}`.
+Machine: {host}.
+Shape: L4 H256 A4 I1024, vocab 30522, pairs of sample_corpus/pretrain (≤ 128 tokens, static masks),
+batch 32, fp32, AdamW + clipping; {args.steps} timed steps after {args.warmup} warm-up steps each.
+
+| | tokens/s | s/step | pad share | notes |
+|---|---|---|---|---|
+{row('bertwb', ours, 'length bucketing, MLM head at masked tokens')}
+{row(f"transformers {theirs['version']} BertForPreTraining (sdpa)", theirs,
+     'random batches padded to the longest, dense MLM head')}
+
+* Speed-up: **{speedup:.2f}×** HF's tokens/s (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}).
+* fp32 matmul peak (2048³ `torch.mm`): {peak / 1e9:,.1f} GFLOP/s. bertwb useful FLOP/s
+  (3 × forward matmul FLOPs on real tokens, MLM head at masked tokens only): {ours['useful_flops'] / 1e9:,.1f} GFLOP/s
+  = **{100 * share:.0f}%** of the peak (target ≥ 80%: {'met' if share >= 0.8 else 'NOT met'}).
+"""
+    print(report)
+    if not args.no_append:
+        with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
+            handle.write(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""The training data path: unpadded pairs in, length-bucketed padded batches out.
+
+Batching is **length bucketing**, not packing. Packing several pairs into one row would need a
+block-diagonal attention mask and per-pair position ids and [CLS] slots, which the model (and its
+one-to-one Hugging Face parity) does not have; bucketing keeps every row one pair and still cuts
+padding to a few percent (measured in ``benchmarks/pretrain_cpu.py`` and in the stage summary).
+
+Each epoch has a fixed order that depends only on ``(seed, epoch)``: the pairs are shuffled, cut
+into chunks of ``bucket_batches`` global batches, sorted by length inside a chunk, cut into global
+batches of ``batch_size`` pairs, and the batches are shuffled. A global batch is split into
+``world_size × grad_accum`` contiguous micro-batches and rank ``r`` takes its own ``grad_accum`` of
+them, so every process reads only its shard, and a run computes on the same pairs whatever the
+number of processes. The position in the data is just the step number, which makes resuming exact.
+
+Dynamic masks (``pairs.masking: dynamic``) come from :func:`bertwb.masking.mask_batch`, the function
+the pairs stage uses for static masks, called once per *global* batch with a generator seeded by
+``(seed, epoch, batch)``: one vectorised call, the same masks whatever the number of processes,
+accumulation steps or interruptions, and new masks every epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertwb.errors import BertwbError
+from bertwb.masking import MaskingRules, mask_batch
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class PairArrays:
+    """One split of pre-training pairs, unpadded, as flat arrays.
+
+    Row ``i`` is ``tokens[offsets[i]:offsets[i+1]]`` = ``[CLS] A [SEP] B [SEP]``; its first
+    ``segment_a_len[i]`` tokens (``[CLS] A [SEP]``) have token type 0, the rest type 1. With static
+    masks ``tokens`` already holds the replacements ([MASK], random, kept) and row ``i``'s targets are
+    ``masked_positions/masked_ids[masked_offsets[i]:masked_offsets[i+1]]``; for dynamic masking the
+    three masked arrays are None and ``tokens`` holds the originals.
+    """
+
+    tokens: np.ndarray  # (total tokens,) int
+    offsets: np.ndarray  # (n + 1,) int64
+    segment_a_len: np.ndarray  # (n,) tokens of type 0, [CLS] and the first [SEP] included
+    is_random_next: np.ndarray  # (n,) 1 = B is a random sentence (NSP label 1), 0 = B follows A
+    masked_positions: np.ndarray | None = None  # (total masked,) positions inside the row
+    masked_ids: np.ndarray | None = None  # (total masked,) original token ids there
+    masked_offsets: np.ndarray | None = None  # (n + 1,) int64
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def static(self) -> bool:
+        return self.masked_offsets is not None
+
+
+def load_split(pairs_dir: Path, split: str) -> tuple[PairArrays, dict[str, Any], MaskingRules | None]:
+    """A split the pairs stage wrote (memory-mapped), its meta.json, and the rules for dynamic masking."""
+    from bertwb.pairs import load_pairs  # noqa: PLC0415 - pairs imports pyarrow, only needed here
+
+    data = load_pairs(pairs_dir, split)
+    pairs = PairArrays(tokens=data.input_ids, offsets=data.offsets,
+                       segment_a_len=data.len_a.astype(np.int64) + 2,  # [CLS] A [SEP]
+                       is_random_next=data.is_random_next)
+    if data.static:
+        pairs.masked_positions, pairs.masked_ids = data.masked_positions, data.masked_ids
+        pairs.masked_offsets = data.mask_offsets
+    return pairs, data.meta, None if data.static else data.masking_rules()
+
+
+@dataclass
+class Batch:
+    """One padded micro-batch, ready for ``BertForPreTraining.forward``."""
+
+    input_ids: torch.Tensor  # (B, T) int64
+    token_type_ids: torch.Tensor  # (B, T) int64
+    attention_mask: torch.Tensor | None  # (B, T) 1 = token, 0 = pad; None when no row is padded
+    masked_positions: torch.Tensor  # (n_masked,) flat indices into the B*T grid
+    mlm_labels: torch.Tensor  # (n_masked,) original ids at those positions
+    nsp_labels: torch.Tensor  # (B,) 0 = IsNext, 1 = random
+    n_tokens: int  # real (non-pad) tokens
+    n_padded: int  # B*T, pad included
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+        return Batch(move(self.input_ids), move(self.token_type_ids), move(self.attention_mask),
+                     move(self.masked_positions), move(self.mlm_labels), move(self.nsp_labels),
+                     self.n_tokens, self.n_padded)
+
+    def pin_memory(self) -> Batch:
+        def pin(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.pin_memory()
+        return Batch(pin(self.input_ids), pin(self.token_type_ids), pin(self.attention_mask),
+                     pin(self.masked_positions), pin(self.mlm_labels), pin(self.nsp_labels),
+                     self.n_tokens, self.n_padded)
+
+
+class Batches:
+    """Deterministic, resumable, sharded batches over one split (see the module docstring)."""
+
+    def __init__(self, pairs: PairArrays, batch_size: int, seed: int, *, bucket_batches: int = 50,
+                 world_size: int = 1, rank: int = 0, grad_accum: int = 1, pad_multiple: int = 1,
+                 masking_rules: MaskingRules | None = None, drop_last: bool = True):
+        if batch_size % (world_size * grad_accum):
+            raise BertwbError(f"pretrain.batch_size {batch_size} is not divisible by processes × "
+                              f"pretrain.grad_accum = {world_size} × {grad_accum}; pick a multiple")
+        if not pairs.static and masking_rules is None:
+            raise ValueError("pairs without static masks need masking rules for dynamic masking")
+        self.pairs, self.batch_size, self.seed = pairs, batch_size, seed
+        self.bucket_batches, self.world_size, self.rank = bucket_batches, world_size, rank
+        self.grad_accum, self.pad_multiple, self.masking_rules = grad_accum, pad_multiple, masking_rules
+        self.micro_size = batch_size // (world_size * grad_accum)
+        self.drop_last = drop_last
+        self._lengths = pairs.lengths
+        self._order_epoch, self._order = -1, np.empty((0, batch_size), np.int64)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        full, rest = divmod(len(self.pairs), self.batch_size)
+        return full if self.drop_last or not rest else full + 1
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The epoch's global batches as rows of pair indices, (steps_per_epoch, batch_size).
+
+        The last incomplete batch is dropped (a different random remainder every epoch), so every
+        step sees exactly ``batch_size`` pairs; without ``drop_last`` the remainder rows hold -1.
+        """
+        if epoch != self._order_epoch:
+            self._order, self._order_epoch = self._build_order(epoch), epoch
+        return self._order
+
+    def _build_order(self, epoch: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, epoch])
+        n, size = len(self.pairs), self.batch_size
+        perm = rng.permutation(n)
+        if not self.drop_last and n % size:
+            perm = np.concatenate([perm, np.full(size - n % size, -1)])
+        perm = perm[: (len(perm) // size) * size]
+        chunk = self.bucket_batches * size
+        if self.bucket_batches > 1:
+            pieces = []
+            for start in range(0, len(perm), chunk):
+                part = perm[start:start + chunk]
+                lengths = np.where(part >= 0, self._lengths[np.maximum(part, 0)], 0)
+                pieces.append(part[np.argsort(lengths, kind="stable")])
+            perm = np.concatenate(pieces) if pieces else perm
+        batches = perm.reshape(-1, size)
+        return batches[rng.permutation(len(batches))]
+
+    def local_slots(self, epoch: int, batch_in_epoch: int) -> list[np.ndarray]:
+        """This rank's micro-batches as slots (0 … batch_size - 1) of the global batch."""
+        row = self.epoch_order(epoch)[batch_in_epoch]
+        per_rank = self.micro_size * self.grad_accum
+        slots = np.arange(self.rank * per_rank, (self.rank + 1) * per_rank)
+        micro = [slots[k * self.micro_size:(k + 1) * self.micro_size] for k in range(self.grad_accum)]
+        return [m[row[m] >= 0] for m in micro]
+
+    def micro_batches(self, epoch: int, batch_in_epoch: int) -> list[Batch]:
+        """This rank's collated micro-batches of global batch ``batch_in_epoch`` of ``epoch``."""
+        row = self.epoch_order(epoch)[batch_in_epoch]
+        if self.pairs.static:
+            source, slots_to_rows = self.pairs, row
+        else:  # mask the whole global batch, then take this rank's slots of it
+            valid = row[row >= 0]
+            source = self._mask_dynamically(valid, epoch, batch_in_epoch)
+            slots_to_rows = np.full(len(row), -1, np.int64)
+            slots_to_rows[row >= 0] = np.arange(len(valid))
+        return [collate(source, slots_to_rows[slots], self.pad_multiple)
+                for slots in self.local_slots(epoch, batch_in_epoch) if len(slots)]
+
+    def _mask_dynamically(self, rows: np.ndarray, epoch: int, batch_in_epoch: int) -> PairArrays:
+        """The global batch ``rows`` as its own small split, masked with this epoch's draw."""
+        starts = self.pairs.offsets[rows]
+        lengths = self.pairs.offsets[rows + 1] - starts
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.asarray(self.pairs.tokens[_ranges(starts, lengths)])
+        rng = np.random.default_rng([self.seed, epoch, batch_in_epoch])
+        masked = mask_batch(tokens, offsets, self.masking_rules, rng)
+        return PairArrays(masked.input_ids, offsets, self.pairs.segment_a_len[rows],
+                          self.pairs.is_random_next[rows], masked.masked_positions, masked.masked_ids,
+                          masked.mask_offsets)
+
+
+def collate(pairs: PairArrays, indices: np.ndarray, pad_multiple: int = 1) -> Batch:
+    """Pad the (statically masked) rows ``indices`` to the longest, rounded up to ``pad_multiple``."""
+    starts = pairs.offsets[indices]
+    lengths = pairs.offsets[indices + 1] - starts
+    width = int(-(-lengths.max() // pad_multiple) * pad_multiple)
+    columns = np.arange(width)
+    real = columns[None, :] < lengths[:, None]  # (B, T)
+    gather = np.where(real, starts[:, None] + columns[None, :], 0)
+    input_ids = np.where(real, pairs.tokens[gather], 0).astype(np.int64)
+    token_type_ids = (real & (columns[None, :] >= pairs.segment_a_len[indices][:, None])).astype(np.int64)
+
+    counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
+    flat = _ranges(pairs.masked_offsets[indices], counts)
+    positions = np.asarray(pairs.masked_positions[flat]).astype(np.int64)
+    labels = np.asarray(pairs.masked_ids[flat]).astype(np.int64)
+    rows = np.repeat(np.arange(len(indices)), counts)
+    padded = bool((lengths < width).any())
+    return Batch(
+        input_ids=torch.from_numpy(input_ids),
+        token_type_ids=torch.from_numpy(token_type_ids),
+        attention_mask=torch.from_numpy(real.astype(np.int64)) if padded else None,
+        masked_positions=torch.from_numpy(rows * width + positions),
+        mlm_labels=torch.from_numpy(labels),
+        nsp_labels=torch.from_numpy(pairs.is_random_next[indices].astype(np.int64)),
+        n_tokens=int(lengths.sum()),
+        n_padded=len(indices) * width,
+    )
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + c)`` for every (s, c), without a Python loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    return np.repeat(starts - (ends - counts), counts) + np.arange(total)
+
+
+def padding_fraction(batches: Batches, epoch: int = 0) -> float:
+    """Share of pad tokens over the epoch's micro-batches when padded to each one's longest row."""
+    lengths = batches.pairs.lengths
+    pad = total = 0
+    order = batches.epoch_order(epoch)
+    size = batches.micro_size
+    for row in order:
+        for start in range(0, len(row), size):
+            part = lengths[row[start:start + size]]
+            width = -(-part.max() // batches.pad_multiple) * batches.pad_multiple
+            total += width * len(part)
+            pad += width * len(part) - part.sum()
+    return float(pad / max(total, 1))
