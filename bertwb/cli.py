@@ -51,7 +51,7 @@ def _common(func: Callable) -> Callable:
 
 def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> tuple[Config, Workspace]:
     cfg = load_config(config_path, list(overrides), workdir)
-    return cfg, Workspace(cfg.resolve(cfg.workspace.dir))
+    return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,6 +72,22 @@ def _stage_command(name: str, help_text: str) -> None:
 
 _stage_command("ingest", "Read the corpus into the documents and sentences tables.")
 _stage_command("vocab", "Train (or load) the WordPiece vocabulary and tokenise every sentence.")
+_stage_command("pairs", "Build masked-LM + next-sentence pairs from the tokenised documents.")
+
+
+@cli.command()
+@_common
+@click.option("--force", is_flag=True, help="Train from scratch even when the stage is fresh or a run can resume.")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides pretrain.device).")
+def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
+             device: str | None) -> None:
+    """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
+    from bertwb import pretrain as pretrain_stage  # torch loads only for the commands that need it
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    if device is not None:
+        cfg.pretrain.device = device
+    pretrain_stage.command(cfg, ws, force=force)
 
 
 @cli.command("init")

@@ -35,6 +35,8 @@ def _field(default: Any, doc: str, *, min: float | None = None, max: float | Non
 @dataclass
 class WorkspaceConfig:
     dir: str = _field(".bertwb", "Where every artifact goes, relative to the config file.")
+    memory_limit: str = _field("1GB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
+                               cache=False)
 
 
 @dataclass
@@ -63,10 +65,79 @@ class VocabConfig:
     batch_size: int = _field(8192, "Sentences per tokenisation batch.", min=1, cache=False)
 
 
+@dataclass
+class PairsConfig:
+    max_seq_length: int = _field(128, "Longest instance in tokens, [CLS] and both [SEP] included.",
+                                 min=5, max=32767)
+    max_predictions_per_seq: int = _field(20, "Most masked positions per instance.", min=1, max=32767)
+    masked_lm_prob: float = _field(0.15, "Share of an instance's tokens to mask.", min=0.0, max=1.0)
+    short_seq_prob: float = _field(0.1, "Chance that a document aims for a random shorter length.",
+                                   min=0.0, max=1.0)
+    dupe_factor: int = _field(5, "Passes over the corpus, each with new pairs and masks.", min=1, max=1000)
+    whole_word_mask: bool = _field(False, "Mask whole words (all their ## pieces) together.")
+    masking: Literal["static", "dynamic"] = _field(
+        "static", "static: masks stored with the pairs; dynamic: the loader masks anew each epoch.")
+    seed: int = _field(12345, "Seed of pairs and masks; same seed, same instances.", min=0)
+    shard_tokens: int = _field(1_000_000, "Tokens per shard: memory per worker, and the window a random "
+                               "next is drawn from.", min=1000)
+    workers: int = _field(0, "Processes building shards (1 = in the main process; 0 = all cores but the "
+                          "two that read and write); never changes the output.", min=0, cache=False)
+
+
+@dataclass
+class ModelConfig:
+    preset: Literal["tiny", "mini", "small", "medium", "base", "large"] = _field(
+        "tiny", "Model size: tiny/mini/small/medium (Turc et al. 2019) or base/large (Devlin et al. 2019).")
+    num_layers: int | None = _field(None, "Override the preset's number of encoder blocks (L).", min=1, max=128)
+    hidden_size: int | None = _field(None, "Override the preset's hidden width (H).", min=8, max=16384)
+    num_heads: int | None = _field(None, "Override the preset's attention heads (A); must divide hidden_size.",
+                                   min=1, max=256)
+    intermediate_size: int | None = _field(None, "Override the feed-forward width (default 4H).", min=8)
+    hidden_dropout: float | None = _field(None, "Override dropout on embeddings and residual branches (0.1).",
+                                          min=0.0, max=0.9)
+    attention_dropout: float | None = _field(None, "Override dropout on attention probabilities (0.1).",
+                                             min=0.0, max=0.9)
+
+
+@dataclass
+class PretrainConfig:
+    steps: int = _field(300, "Optimizer steps to train; 0 = pretrain.epochs passes over the train pairs. "
+                        "Raising it continues a finished run.", min=0, cache=False)
+    epochs: int = _field(1, "Passes over the train pairs when pretrain.steps is 0.", min=1, cache=False)
+    batch_size: int = _field(32, "Sequences per optimizer step, over all GPUs and accumulation steps.",
+                             min=1, max=1_000_000)
+    grad_accum: int = _field(1, "Micro-batches per optimizer step on each process (saves memory).",
+                             min=1, max=4096)
+    optimizer: Literal["adamw", "lamb"] = _field("adamw", "adamw (decoupled decay) or lamb (You et al. 2019).")
+    lr: float = _field(1e-3, "Peak learning rate, reached at the end of the warm-up.", min=0.0, max=1.0)
+    warmup_steps: int = _field(30, "Steps of linear warm-up from 0 to pretrain.lr.", min=0)
+    weight_decay: float = _field(0.01, "Decoupled weight decay; never on biases and LayerNorm.", min=0.0, max=1.0)
+    adam_beta1: float = _field(0.9, "First-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
+    adam_beta2: float = _field(0.999, "Second-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
+    adam_eps: float = _field(1e-6, "Epsilon of AdamW/LAMB.", min=0.0, max=1.0)
+    max_grad_norm: float = _field(1.0, "Clip the global gradient norm to this; 0 disables clipping.", min=0.0)
+    bucket_batches: int = _field(50, "Length bucketing: sort this many batches' worth of pairs by length, "
+                                 "so each batch pads little; 1 = no bucketing.", min=1, max=100_000)
+    seed: int = _field(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0)
+    device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+    compile: bool = _field(False, "torch.compile the model (CUDA only; slower start, faster steps).",
+                           cache=False)
+    log_every: int = _field(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
+    eval_every: int = _field(100, "Steps between validation passes; 0 = only at the end.", min=0, cache=False)
+    eval_batches: int = _field(20, "Validation batches per pass (0 = the whole valid split).", min=0,
+                               cache=False)
+    checkpoint_every: int = _field(100, "Steps between checkpoints; one is also written at the end and "
+                                   "on Ctrl-C/SIGTERM.", min=1, cache=False)
+    keep_checkpoints: int = _field(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
+
+
 SECTIONS: dict[str, type] = {
     "workspace": WorkspaceConfig,
     "ingest": IngestConfig,
     "vocab": VocabConfig,
+    "pairs": PairsConfig,
+    "model": ModelConfig,
+    "pretrain": PretrainConfig,
 }
 
 
@@ -77,6 +148,9 @@ class Config:
     workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
+    pairs: PairsConfig = field(default_factory=PairsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
 

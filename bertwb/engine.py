@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+from importlib import metadata
 import json
 import shutil
 import time
@@ -47,6 +48,8 @@ class StageSpec:
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
     StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprints_inputs=True),
     StageSpec("vocab", 1, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
+    StageSpec("pairs", 1, ("pairs",), deps=("vocab",), tables=("pairs",), has_files=True),
+    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True),
 ]}
 
 
@@ -117,8 +120,21 @@ def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection 
         missing = _missing_output(manifest, ws, con)
         if missing:
             return State(name, "stale", f"output missing: {missing}", key, manifest)
+        behind = _stale_reason(spec, cfg, manifest)
+        if behind:
+            return State(name, "stale", behind, key, manifest)
         return State(name, "fresh", f"key {key[:8]}", key, manifest)
     return State(name, "stale", _why_changed(manifest, parts), key, manifest)
+
+
+def _stale_reason(spec: StageSpec, cfg: Config, manifest: dict[str, Any]) -> str | None:
+    """A stage module may define ``stale_reason(cfg, manifest)``: stale despite a matching key, and why.
+
+    For settings kept out of the key that a rerun extends rather than redoes (pretrain: more steps
+    continue a finished run). Only asked when the key matches, so it costs nothing otherwise.
+    """
+    hook = getattr(spec.module(), "stale_reason", None)
+    return hook(cfg, manifest) if hook is not None else None
 
 
 def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
@@ -261,11 +277,12 @@ def _outputs(spec: StageSpec, ws: Workspace, con: duckdb.DuckDBPyConnection) -> 
 
 
 def _versions() -> dict[str, str]:
-    versions = {"bertwb": __version__, "duckdb": duckdb.__version__}
-    for module in ("tokenizers", "torch"):
+    """Versions of the libraries that shape outputs, read from package metadata (no heavy imports)."""
+    versions = {"bertwb": __version__}
+    for package in ("duckdb", "tokenizers", "torch", "numpy"):
         try:
-            versions[module] = importlib.import_module(module).__version__
-        except ImportError:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
             pass
     return versions
 

@@ -150,3 +150,64 @@ class _RateColumn(TextColumn):
         if self.unit == "bytes" or not task.speed:
             return Text("")
         return Text(f"{task.speed:,.0f} {self.unit}/s")
+
+
+# --- training ------------------------------------------------------------------------------------------
+
+def _training_line(stats: dict[str, Any]) -> str:
+    """``loss 6.1234 (mlm 5.43, nsp 0.69) · mlm acc 12.3% · nsp acc 55.0% · lr 1.0e-03 · 12,345 tok/s · ETA 0:42``."""
+    parts = [f"loss {stats['loss']:.4f} (mlm {stats['mlm_loss']:.3f}, nsp {stats['nsp_loss']:.3f})",
+             f"mlm acc {100 * stats['mlm_acc']:.1f}%", f"nsp acc {100 * stats['nsp_acc']:.1f}%",
+             f"lr {stats['lr']:.2e}", f"{stats['tokens_per_s']:,.0f} tok/s", f"ETA {_clock(stats['eta_s'])}"]
+    if "valid_loss" in stats:
+        parts.append(f"valid loss {stats['valid_loss']:.4f} mlm acc {100 * stats['valid_mlm_acc']:.1f}%")
+    return " · ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(max(seconds, 0)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class _PlainTraining:
+    """One plain line per logging step, for pipes, Make and CI."""
+
+    def __init__(self, description: str, total_steps: int):
+        self.description, self.total_steps = description, total_steps
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        err.print(f"{self.description}: step {step:,}/{self.total_steps:,} · {_training_line(stats)}", markup=False)
+
+    def note(self, message: str) -> None:
+        err.print(f"{self.description}: {message}", markup=False)
+
+
+class _RichTraining:
+    """A live bar (step of total, elapsed) with the latest metrics beside it; notes print above it."""
+
+    def __init__(self, progress: Progress, task: int, description: str):
+        self._progress, self._task, self.description = progress, task, description
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        self._progress.update(self._task, completed=step, stats=_training_line(stats))
+
+    def note(self, message: str) -> None:
+        self._progress.console.print(f"[bold]{self.description}[/bold]: {message}")
+
+
+@contextmanager
+def training(description: str, total_steps: int, start_step: int = 0) -> Iterator[Any]:
+    """A training view with ``update(step, stats)`` and ``note(message)``.
+
+    ``stats`` holds loss, mlm_loss, nsp_loss, mlm_acc, nsp_acc, lr, tokens_per_s, eta_s and, after a
+    validation pass, valid_loss and valid_mlm_acc. A live rich view on a terminal; plain lines elsewhere.
+    """
+    if not interactive():
+        yield _PlainTraining(description, total_steps)
+        return
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[stats]}")]
+    with Progress(*columns, console=err, transient=False, refresh_per_second=4) as bar:
+        task = bar.add_task(description, total=total_steps, completed=start_step, stats="starting…")
+        yield _RichTraining(bar, task, description)

@@ -30,8 +30,9 @@ DB_NAME = "bertwb.duckdb"
 class Workspace:
     """Paths and shared services of one workspace directory."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, memory_limit: str = "1GB"):
         self.root = Path(root)
+        self.memory_limit = memory_limit
         self.db_path = self.root / DB_NAME
         self.manifest_dir = self.root / "manifests"
         self.tmp_dir = self.root / ".tmp"
@@ -82,12 +83,20 @@ class Workspace:
             raise BertwbError(f"{self.db_path} does not exist yet; run `bertwb ingest` first")
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            return duckdb.connect(str(self.db_path), read_only=read_only)
+            con = duckdb.connect(str(self.db_path), read_only=read_only)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise BertwbError(f"{self.db_path} is in use by another bertwb process; "
                                   "try again when it finishes") from None
             raise BertwbError(f"{self.db_path}: cannot open the database ({exc})") from None
+        try:
+            # A cap keeps memory flat as corpora grow: DuckDB spills sorts and joins to disk past it.
+            con.execute(f"set memory_limit = '{self.memory_limit}'")
+        except duckdb.Error as exc:
+            con.close()
+            raise BertwbError(f"workspace.memory_limit {self.memory_limit!r}: {exc}; use e.g. 1GB or 512MB") \
+                from None
+        return con
 
     def new_tmp_dir(self, stage: str) -> Path:
         path = self.tmp_dir / f"{stage}-{os.getpid()}"

@@ -29,7 +29,7 @@ def _snapshot(project: Project) -> dict:
 
 
 def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     before = _snapshot(project)
     real_tokenise = bertwb.vocab._tokenise_all
 
@@ -51,26 +51,26 @@ def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pyte
 
 def test_interrupted_swap_is_recovered(project: Project):
     """A crash between the two renames of a directory swap leaves the old directory restorable."""
-    project.run("run")
+    project.run("run", "--until", "vocab")
     ws = Workspace(project.workspace)
     ws.tmp_dir.mkdir(exist_ok=True)
     (ws.stage_dir("vocab")).rename(ws.tmp_dir / "vocab-old-4242")
-    assert "vocab: fresh" in project.run("run").output
+    assert "vocab: fresh" in project.run("run", "--until", "vocab").output
     assert (ws.stage_dir("vocab") / "vocab.txt").exists()
 
 
 def test_missing_output_makes_a_stage_stale(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     (project.workspace / "vocab" / "vocab.txt").unlink()
     rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
     assert rows["vocab"]["state"] == "stale" and rows["vocab"]["reason"] == "output missing: vocab/vocab.txt"
-    assert "vocab: running (stale: output missing: vocab/vocab.txt)" in project.run("run").output
+    assert "vocab: running (stale: output missing: vocab/vocab.txt)" in project.run("run", "--until", "vocab").output
 
 
 def test_dropped_table_makes_a_stage_stale(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     project.run("sql", "drop table tokens", "--write")
-    assert "vocab: running (stale: output missing: table tokens)" in project.run("run").output
+    assert "vocab: running (stale: output missing: table tokens)" in project.run("run", "--until", "vocab").output
 
 
 def test_second_process_on_a_locked_workspace_fails_clearly(project: Project):

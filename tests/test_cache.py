@@ -17,18 +17,18 @@ def _explode(*_args, **_kwargs):
 
 
 def test_rerun_does_not_call_the_work_functions(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     monkeypatch.setattr(bertwb.ingest, "run", _explode)
     monkeypatch.setattr(bertwb.vocab, "run", _explode)
-    result = project.run("run")
+    result = project.run("run", "--until", "vocab")
     assert "ingest: fresh (key " in result.output and "vocab: fresh (key " in result.output
 
 
 def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     old_key = json.loads((project.workspace / "manifests" / "vocab.json").read_text())["key"]
     monkeypatch.setattr(bertwb.ingest, "run", _explode)
-    result = project.run("run", "--set", "vocab.vocab_size=320")
+    result = project.run("run", "--until", "vocab", "--set", "vocab.vocab_size=320")
     assert "ingest: fresh" in result.output
     assert "vocab: running (stale: vocab.vocab_size 256 → 320)" in result.output
     manifest = json.loads((project.workspace / "manifests" / "vocab.json").read_text())
@@ -36,17 +36,17 @@ def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypat
 
 
 def test_thread_and_batch_knobs_are_not_in_the_key(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     monkeypatch.setattr(bertwb.vocab, "run", _explode)
     assert "vocab: fresh" in project.run("vocab", "--set", "vocab.batch_size=7").output
 
 
 def test_touching_an_input_reruns_ingest_and_then_vocab(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     corpus = project.root / "corpus" / "a.txt"
     stat = corpus.stat()
     os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    result = project.run("run")
+    result = project.run("run", "--until", "vocab")
     assert "ingest: running (stale: input changed: corpus/a.txt)" in result.output
     # Same content gives the same tables, but vocab is keyed by ingest's key, which changed.
     assert "vocab: running (stale: upstream ingest changed" in result.output
@@ -73,7 +73,7 @@ def test_content_hash_ignores_a_touch_but_sees_an_edit(project: Project, monkeyp
 
 
 def test_force_reruns_a_fresh_stage(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     assert "vocab: running (forced)" in project.run("vocab", "--force").output
 
 

@@ -26,7 +26,7 @@ def test_python_dash_m_and_version():
 
 
 def test_run_builds_tables_files_and_manifests(project: Project):
-    result = project.run("run")
+    result = project.run("run", "--until", "vocab")
     assert "ingest: running (missing: never run)" in result.output
     assert "vocab: running (missing: never run)" in result.output
     con = duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True)
@@ -55,9 +55,9 @@ def test_run_builds_tables_files_and_manifests(project: Project):
 
 
 def test_second_run_skips_every_stage_and_keeps_manifests(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     before = {p.name: p.read_bytes() for p in (project.workspace / "manifests").iterdir()}
-    result = project.run("run")
+    result = project.run("run", "--until", "vocab")
     assert "ingest: fresh" in result.output and "vocab: fresh" in result.output
     assert "running" not in result.output
     after = {p.name: p.read_bytes() for p in (project.workspace / "manifests").iterdir()}
@@ -73,7 +73,7 @@ def test_status_table_and_json(project: Project):
     assert rows["ingest"]["state"] == "fresh" and rows["ingest"]["rows"]["documents"] == 120
     assert rows["vocab"]["state"] == "missing"
     project.run("vocab")
-    project.run("run", "--set", "vocab.vocab_size=320")  # builds, then the config below differs
+    project.run("run", "--until", "vocab", "--set", "vocab.vocab_size=320")  # builds, then the config below differs
     rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
     assert rows["vocab"]["state"] == "stale"
     assert rows["vocab"]["reason"] == "vocab.vocab_size 320 → 256"
@@ -82,7 +82,7 @@ def test_status_table_and_json(project: Project):
 
 
 def test_sql_formats(project: Project, tmp_path):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     query = "select doc_id, split from documents order by doc_id limit 3"
     table = project.run("sql", query).stdout
     assert "doc_id" in table and "split" in table
@@ -99,7 +99,7 @@ def test_sql_formats(project: Project, tmp_path):
 
 
 def test_sql_views_decode_tokens_and_frequencies(project: Project):
-    project.run("run")
+    project.run("run", "--until", "vocab")
     rows = json.loads(project.run("sql", "select text, pieces from tokens_text limit 5", "--format", "json").stdout)
     for row in rows:
         assert "".join(p.removeprefix("##") for p in row["pieces"]) == row["text"].lower().replace(" ", "")
@@ -121,7 +121,7 @@ def test_sql_is_read_only_by_default(project: Project):
 def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
     transformers = pytest.importorskip("transformers")
     from tokenizers import Tokenizer
-    project.run("run")
+    project.run("run", "--until", "vocab")
     vocab_dir = project.workspace / "vocab"
     hf = transformers.BertTokenizerFast.from_pretrained(str(vocab_dir))
     ours = Tokenizer.from_file(str(vocab_dir / "tokenizer.json"))
