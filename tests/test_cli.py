@@ -44,7 +44,8 @@ def test_run_builds_tables_files_and_manifests(project: Project):
     assert con.execute("select sum(frequency) from vocab").fetchone()[0] == counted
 
     manifest = json.loads((project.workspace / "manifests" / "vocab.json").read_text())
-    assert manifest["deps"]["ingest"] == json.loads((project.workspace / "manifests" / "ingest.json").read_text())["key"]
+    ingest_manifest = json.loads((project.workspace / "manifests" / "ingest.json").read_text())
+    assert manifest["deps"]["ingest"] == ingest_manifest["key"]
     assert manifest["outputs"]["tables"]["tokens"] == n_sentences
     assert {"vocab/tokenizer.json", "vocab/vocab.txt"} <= set(manifest["outputs"]["files"])
     assert manifest["summary"]["unk_rate"] == 0
