@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator
@@ -197,7 +198,10 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     cursor = con.cursor()
     reader = cursor.sql("select doc_id, sent_idx, text from sentences order by doc_id, sent_idx") \
         .to_arrow_reader(batch_size)
-    with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar:
+    # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
+    with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
+            ThreadPoolExecutor(max_workers=1) as writer:
+        pending = None
         for batch in reader:
             encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
             id_lists = [e.ids for e in encodings]
@@ -206,12 +210,23 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
             offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
             np.cumsum(lengths, out=offsets[1:])
             counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-            tokens_batch = pa.table({  # noqa: F841 - read by DuckDB below
-                "doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
-            con.execute(f"insert into {table} select * from tokens_batch")
+            rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                             "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(_insert, con, table, rows)
             bar.advance(batch.num_rows)
+        if pending is not None:
+            pending.result()
     cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
+
+
+def _insert(con: Any, table: str, rows: pa.Table) -> None:
+    cursor = con.cursor()  # a cursor per thread: DuckDB connections are not shared across threads
+    cursor.register("tokens_batch", rows)
+    cursor.execute(f"insert into {table} select * from tokens_batch")
+    cursor.unregister("tokens_batch")
+    cursor.close()
