@@ -35,7 +35,7 @@ def _field(default: Any, doc: str, *, min: float | None = None, max: float | Non
 @dataclass
 class WorkspaceConfig:
     dir: str = _field(".bertwb", "Where every artifact goes, relative to the config file.")
-    memory_limit: str = _field("1GB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
+    memory_limit: str = _field("256MB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
                                cache=False)
 
 

@@ -198,6 +198,9 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     cursor = con.cursor()
     reader = cursor.sql("select doc_id, sent_idx, text from sentences order by doc_id, sent_idx") \
         .to_arrow_reader(batch_size)
+    # One transaction for all batches: per-batch autocommits each go through the WAL again.
+    inserter = con.cursor()
+    inserter.execute("begin transaction")
     # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
     with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
             ThreadPoolExecutor(max_workers=1) as writer:
@@ -214,19 +217,20 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
                              "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
             if pending is not None:
                 pending.result()
-            pending = writer.submit(_insert, con, table, rows)
+            pending = writer.submit(_insert, inserter, table, rows)
             bar.advance(batch.num_rows)
         if pending is not None:
             pending.result()
+    inserter.execute("commit")
+    inserter.close()
     cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
 
 
-def _insert(con: Any, table: str, rows: pa.Table) -> None:
-    cursor = con.cursor()  # a cursor per thread: DuckDB connections are not shared across threads
+def _insert(cursor: Any, table: str, rows: pa.Table) -> None:
+    """Append ``rows`` to ``table`` through ``cursor``, which only the writer thread uses."""
     cursor.register("tokens_batch", rows)
     cursor.execute(f"insert into {table} select * from tokens_batch")
     cursor.unregister("tokens_batch")
-    cursor.close()

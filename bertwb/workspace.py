@@ -30,7 +30,7 @@ DB_NAME = "bertwb.duckdb"
 class Workspace:
     """Paths and shared services of one workspace directory."""
 
-    def __init__(self, root: Path, memory_limit: str = "1GB"):
+    def __init__(self, root: Path, memory_limit: str = "256MB"):
         self.root = Path(root)
         self.memory_limit = memory_limit
         self.db_path = self.root / DB_NAME
