@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
-import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO, append_report, run_with_peak_rss
+
 SAMPLE = REPO / "sample_corpus" / "pretrain"
 
 
@@ -61,21 +60,8 @@ def write_corpus(directory: Path, megabytes: float, blocks: list[str]) -> int:
 
 def run_stage(project: Path, stage: str) -> tuple[float, float]:
     """Run ``bertwb STAGE`` as a subprocess; return (seconds, peak RSS in MB of it and its children)."""
-    command = [sys.executable, "-m", "bertwb", stage, "--config", str(project / "bertwb.yaml")]
-    start = time.perf_counter()
-    process = psutil.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while process.poll() is None:
-        try:
-            rss = process.memory_info().rss + sum(c.memory_info().rss for c in process.children(recursive=True))
-            peak = max(peak, rss)
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    seconds = time.perf_counter() - start
-    if process.returncode != 0:
-        sys.exit(f"bertwb {stage} failed:\n{process.stderr.read().decode()}")
-    return seconds, peak / 2**20
+    return run_with_peak_rss([sys.executable, "-m", "bertwb", stage, "--config", str(project / "bertwb.yaml")],
+                             every_s=0.05)
 
 
 def make_project(root: Path, megabytes: float, blocks: list[str]) -> tuple[Path, int]:
@@ -155,8 +141,7 @@ def main() -> None:
         f"| {ratio:.2f} |",
         "",
     ]
-    with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
-        handle.write("\n".join(lines))
+    append_report("\n".join(lines))
 
 
 if __name__ == "__main__":

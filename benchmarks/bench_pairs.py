@@ -20,14 +20,14 @@ import json
 import os
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
-import psutil
+
+from _common import append_report, cpu_model, run_with_peak_rss
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_corpus" / "pretrain"
@@ -63,20 +63,7 @@ def write_corpus(directory: Path, megabytes: float, documents: list[list[str]]) 
 
 def run_measured(project: Path, *args: str) -> tuple[float, float]:
     """Run ``bertwb ARGS`` in ``project``; return (seconds, peak RSS in MB of it and its children)."""
-    started = time.perf_counter()
-    process = psutil.Popen([*BERTWB, *args], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while process.poll() is None:
-        try:
-            tree = [process, *process.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    seconds = time.perf_counter() - started
-    if process.returncode != 0:
-        sys.exit(f"bertwb {' '.join(args)} failed:\n{process.stderr.read().decode()}")
-    return seconds, peak / 2**20
+    return run_with_peak_rss([*BERTWB, *args], cwd=project)
 
 
 def make_project(root: Path, megabytes: float, documents: list[list[str]], vocab_from: Path | None) -> int:
@@ -148,13 +135,11 @@ def main() -> None:
     report = render(rows, ref_count, ref_seconds, args)
     print(report)
     if not args.no_append:
-        with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
-            handle.write("\n" + report)
+        append_report(report)
 
 
 def render(rows: list[dict], ref_count: int, ref_seconds: float, args: argparse.Namespace) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = cpu_model()
     lines = [
         f"## Pairs (MLM + NSP instances) — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
         f"Script: `python benchmarks/bench_pairs.py --mb {args.mb:g} --scale {args.scale:g}`.",

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
+from _common import append_report, cpu_model  # noqa: E402
 from bertwb.pretrain import useful_flops_per_pair  # noqa: E402
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
@@ -133,14 +134,7 @@ def bench_hf(pairs, steps: int, warmup: int) -> dict:
 
 
 def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return (f"{platform.system()} {platform.release()} {platform.machine()} ({cpu}), {os.cpu_count()} CPUs, "
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, Python {platform.python_version()}, "
             f"load average before the run {os.getloadavg()[0]:.1f}")
@@ -190,8 +184,7 @@ batch 32, fp32, AdamW + clipping; {args.steps} timed steps after {args.warmup} w
 """
     print(report)
     if not args.no_append:
-        with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
-            handle.write(report)
+        append_report(report)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from bertwb.data import Batches, PairArrays  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
+from _common import append_report  # noqa: E402
 from bertwb.pretrain import useful_flops_per_pair  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
@@ -111,8 +112,7 @@ fused AdamW, synthetic pairs with create_pretraining_data's length profile.
 """
     print(report)
     if not args.no_append:
-        with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
-            handle.write(report)
+        append_report(report)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ the repository root (created with a ``# Benchmarks`` header if missing).
 """
 from __future__ import annotations
 
+from _common import cpu_model
+
 import argparse
 import datetime as _dt
 import gc
@@ -488,14 +490,7 @@ def lib_version(name: str) -> str:
 def machine_line() -> str:
     u = platform.uname()
     cpu = platform.processor() or u.machine
-    model = ""
-    try:  # processor() is often empty on Linux; /proc/cpuinfo has the model.
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     return (f"{u.system} {u.release} {cpu}{' (' + model + ')' if model else ''}, "
             f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
 
