@@ -2,10 +2,12 @@
 
 The tokenizer is Hugging Face ``tokenizers`` set up as BERT's: the BERT normaliser (lowercase and
 accent stripping when uncased), the BERT pre-tokeniser, ``##`` continuation pieces and the special
-tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0–4. The vocabulary is padded with ``[unusedN]``
-tokens to a multiple of ``vocab.pad_to_multiple`` (64 by default), which keeps the embedding and
-output matrices aligned for fast matmuls. ``tokenizer.json``, ``vocab.txt`` and the files
-``transformers.BertTokenizerFast.from_pretrained`` reads are written to the stage directory.
+tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0–4 when trained). A trained vocabulary is padded with
+``[unusedN]`` tokens to a multiple of ``vocab.pad_to_multiple`` (64 by default), which keeps the
+embedding and output matrices aligned for fast matmuls; a ``vocab.from_file`` vocabulary is kept
+exactly, so a published model loaded with ``model.init_from`` finds its own ids. ``tokenizer.json``,
+``vocab.txt`` and the files ``transformers.BertTokenizerFast.from_pretrained`` reads are written to
+the stage directory.
 """
 
 from __future__ import annotations
@@ -51,11 +53,12 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
     con = build.con
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     if cfg.vocab.from_file:
+        # kept exactly as given: a model that came with this vocabulary must find its own ids
         tokenizer = _load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg)
     else:
         tokenizer = _train_tokenizer(cfg, con)
-    _pad_vocab(tokenizer, cfg.vocab.pad_to_multiple)
-    save_tokenizer(tokenizer, build.out_dir, cfg.vocab.lowercase)
+        _pad_vocab(tokenizer, cfg.vocab.pad_to_multiple)
+    save_tokenizer(tokenizer, build.out_dir, lowercases(tokenizer, cfg.vocab.lowercase))
     train_seconds = time.perf_counter() - started
 
     counts, n_tokens, n_words, n_unk = _tokenise_all(tokenizer, con, build.table("tokens"),
@@ -134,6 +137,7 @@ def _load_tokenizer(path: Path, cfg: Config) -> Tokenizer:
             if len(vocab) != len(lines):
                 raise BertwbError(f"{path}: blank or repeated lines; a vocab.txt has one distinct token per line")
             tokenizer = build_tokenizer(vocab, cfg.vocab.lowercase)
+            tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])  # "[MASK]" in text stays whole
     except (UnicodeDecodeError, Exception) as exc:
         if isinstance(exc, BertwbError):
             raise
@@ -158,13 +162,24 @@ def _pad_vocab(tokenizer: Tokenizer, multiple: int) -> None:
                                        max_input_chars_per_word=model.max_input_chars_per_word)
 
 
-def save_tokenizer(tokenizer: Tokenizer, directory: Path, lowercase: bool) -> None:
-    """Write tokenizer.json, vocab.txt and the Hugging Face side files into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
+def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
+    """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config)."""
+    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
+    return bool(normalizer.get("lowercase", default)) if normalizer.get("type") == "BertNormalizer" else default
+
+
+def add_bert_template(tokenizer: Tokenizer) -> None:
+    """``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1, as BERT's inputs."""
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: Path, lowercase: bool) -> None:
+    """Write tokenizer.json, vocab.txt and the Hugging Face side files into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    add_bert_template(tokenizer)
     tokenizer.save(str(directory / "tokenizer.json"))
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     by_id = sorted(vocab.items(), key=lambda item: item[1])
