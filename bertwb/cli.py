@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +50,11 @@ def _common(func: Callable) -> Callable:
     return func
 
 
+_checkpoint_option = click.option(
+    "--checkpoint", default=None, metavar="latest|STEP|DIR",
+    help="Newest checkpoint of the current run (default), a step of it, or any model directory.")
+
+
 def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> tuple[Config, Workspace]:
     cfg = load_config(config_path, list(overrides), workdir)
     return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
@@ -88,6 +94,143 @@ def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str |
     if device is not None:
         cfg.pretrain.device = device
     pretrain_stage.command(cfg, ws, force=force)
+
+
+@cli.command()
+@_common
+@_checkpoint_option
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides evaluate.device).")
+@click.option("--force", is_flag=True, help="Evaluate again even when the result is fresh.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
+             device: str | None, force: bool, as_json: bool) -> None:
+    """MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached)."""
+    from bertwb import evaluate as evaluate_stage
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    cfg.evaluate.checkpoint = checkpoint or cfg.evaluate.checkpoint
+    cfg.evaluate.device = device or cfg.evaluate.device
+    with ui.tables_to_stderr(as_json):
+        ran = engine.run_pipeline(cfg, ws, ["evaluate"], force=force)
+    metrics = ran.get("evaluate") or evaluate_stage.read_metrics(ws)
+    if as_json:
+        ui.print_json(metrics)
+    elif "evaluate" not in ran:
+        evaluate_stage.report(metrics)
+
+
+def _texts(texts: tuple[str, ...], text_file: str | None) -> list[str]:
+    """Arguments, else the lines of --file, else the lines of stdin (blank lines skipped)."""
+    if texts:
+        return list(texts)
+    if text_file:
+        try:
+            lines = Path(text_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BertwbError(f"{text_file}: cannot read ({exc.__class__.__name__}); give a UTF-8 text file") from None
+    else:
+        stdin = sys.stdin
+        if stdin.isatty():
+            raise BertwbError('no input: give text as an argument ("the [MASK] sat"), with --file, or on stdin')
+        lines = stdin.read().splitlines()
+    lines = [line.strip() for line in lines if line.strip()]
+    if not lines:
+        raise BertwbError("the input is empty; give at least one line of text")
+    return lines
+
+
+def _predictor_options(func: Callable) -> Callable:
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")(func)
+    func = _checkpoint_option(func)
+    return _common(func)
+
+
+@cli.command("fill-mask")
+@_predictor_options
+@click.argument("texts", nargs=-1)
+@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False), help="One input per line.")
+@click.option("--top-k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Predictions per [MASK].")
+def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
+              device: str, as_json: bool, texts: tuple[str, ...], text_file: str | None, top_k: int) -> None:
+    """Predict the tokens at every [MASK] of TEXTS (or --file, or stdin lines)."""
+    from bertwb.inference import Predictor
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    inputs = _texts(texts, text_file)
+    results = Predictor.load(cfg, ws, checkpoint, device).fill_mask(inputs, top_k)
+    if as_json:
+        ui.print_json(results)
+        return
+    for result in results:
+        rows = [[m + 1, rank + 1, p["token"], f"{p['score']:.4f}", p["sequence"]]
+                for m, mask in enumerate(result["masks"]) for rank, p in enumerate(mask["predictions"])]
+        ui.table(result["text"], ["mask", "rank", "token", "probability", "sequence"], rows)
+
+
+@cli.command()
+@_predictor_options
+@click.argument("sentence_a")
+@click.argument("sentence_b")
+def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
+        device: str, as_json: bool, sentence_a: str, sentence_b: str) -> None:
+    """The probability that SENTENCE_B follows SENTENCE_A (next-sentence prediction)."""
+    from bertwb.inference import Predictor
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    result = Predictor.load(cfg, ws, checkpoint, device).next_sentence(sentence_a, sentence_b)
+    if as_json:
+        ui.print_json(result)
+        return
+    verdict = "B follows A" if result["is_next"] >= 0.5 else "B looks unrelated to A"
+    ui.table(None, ["P(IsNext)", "P(random)", "verdict"],
+             [[f"{result['is_next']:.4f}", f"{result['is_random']:.4f}", verdict]])
+
+
+@cli.command()
+@_common
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,
+              help="hf: a folder transformers' from_pretrained loads.")
+@_checkpoint_option
+@click.option("--force", is_flag=True, help="Replace OUT when it exists.")
+def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, out: str, fmt: str,
+           checkpoint: str | None, force: bool) -> None:
+    """Write a checkpoint and its tokenizer to OUT in Hugging Face format (weights, config, tokenizer)."""
+    from bertwb import hf, modelio
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
+    written = hf.export_hf(model_dir, modelio.load_tokenizer(model_dir, ws), Path(out), force)
+    ui.info(f"exported {written['source']} to {written['path']}: {written['parameters']:,} parameters in "
+            f"{written['tensors']} tensors; {', '.join(written['files'])}")
+
+
+@cli.command("import-hf")
+@_common
+@click.argument("source", type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where to write the bertwb model (default: WORKSPACE/imports/<name of SOURCE>).")
+@click.option("--force", is_flag=True, help="Replace OUT when it exists.")
+def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, source: str,
+              out: str | None, force: bool) -> None:
+    """Convert a Hugging Face BERT folder (BertModel, BertForPreTraining, BertForMaskedLM) into a bertwb model."""
+    from bertwb import hf
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
+    done = hf.import_hf(Path(source), target, force)
+    sizes = done["config"]
+    ui.info(f"imported {done['source']} ({done['layout']} layout, L{sizes['num_layers']} H{sizes['hidden_size']} "
+            f"A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
+    if done["initialised"]:
+        ui.warn(f"the source has no {', '.join(done['initialised'])}: initialised anew (train before using them)")
+    if done["dropped_tensors"]:
+        ui.warn(f"left out {len(done['dropped_tensors'])} tensors with no place in BERT pre-training "
+                f"(e.g. {done['dropped_tensors'][0]})")
+    ui.info(f"next: `bertwb evaluate --checkpoint {done['path']}`, `bertwb fill-mask --checkpoint {done['path']} ...`; "
+            f"to continue pre-training set vocab.from_file: {done['path']}/tokenizer.json and "
+            f"model.init_from: {done['path']}")
 
 
 @cli.command("init")

@@ -59,7 +59,8 @@ class VocabConfig:
     min_frequency: int = _field(2, "Minimum count for a merge to enter the vocabulary.", min=1)
     limit_alphabet: int = _field(1000, "Most distinct characters kept in the initial alphabet.", min=1)
     lowercase: bool = _field(True, "Uncased model: lowercase and strip accents.")
-    pad_to_multiple: int = _field(64, "Pad the vocabulary with [unusedN] tokens to a multiple of this.",
+    pad_to_multiple: int = _field(64, "Pad a trained vocabulary with [unusedN] tokens to a multiple of this "
+                                  "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)
     from_file: str | None = _field(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
     batch_size: int = _field(8192, "Sentences per tokenisation batch.", min=1, cache=False)
@@ -97,6 +98,8 @@ class ModelConfig:
                                           min=0.0, max=0.9)
     attention_dropout: float | None = _field(None, "Override dropout on attention probabilities (0.1).",
                                              min=0.0, max=0.9)
+    init_from: str | None = _field(None, "Start pre-training from this model directory (a Hugging Face BERT, an "
+                                   "import-hf or export result, a checkpoint); its config.json sets the sizes.")
 
 
 @dataclass
@@ -131,6 +134,14 @@ class PretrainConfig:
     keep_checkpoints: int = _field(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
 
 
+@dataclass
+class EvaluateConfig:
+    checkpoint: str = _field("latest", "latest (newest checkpoint of the current run), a step number, or a model "
+                             "directory (checkpoint, export, Hugging Face folder).")
+    batch_size: int = _field(64, "Pairs per evaluation batch.", min=1, max=1_000_000, cache=False)
+    device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+
+
 SECTIONS: dict[str, type] = {
     "workspace": WorkspaceConfig,
     "ingest": IngestConfig,
@@ -138,6 +149,7 @@ SECTIONS: dict[str, type] = {
     "pairs": PairsConfig,
     "model": ModelConfig,
     "pretrain": PretrainConfig,
+    "evaluate": EvaluateConfig,
 }
 
 
@@ -151,6 +163,7 @@ class Config:
     pairs: PairsConfig = field(default_factory=PairsConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
 

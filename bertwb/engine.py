@@ -47,9 +47,12 @@ class StageSpec:
 
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
     StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprints_inputs=True),
-    StageSpec("vocab", 1, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
+    StageSpec("vocab", 2, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
     StageSpec("pairs", 1, ("pairs",), deps=("vocab",), tables=("pairs",), has_files=True),
-    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True),
+    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True, fingerprints_inputs=True),
+    # evaluate reads a checkpoint, not the pretrain stage: any checkpoint (mid-run, imported) can be
+    # evaluated, and the checkpoint's identity is its input fingerprint
+    StageSpec("evaluate", 1, ("evaluate",), deps=("pairs",), has_files=True, fingerprints_inputs=True),
 ]}
 
 
@@ -97,8 +100,9 @@ def stage_key(spec: StageSpec, cfg: Config, ws: Workspace, inputs: list[dict[str
     return hashlib.sha256(canonical.encode()).hexdigest(), parts
 
 
-def _fingerprint(spec: StageSpec, cfg: Config) -> list[dict[str, Any]]:
-    return spec.module().fingerprint_inputs(cfg) if spec.fingerprints_inputs else []
+def _fingerprint(spec: StageSpec, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+    """Identities of what a stage reads from outside the workspace's stages (files, checkpoints)."""
+    return spec.module().fingerprint_inputs(cfg, ws) if spec.fingerprints_inputs else []
 
 
 def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
@@ -112,7 +116,7 @@ def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection 
             return State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
                          None, manifest)
     if inputs is None:
-        inputs = _fingerprint(spec, cfg)
+        inputs = _fingerprint(spec, cfg, ws)
     key, parts = stage_key(spec, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)
@@ -204,7 +208,7 @@ def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnect
         if dep_state.state != "fresh":
             raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
                               f"run `bertwb {dep}` or `bertwb run` first")
-    inputs = _fingerprint(spec, cfg)
+    inputs = _fingerprint(spec, cfg, ws)
     state = check(name, cfg, ws, con, inputs)
     if state.state == "fresh" and not force:
         ui.stage_line(name, f"fresh ({state.reason}), skipped")
@@ -241,7 +245,8 @@ def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnect
         "versions": _versions(),
         "summary": summary,
     })
-    ui.summary(name, summary)
+    report = getattr(spec.module(), "report", None)  # a stage may print its summary its own way
+    report(summary) if report is not None else ui.summary(name, summary)
     ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
     return summary
 

@@ -47,7 +47,7 @@ VIEWS = [
 ]
 
 
-def fingerprint_inputs(cfg: Config) -> list[dict[str, Any]]:
+def fingerprint_inputs(cfg: Config, ws: Any = None) -> list[dict[str, Any]]:
     """Path, size and mtime (sha256 instead of mtime with ``ingest.content_hash``) of every input file."""
     rows = []
     for path in _input_files(cfg):

@@ -66,7 +66,7 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-from bertwb import engine, ui
+from bertwb import engine, modelio, ui
 from bertwb.config import Config
 from bertwb.data import Batches, load_split, padding_fraction
 from bertwb.errors import BertwbError
@@ -237,9 +237,9 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
                       pad_multiple=pad_multiple, masking_rules=masking_rules)
     total_steps = p.steps or p.epochs * batches.steps_per_epoch
 
-    model_config = build_model_config(cfg, meta["vocab_size"], meta["max_seq_length"])
     torch.manual_seed(p.seed)
-    model = BertForPreTraining(model_config).to(device)
+    model = build_model(cfg, meta, Path(plan.pairs_dir).parent / "vocab", announce=dist.rank == 0).to(device)
+    model_config = model.config
     optimizer = build_optimizer(cfg, model, device)
     schedule = LinearWarmupDecay(p.lr, p.warmup_steps, total_steps)
     window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
@@ -289,6 +289,37 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
     if out_dir is not None and dist.rank == 0:
         _write_outputs(out_dir, run_dir, total_steps, model_config, summary)
     return summary
+
+
+def fingerprint_inputs(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
+    """The identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
+    if not cfg.model.init_from:
+        return []
+    path = cfg.resolve(cfg.model.init_from)
+    try:
+        return [modelio.fingerprint(modelio.open_model_dir(path))]
+    except BertwbError:
+        return [{"path": str(path), "missing": True}]  # `bertwb status` still works; training says what is wrong
+
+
+def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True) -> BertForPreTraining:
+    """A new model of the configured size, or the ``model.init_from`` model (its own sizes, our dropouts)."""
+    if not cfg.model.init_from:
+        return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], meta["max_seq_length"]))
+    source = modelio.open_model_dir(cfg.resolve(cfg.model.init_from))
+    modelio.check_vocab_matches(source, vocab_dir)
+    if source.config.max_position_embeddings < meta["max_seq_length"]:
+        raise BertwbError(f"model.init_from {source.path} has {source.config.max_position_embeddings} positions but "
+                          f"pairs.max_seq_length is {meta['max_seq_length']}; lower pairs.max_seq_length")
+    for name in ("hidden_dropout", "attention_dropout"):
+        if getattr(cfg.model, name) is not None:
+            setattr(source.config, name, getattr(cfg.model, name))
+    model, report = modelio.load_model(source)
+    if announce:
+        heads = report.initialised_heads
+        ui.stage_line("pretrain", f"initialised from {source.path} ({report.layout} layout"
+                      + (f"; new {', '.join(heads)}" if heads else "") + ")")
+    return model
 
 
 def build_model_config(cfg: Config, vocab_size: int, max_seq_length: int) -> BertConfig:

@@ -78,6 +78,19 @@ def summary(stage: str, values: dict[str, Any]) -> None:
             err.print(f"{stage}: {key} = {_fmt(value)}", markup=False)
 
 
+@contextmanager
+def tables_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """Inside, tables go to stderr: stdout keeps only what the command prints after (``--json``)."""
+    global out
+    saved = out
+    if enabled:
+        out = err
+    try:
+        yield
+    finally:
+        out = saved
+
+
 def print_json(data: Any) -> None:
     out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False)
 

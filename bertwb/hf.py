@@ -1,0 +1,125 @@
+"""Exact Hugging Face export and import.
+
+**Export** (``bertwb export --format hf OUT``) writes what ``transformers`` reads with
+``BertForPreTraining.from_pretrained(OUT)`` and ``BertTokenizerFast.from_pretrained(OUT)``:
+``config.json``, ``model.safetensors`` under Hugging Face names (through ``bertwb.model.NAME_TABLE``;
+the tied decoder weight and bias are left out, as ``save_pretrained`` leaves them out),
+``vocab.txt``, ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``.
+
+**Import** (``bertwb import-hf DIR``) reads a Hugging Face BERT folder — ``BertModel``,
+``BertForPreTraining`` or ``BertForMaskedLM``, weights from ``model.safetensors`` (or a sharded
+index) or, only through ``torch.load(weights_only=True)``, ``pytorch_model.bin`` — with the sizes its
+``config.json`` gives, and writes a bertwb model directory: weights under bertwb names, the config,
+the tokenizer, and ``import.json`` saying which heads the source lacked and were initialised.
+
+Every file is a function of the model and tokenizer only (no dates, no paths), so export → import →
+export writes identical bytes. Output folders are built under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import safetensors.torch
+from tokenizers import Tokenizer
+
+from bertwb import modelio
+from bertwb.errors import BertwbError
+from bertwb.model import BertForPreTraining, hf_config_dict, to_hf_state_dict
+
+TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                      "mask_token": "[MASK]"}
+
+
+def export_hf(model_dir: modelio.ModelDir, tokenizer: Tokenizer, out: Path, force: bool = False) -> dict[str, Any]:
+    """Write ``model_dir`` (with ``tokenizer``) to ``out`` in Hugging Face layout; return what was written."""
+    model, _ = modelio.load_model(model_dir)
+    with _building(out, force) as tmp:
+        hf_state = {name: tensor.detach().contiguous() for name, tensor in to_hf_state_dict(model.state_dict()).items()
+                    if name not in TIED_HF_KEYS}
+        safetensors.torch.save_file(hf_state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        _readable(tmp / "model.safetensors")
+        _write_json(tmp / "config.json", hf_config_dict(model.config))
+        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+    return {"path": str(out), "source": model_dir.label, "tensors": len(hf_state),
+            "parameters": sum(t.numel() for t in hf_state.values()),
+            "files": sorted(p.name for p in out.iterdir())}
+
+
+def import_hf(source: Path, out: Path, force: bool = False) -> dict[str, Any]:
+    """Convert the Hugging Face BERT folder ``source`` into a bertwb model directory ``out``."""
+    model_dir = modelio.open_model_dir(source)
+    if model_dir.tokenizer_dir is None:
+        raise BertwbError(f"{source}: no vocab.txt or tokenizer.json; a model needs its tokenizer to be used")
+    tokenizer = modelio.load_tokenizer(model_dir, None)
+    model, report = modelio.load_model(model_dir)
+    with _building(out, force) as tmp:
+        modelio.save_model_dir(model, tmp)
+        _readable(tmp / "model.safetensors")
+        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+        summary = {"source": str(source.resolve()), "weights": model_dir.weights.name, "layout": report.layout,
+                   "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
+                   "dropped_tensors": report.dropped, "config": _sizes(model)}
+        _write_json(tmp / "import.json", summary)
+    return {"path": str(out), **summary}
+
+
+def write_tokenizer_files(tokenizer: Tokenizer, out: Path, max_length: int) -> None:
+    """tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json, as BertTokenizerFast reads them."""
+    from bertwb.vocab import add_bert_template, lowercases  # noqa: PLC0415
+
+    add_bert_template(tokenizer)
+    tokenizer.save(str(out / "tokenizer.json"))
+    by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
+    (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
+    _write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
+    _write_json(out / "tokenizer_config.json", {
+        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, True), "strip_accents": None,
+        "tokenize_chinese_chars": True, "model_max_length": max_length, **SPECIAL_TOKENS_MAP})
+
+
+def _sizes(model: BertForPreTraining) -> dict[str, int]:
+    c = model.config
+    return {"num_layers": c.num_layers, "hidden_size": c.hidden_size, "num_heads": c.num_heads,
+            "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
+            "max_position_embeddings": c.max_position_embeddings}
+
+
+def _readable(path: Path) -> None:
+    """safetensors writes 0600; give the file the permissions of any other file the user makes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def _building(out: Path, force: bool) -> Iterator[Path]:
+    """A temporary folder beside ``out``, renamed to ``out`` when the block succeeds; removed otherwise."""
+    if out.exists() and not out.is_dir():
+        raise BertwbError(f"{out} is a file; give a directory to write the model to")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise BertwbError(f"{out} already exists and is not empty; pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

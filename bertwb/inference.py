@@ -1,0 +1,98 @@
+"""Ask a pre-trained model directly: ``fill-mask`` (top-k tokens for every ``[MASK]``) and ``nsp``.
+
+Both load any model directory (see :mod:`bertwb.modelio`) with its tokenizer, run on CPU unless told
+otherwise, and return plain dicts the CLI prints as tables or JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from bertwb import modelio
+from bertwb.config import Config
+from bertwb.errors import BertwbError
+from bertwb.model import BertForPreTraining
+from bertwb.workspace import Workspace
+
+MASK = "[MASK]"
+
+
+@dataclass
+class Predictor:
+    """A model in eval mode with its tokenizer."""
+
+    model: BertForPreTraining
+    tokenizer: Tokenizer
+    device: torch.device
+    source: str
+
+    @classmethod
+    def load(cls, cfg: Config, ws: Workspace, checkpoint: str | None, device: str = "auto") -> Predictor:
+        from bertwb.pretrain import resolve_device  # noqa: PLC0415
+
+        model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
+        tokenizer = modelio.load_tokenizer(model_dir, ws)
+        torch_device = resolve_device(device)
+        model, _ = modelio.load_model(model_dir, torch_device)
+        return cls(model.eval(), tokenizer, torch_device, model_dir.label)
+
+    def _encode(self, first: str, second: str | None, where: str) -> Any:
+        encoding = self.tokenizer.encode(first, second, add_special_tokens=True)
+        limit = self.model.config.max_position_embeddings
+        if len(encoding.ids) > limit:
+            raise BertwbError(f"{where}: {len(encoding.ids)} tokens, more than the model's {limit} positions; "
+                              "shorten the text")
+        return encoding
+
+    @torch.no_grad()
+    def fill_mask(self, texts: list[str], top_k: int = 5) -> list[dict[str, Any]]:
+        """For each text, the ``top_k`` tokens and probabilities at every ``[MASK]``, most likely first."""
+        mask_id = self.tokenizer.token_to_id(MASK)
+        results = []
+        for number, text in enumerate(texts, 1):
+            where = f"input {number}" if len(texts) > 1 else "input"
+            encoding = self._encode(text, None, where)
+            ids = encoding.ids
+            positions = [i for i, token_id in enumerate(ids) if token_id == mask_id]
+            if not positions:
+                raise BertwbError(f"{where} has no {MASK}: write {MASK} where a word should be predicted, "
+                                  f"e.g. \"the cat sat on the {MASK} .\"")
+            input_ids = torch.tensor([ids], device=self.device)
+            token_type_ids = torch.tensor([encoding.type_ids], device=self.device)
+            masked = torch.tensor(positions, device=self.device)
+            out = self.model(input_ids, token_type_ids, None, masked)  # (n_masks, V) at the masks only
+            probs = out.mlm_logits.float().softmax(-1)
+            top = probs.topk(min(top_k, probs.size(-1)), dim=-1)
+            masks = []
+            for slot, position in enumerate(positions):
+                predictions = []
+                for score, token_id in zip(top.values[slot].tolist(), top.indices[slot].tolist(), strict=True):
+                    filled = list(ids)
+                    filled[position] = token_id
+                    predictions.append({"token": self.tokenizer.id_to_token(token_id), "token_id": token_id,
+                                        "score": round(score, 6), "sequence": self._decode(filled)})
+                masks.append({"position": position, "predictions": predictions})
+            results.append({"text": text, "masks": masks})
+        return results
+
+    def _decode(self, ids: list[int]) -> str:
+        """The text of ``ids`` without [CLS]/[SEP], other [MASK]s left visible."""
+        special = {self.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+        return self.tokenizer.decode([i for i in ids if i not in special], skip_special_tokens=False)
+
+    @torch.no_grad()
+    def next_sentence(self, first: str, second: str) -> dict[str, Any]:
+        """P(IsNext): the probability the model gives to ``second`` following ``first``."""
+        for name, text in (("sentence A", first), ("sentence B", second)):
+            if not text.strip():
+                raise BertwbError(f"{name} is empty; give two non-empty sentences")
+        encoding = self._encode(first, second, "the pair")
+        input_ids = torch.tensor([encoding.ids], device=self.device)
+        token_type_ids = torch.tensor([encoding.type_ids], device=self.device)
+        out = self.model(input_ids, token_type_ids, None, torch.zeros(0, dtype=torch.long, device=self.device))
+        probs = out.nsp_logits.float().softmax(-1)[0]
+        return {"a": first, "b": second, "is_next": round(float(probs[0]), 6), "is_random": round(float(probs[1]), 6)}

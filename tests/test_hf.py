@@ -1,0 +1,270 @@
+"""Hugging Face export and import, exact both ways, through the CLI; skipped without transformers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+from bertwb import hf, modelio
+from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict
+from bertwb.vocab import SPECIAL_TOKENS, build_tokenizer
+from conftest import _GLUE, _TOPICS, Project, assert_one_line_error, make_documents, write_bert_format
+
+transformers = pytest.importorskip("transformers")
+
+# Not a preset: 3 layers, hidden 96, 3 heads, feed-forward 200; the config is read, not assumed.
+ODD_SIZES = dict(num_layers=3, hidden_size=96, num_heads=3, intermediate_size=200, max_position_embeddings=128)
+TEXTS = ["The captain sailed the ship into the harbour.", "bread and butter , salt ? galaxy !",
+         "Unknownword xyz the STAR telescope"]
+
+
+def corpus_vocab() -> list[str]:
+    """Special tokens, every word of the generated corpus (lowercase), punctuation and a few pieces."""
+    words = sorted({w for topic in _TOPICS.values() for w in topic.split()} | set(_GLUE))
+    return SPECIAL_TOKENS + words + [".", "?", "!", ",", "##s", "##ing", "un", "##known", "##word"]
+
+
+def write_vocab(folder: Path) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens = corpus_vocab()
+    (folder / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    return tokens
+
+
+def perturb(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Random biases and LayerNorms too, so a wrongly mapped tensor shows in the outputs."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+def bertwb_model_dir(folder: Path) -> BertForPreTraining:
+    """A random bertwb model directory with its tokenizer, as a checkpoint or import leaves one."""
+    tokens = write_vocab(folder)
+    model = perturb(BertForPreTraining(BertConfig(vocab_size=len(tokens), **ODD_SIZES)))
+    modelio.save_model_dir(model, folder)
+    tokenizer = build_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    hf.write_tokenizer_files(tokenizer, folder, ODD_SIZES["max_position_embeddings"])
+    return model
+
+
+def hf_model_dir(folder: Path, cls_name: str, safe: bool = True):
+    """A random transformers model saved with save_pretrained, with a BertTokenizerFast beside it."""
+    tokens = write_vocab(folder / "tok")
+    config = transformers.BertConfig(**hf_config_dict(BertConfig(vocab_size=len(tokens), **ODD_SIZES)))
+    model = perturb(getattr(transformers, cls_name)(config))
+    model.save_pretrained(folder)
+    if not safe:  # an older checkpoint: pickled tensors (transformers 5 no longer writes them)
+        torch.save(dict(model.state_dict()), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
+    transformers.BertTokenizerFast.from_pretrained(folder / "tok").save_pretrained(folder)
+    shutil.rmtree(folder / "tok")
+    return model
+
+
+def batch(tokenizer_dir: Path):
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(tokenizer_dir)
+    encoded = tokenizer(TEXTS[:2], TEXTS[1:], padding=True, return_tensors="pt")  # pairs, padded
+    return encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"]
+
+
+def test_export_loads_in_transformers_with_identical_outputs(project: Project, tmp_path: Path):
+    source, out = tmp_path / "model", tmp_path / "export"
+    ours = bertwb_model_dir(source)
+    result = project.run("export", "--format", "hf", "--checkpoint", str(source), str(out))
+    assert "exported" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "special_tokens_map.json",
+                                                     "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+
+    theirs, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    theirs.eval()
+    input_ids, token_type_ids, attention_mask = batch(out)
+    with torch.no_grad():
+        mine = ours(input_ids, token_type_ids, attention_mask)
+        hf_out = theirs(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+    assert (mine.mlm_logits - hf_out.prediction_logits).abs().max() <= 1e-5
+    assert (mine.nsp_logits - hf_out.seq_relationship_logits).abs().max() <= 1e-5
+
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(out)
+    bertwb_tokenizer = modelio.load_tokenizer(modelio.open_model_dir(source), None)
+    for text in TEXTS:
+        assert tokenizer(text)["input_ids"] == bertwb_tokenizer.encode(text).ids
+    assert tokenizer(TEXTS[0], TEXTS[1])["token_type_ids"] == bertwb_tokenizer.encode(TEXTS[0], TEXTS[1]).type_ids
+
+
+def test_exported_workspace_tokenizer_matches_bertwb_ids(project: Project, tmp_path: Path):
+    """The vocab stage's trained tokenizer, exported with a pretrained model, tokenises as bertwb does."""
+    project.write_config(project.config.read_text() + "pretrain:\n  steps: 2\n  batch_size: 8\npairs:\n"
+                         "  max_seq_length: 32\n  dupe_factor: 1\n")
+    project.run("run", "--until", "pretrain")
+    project.run("export", str(tmp_path / "out"))
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(tmp_path / "out")
+    ours = modelio.load_tokenizer(modelio.open_model_dir(project.workspace / "pretrain"), None) \
+        if (project.workspace / "pretrain" / "tokenizer.json").exists() else None
+    from tokenizers import Tokenizer
+    ours = ours or Tokenizer.from_file(str(project.workspace / "vocab" / "tokenizer.json"))
+    for doc in make_documents(5, seed=9):
+        for sentence in doc:
+            assert tokenizer(sentence)["input_ids"] == ours.encode(sentence).ids
+
+
+@pytest.mark.parametrize("cls_name, safe, new_heads", [
+    ("BertForPreTraining", True, []),
+    ("BertForMaskedLM", True, ["pooler", "NSP head"]),
+    ("BertModel", True, ["MLM head", "NSP head"]),
+    ("BertForPreTraining", False, []),  # pytorch_model.bin, read with weights_only
+])
+def test_import_hf_gives_identical_hidden_states_and_logits(project: Project, tmp_path: Path, cls_name: str,
+                                                            safe: bool, new_heads: list[str]):
+    source, out = tmp_path / "hf", tmp_path / "imported"
+    theirs = hf_model_dir(source, cls_name, safe)
+    assert (source / ("model.safetensors" if safe else "pytorch_model.bin")).exists()
+    result = project.run("import-hf", str(source), "--out", str(out))
+    report = json.loads((out / "import.json").read_text())
+    assert report["initialised"] == new_heads
+    for head in new_heads:
+        assert head in result.output  # the user is told which heads are new
+    assert report["config"]["num_layers"] == 3 and report["config"]["hidden_size"] == 96
+
+    model_dir = modelio.open_model_dir(out)
+    ours, _ = modelio.load_model(model_dir)
+    ours.eval()
+    input_ids, token_type_ids, attention_mask = batch(out)
+    with torch.no_grad():
+        mine = ours(input_ids, token_type_ids, attention_mask)
+        hf_out = theirs(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                        output_hidden_states=cls_name != "BertModel")
+    hidden = hf_out.last_hidden_state if cls_name == "BertModel" else hf_out.hidden_states[-1]
+    assert (mine.hidden_states - hidden).abs().max() <= 1e-5
+    if cls_name == "BertModel":
+        assert (mine.pooled - hf_out.pooler_output).abs().max() <= 1e-5
+    if cls_name != "BertModel":
+        logits = hf_out.prediction_logits if cls_name == "BertForPreTraining" else hf_out.logits
+        assert (mine.mlm_logits - logits).abs().max() <= 1e-5
+    if cls_name == "BertForPreTraining":
+        assert (mine.nsp_logits - hf_out.seq_relationship_logits).abs().max() <= 1e-5
+
+
+def test_export_import_export_writes_identical_files(project: Project, tmp_path: Path):
+    bertwb_model_dir(tmp_path / "model")
+    project.run("export", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "first"))
+    project.run("import-hf", str(tmp_path / "first"), "--out", str(tmp_path / "imported"))
+    project.run("export", "--checkpoint", str(tmp_path / "imported"), str(tmp_path / "second"))
+    first = {p.name: p.read_bytes() for p in (tmp_path / "first").iterdir()}
+    second = {p.name: p.read_bytes() for p in (tmp_path / "second").iterdir()}
+    assert first.keys() == second.keys() and len(first) == 6
+    for name in first:
+        assert first[name] == second[name], name
+
+
+def test_bad_model_directories_give_one_line_errors(project: Project, tmp_path: Path):
+    good = tmp_path / "good"
+    hf_model_dir(good, "BertForPreTraining")
+
+    def broken(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        return folder
+
+    truncated = broken("truncated")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert_one_line_error(project.run("import-hf", str(truncated), expect=None), "unreadable weights")
+
+    wrong_shape = broken("wrong_shape")
+    config = json.loads((wrong_shape / "config.json").read_text())
+    config["intermediate_size"] = 128
+    (wrong_shape / "config.json").write_text(json.dumps(config))
+    assert_one_line_error(project.run("import-hf", str(wrong_shape), expect=None), "shape", "config.json")
+
+    no_weights = broken("no_weights")
+    (no_weights / "model.safetensors").unlink()
+    assert_one_line_error(project.run("import-hf", str(no_weights), expect=None), "no model.safetensors")
+
+    no_config = broken("no_config")
+    (no_config / "config.json").unlink()
+    assert_one_line_error(project.run("import-hf", str(no_config), expect=None), "no config.json")
+
+    no_tokenizer = broken("no_tokenizer")
+    for name in ("vocab.txt", "tokenizer.json"):
+        (no_tokenizer / name).unlink(missing_ok=True)
+    assert_one_line_error(project.run("import-hf", str(no_tokenizer), expect=None), "no vocab.txt")
+
+    not_bert = broken("not_bert")
+    config = json.loads((not_bert / "config.json").read_text())
+    (not_bert / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    assert_one_line_error(project.run("import-hf", str(not_bert), expect=None), "model_type")
+
+    pickled = broken("pickled_object")
+    (pickled / "model.safetensors").unlink()
+    torch.save({"weights": Path("not a tensor")}, pickled / "pytorch_model.bin")  # weights_only refuses it
+    assert_one_line_error(project.run("import-hf", str(pickled), expect=None), "unreadable weights")
+
+    assert_one_line_error(project.run("export", "--checkpoint", str(truncated), str(tmp_path / "x"), expect=None),
+                          "unreadable weights")
+    project.run("import-hf", str(good), "--out", str(tmp_path / "once"))
+    assert_one_line_error(project.run("import-hf", str(good), "--out", str(tmp_path / "once"), expect=None),
+                          "--force")
+    project.run("import-hf", str(good), "--out", str(tmp_path / "once"), "--force")
+
+
+def test_imported_model_evaluates_and_continues_pretraining(tmp_path: Path):
+    """A published-style model with its own vocab: evaluate it, then pre-train from it (init_from)."""
+    source, imported = tmp_path / "hf", tmp_path / "imported"
+    hf_model_dir(source, "BertForMaskedLM")
+    project = Project(tmp_path / "proj")
+    write_bert_format(project.root / "corpus" / "a.txt", make_documents(120))
+    project.write_config(f"""
+ingest:
+  inputs: [corpus]
+  valid_fraction: 0.1
+vocab:
+  from_file: {imported}/tokenizer.json
+pairs:
+  max_seq_length: 64
+  dupe_factor: 1
+model:
+  init_from: {imported}
+pretrain:
+  steps: 3
+  batch_size: 8
+  lr: 0.0
+  warmup_steps: 0
+  eval_every: 0
+""")
+    project.run("import-hf", str(source), "--out", str(imported))
+    project.run("run", "--until", "pairs")
+    vocab = (project.workspace / "vocab" / "vocab.txt").read_text().splitlines()
+    assert vocab == (imported / "vocab.txt").read_text().splitlines()  # kept as is, not padded
+
+    before = json.loads(project.run("evaluate", "--checkpoint", str(imported), "--json").stdout)
+    assert before["pairs"] > 0 and 0 <= before["mlm_acc"] <= 1
+
+    trained = project.run("pretrain")
+    assert f"initialised from {imported}" in trained.output
+    # lr 0: AdamW moves nothing, so the trained model is the imported one (with its new NSP head)
+    imported_weights = safetensors.torch.load_file(str(imported / "model.safetensors"))
+    trained_weights = safetensors.torch.load_file(str(project.workspace / "pretrain" / "model.safetensors"))
+    assert imported_weights.keys() == trained_weights.keys()
+    for name, tensor in imported_weights.items():
+        assert torch.equal(tensor, trained_weights[name]), name
+    after = json.loads(project.run("evaluate", "--json").stdout)
+    assert after["step"] == 3
+    assert {k: after[k] for k in ("mlm_acc", "mlm_loss", "nsp_acc")} == \
+        {k: before[k] for k in ("mlm_acc", "mlm_loss", "nsp_acc")}
+
+    # straight from the Hugging Face folder: the heads it lacks are named
+    direct = project.run("pretrain", "--set", f"model.init_from={source}")
+    assert f"initialised from {source}" in direct.output and "new pooler, NSP head" in direct.output
+
+    (imported / "vocab.txt").write_text("\n".join(reversed(vocab)) + "\n")
+    assert_one_line_error(project.run("pretrain", "--force", expect=None), "vocab.txt differs")
