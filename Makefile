@@ -31,6 +31,8 @@ demo: install
 	$(BIN)/bertwb run
 	$(BIN)/bertwb status
 	$(BIN)/bertwb sql "select * from corpus_stats"
+	$(BIN)/bertwb fill-mask "captain jonas scrubbed the nautical [MASK] in the harbour ." "pavel baked the crispy [MASK] slowly ." --top-k 3
+	$(BIN)/bertwb nsp "The ship left the harbour at dawn." "The crew raised the sails as the wind grew."
 
 test: install-dev
 	$(BIN)/python -m pytest -q

@@ -38,6 +38,12 @@ its last checkpoint, the linear decay being re-planned over the new total (the l
 up from where the shorter schedule ended). Lowering it leaves the stage fresh. Changing anything
 else in ``model``/``pretrain`` (or upstream) changes the key and starts a new run.
 
+**Starting from another model.** ``model.init_from: DIR`` loads a model directory (a Hugging Face
+BERT, an ``import-hf`` or ``export`` result, a checkpoint; see :mod:`bertwb.modelio`) instead of a
+fresh init; its ``config.json`` sets the sizes (``model.preset`` and size overrides do not apply, the
+dropout overrides do). Its vocabulary must be the workspace's (``vocab.from_file`` pointing at its
+tokenizer), and the identity of its weights is part of the stage key.
+
 **Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain``: every rank joins one
 process group (NCCL on CUDA, gloo on CPU). Only rank 0 takes the workspace lock and runs the
 engine (freshness, manifest, swap); it broadcasts the run plan, or ``None`` when the stage is
