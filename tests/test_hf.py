@@ -268,3 +268,18 @@ pretrain:
 
     (imported / "vocab.txt").write_text("\n".join(reversed(vocab)) + "\n")
     assert_one_line_error(project.run("pretrain", "--force", expect=None), "vocab.txt differs")
+
+
+def test_import_reads_a_vocab_txt_only_tokenizer(project: Project, tmp_path: Path):
+    """Older checkpoints ship vocab.txt (and tokenizer_config.json) without tokenizer.json."""
+    source = tmp_path / "old"
+    hf_model_dir(source, "BertForPreTraining")
+    (source / "tokenizer.json").unlink()
+    write_vocab(source)
+    (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    project.run("import-hf", str(source), "--out", str(tmp_path / "imported"))
+    reference = transformers.BertTokenizerFast.from_pretrained(source)
+    ours = modelio.load_tokenizer(modelio.open_model_dir(tmp_path / "imported"), None)
+    for text in TEXTS:
+        assert ours.encode(text).ids == reference(text)["input_ids"]
+    assert (tmp_path / "imported" / "vocab.txt").read_text() == (source / "vocab.txt").read_text()
