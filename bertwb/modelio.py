@@ -256,8 +256,11 @@ def resolve_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bo
             if not quiet:
                 ui.warn(f"no checkpoint of the current pretrain settings; using the last trained model in {stage}")
             return open_model_dir(stage)
-        raise BertwbError("no checkpoint to use: run `bertwb pretrain` first, or pass --checkpoint DIR "
-                          "(a checkpoint, an export or a Hugging Face model folder)")
+        others = sorted(run_dir.parent.glob("*/checkpoints/*"))
+        hint = (f"; checkpoints of other settings exist, e.g. {others[-1]}, usable with --checkpoint"
+                if others else "")
+        raise BertwbError("no checkpoint of the current settings: run `bertwb pretrain` first, or pass "
+                          "--checkpoint DIR (a checkpoint, an export or a Hugging Face model folder)" + hint)
     path = cfg.resolve(choice) if not Path(choice).is_absolute() else Path(choice)
     if not path.exists() and Path(choice).exists():
         path = Path(choice).resolve()  # relative to where the command runs, as shells expect
