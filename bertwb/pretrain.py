@@ -268,7 +268,9 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
         if device.type == "cuda":
             step_model = torch.compile(step_model, dynamic=True)
         elif dist.rank == 0:
-            ui.warn("pretrain.compile is ignored on CPU")
+            # measured (torch 2.13, BERT-mini, 1 thread): inductor's CPU code ran a step ~25% slower than
+            # eager, after 1-2 minutes of compiling per new sequence length; see BENCHMARKS.md
+            ui.warn("pretrain.compile is ignored on CPU: compiled steps were slower than eager ones there")
 
     valid = (Batches(valid_pairs, p.batch_size, p.seed, bucket_batches=p.bucket_batches,
                      world_size=dist.world_size, rank=dist.rank, pad_multiple=pad_multiple,
@@ -341,7 +343,11 @@ def build_model_config(cfg: Config, vocab_size: int, max_seq_length: int) -> Ber
 
 
 def build_optimizer(cfg: Config, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW (fused on CUDA) or LAMB; weight decay only on tensors of two or more dimensions."""
+    """AdamW (fused where torch has the kernel) or LAMB; weight decay only on tensors of two or more dimensions.
+
+    The fused kernel (CUDA, and CPU since torch 2.4) is the same AdamW update in one pass over each
+    tensor instead of a dozen, without temporaries the size of the (V, H) embedding: ~3x faster on CPU.
+    """
     p = cfg.pretrain
     decay = [t for t in model.parameters() if t.ndim >= 2]  # Linear and Embedding weights (tied one once)
     no_decay = [t for t in model.parameters() if t.ndim < 2]  # biases, LayerNorm weights and biases
@@ -349,7 +355,10 @@ def build_optimizer(cfg: Config, model: torch.nn.Module, device: torch.device) -
     betas = (p.adam_beta1, p.adam_beta2)
     if p.optimizer == "lamb":
         return Lamb(groups, lr=p.lr, betas=betas, eps=p.adam_eps)
-    return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps, fused=device.type == "cuda" or None)
+    try:
+        return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps, fused=True)
+    except RuntimeError:  # no fused kernel for this device in this torch: the for-each / per-tensor update
+        return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps)
 
 
 class LinearWarmupDecay:
@@ -407,6 +416,66 @@ class Lamb(torch.optim.Optimizer):
                 trust = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
                                     torch.ones_like(weight_norm))
                 param.sub_(update * (group["lr"] * trust))
+
+
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Summed MLM cross-entropy over the columns of ``logits_t`` (V, n), plus its argmax hits.
+
+    ``logits_t`` is the transpose of the (n, V) logits ``MLMHead`` returns on CPU (the contiguous
+    (V, n) result of its matmul). Same math as ``F.cross_entropy(logits, labels, reduction="sum")``
+    and ``(logits.argmax(-1) == labels).sum()``, but the vocabulary is walked in cache-sized blocks
+    where ``F.cross_entropy`` makes full n x V passes through memory with three n x V temporaries
+    (each one freshly page-faulted at this size), and the logits are *consumed*: forward overwrites
+    them with exp(logit - column max), which backward scales into softmax - one-hot, so there is one
+    exponential per logit and no n x V temporary. Nothing reads the logits after the loss (the hits
+    are counted here), and autograd refuses a second backward through the overwritten tensor.
+    """
+
+    BLOCK = 1 << 19  # elements per vocabulary block (2 MiB): stays in L2/L3 across its few passes
+
+    @staticmethod
+    def forward(ctx: Any, logits_t: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        vocab, n = logits_t.shape
+        blocks = [logits_t[start:start + max(1, _VocabCrossEntropy.BLOCK // n)]
+                  for start in range(0, vocab, max(1, _VocabCrossEntropy.BLOCK // n))]
+        block_tops = torch.stack([block.amax(0) for block in blocks])  # (blocks, n)
+        block_ties = torch.stack([(block == top).sum(0) for block, top in zip(blocks, block_tops, strict=True)])
+        top = block_tops.amax(0)  # (n,): the argmax value and the stabiliser of log-sum-exp
+        ties = (block_ties * (block_tops == top)).sum(0)  # how often each column's maximum occurs
+        picked = logits_t.gather(0, labels[None])[0]
+        hits = (picked == top) & (ties == 1)
+        tied = (ties > 1).nonzero()[:, 0]  # a column whose maximum occurs twice: argmax takes the first
+        if len(tied):
+            hits[tied] = logits_t[:, tied].argmax(0) == labels[tied]
+        sums = torch.zeros_like(top)
+        for block in blocks:
+            sums += block.sub_(top).exp_().sum(0)  # the logits become exp(logit - top), in place
+        n_hits = hits.sum()
+        ctx.save_for_backward(logits_t, sums, labels)
+        ctx.mark_non_differentiable(n_hits)
+        return (top + sums.log() - picked).sum(), n_hits
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: torch.Tensor, _: Any) -> tuple[torch.Tensor, None]:
+        exps, sums, labels = ctx.saved_tensors
+        vocab, n = exps.shape
+        scale = grad_loss / sums  # softmax × grad = exp(logit - top) × grad / Σ exp(logit - top)
+        rows = max(1, _VocabCrossEntropy.BLOCK // n)
+        for start in range(0, vocab, rows):
+            exps[start:start + rows].mul_(scale)
+        exps[labels, torch.arange(n, device=labels.device)] -= grad_loss
+        return exps, None
+
+
+def _mlm_loss_sum(mlm_logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Summed MLM cross-entropy and, on the CPU fast path, its argmax hits (None: count them from the logits).
+
+    The fast path consumes ``mlm_logits``: after backward they hold their gradient.
+    """
+    if mlm_logits.device.type == "cpu" and mlm_logits.dim() == 2 and mlm_logits.t().is_contiguous() \
+            and mlm_logits.grad_fn is not None and len(labels):
+        return _VocabCrossEntropy.apply(mlm_logits.t(), labels)
+    return F.cross_entropy(mlm_logits, labels, reduction="sum"), None
 
 
 class _Loop:
@@ -473,12 +542,13 @@ class _Loop:
                     out = self.step_model(batch.input_ids, batch.token_type_ids, batch.attention_mask,
                                           batch.masked_positions)
                 mlm_logits, nsp_logits = out.mlm_logits.float(), out.nsp_logits.float()
-                mlm_sum = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
+                mlm_sum, mlm_hits = _mlm_loss_sum(mlm_logits, batch.mlm_labels)  # hits: None = count from logits
                 nsp_sum = F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum")
                 # DDP averages gradients over ranks, hence × world: the sum is the global batch's loss
                 loss = (mlm_sum / max(n_masked, 1) + nsp_sum / pairs_per_step) * world
+                self._accumulate(self.window, mlm_sum, nsp_sum, mlm_logits, nsp_logits, batch, mlm_hits)
+                del out, mlm_logits  # the fast MLM loss overwrites them with their gradient in backward
                 loss.backward()
-            self._accumulate(self.window, mlm_sum, nsp_sum, mlm_logits, nsp_logits, batch)
         if self.p.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.p.max_grad_norm)
         lr = self.schedule.lr(step)
@@ -490,12 +560,18 @@ class _Loop:
 
     @staticmethod
     def _accumulate(window: torch.Tensor, mlm_sum: torch.Tensor, nsp_sum: torch.Tensor,
-                    mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: Any) -> None:
-        """Add one micro-batch's sums to the window, on the device (no host sync per step)."""
+                    mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: Any,
+                    mlm_hits: torch.Tensor | None = None) -> None:
+        """Add one micro-batch's sums to the window, on the device (no host sync per step).
+
+        ``mlm_hits``: the masked tokens whose argmax is right, when the loss already counted them.
+        """
         with torch.no_grad():
+            if mlm_hits is None:
+                mlm_hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
             window += torch.stack([
                 mlm_sum.detach().double(), nsp_sum.detach().double(),
-                (mlm_logits.argmax(-1) == batch.mlm_labels).sum().double(),
+                mlm_hits.double(),
                 (nsp_logits.argmax(-1) == batch.nsp_labels).sum().double(),
                 torch.tensor(float(len(batch.mlm_labels)), dtype=torch.float64, device=window.device),
                 torch.tensor(float(len(batch.nsp_labels)), dtype=torch.float64, device=window.device),

@@ -1,0 +1,167 @@
+"""The CPU fast paths of training give what the plain PyTorch paths give.
+
+* attention with dropout (`model._attention_with_dropout`) against `F.scaled_dot_product_attention`,
+  with and without a padding mask: the same dropout masks from the same seed, the same gradients;
+* the MLM head's (V, n) output layout against the plain (n, V) one;
+* the MLM loss (`pretrain._VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy,
+  ties included, and the gradients it hands to the head;
+* one whole training step of `_Loop._train_step` against the reference step (SDPA, `F.cross_entropy`,
+  the per-tensor AdamW), from the same weights and dropout seed.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertwb.model as model_module
+from bertwb.config import Config
+from bertwb.data import Batch
+from bertwb.model import BertConfig, BertForPreTraining, _attention_with_dropout
+from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, _mlm_loss_sum, _VocabCrossEntropy, build_optimizer
+
+VOCAB = 1000
+
+
+def _heads(batch=3, heads=2, seq=12, dim=16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, seq, heads, dim, generator=gen).transpose(1, 2).requires_grad_() for _ in range(3)]
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_with_dropout_draws_the_same_masks_as_sdpa(masked):
+    q, k, v = _heads()
+    mask = None
+    if masked:
+        keep = torch.ones(3, 12, dtype=torch.bool)
+        keep[1, 9:] = keep[2, 5:] = False
+        mask = keep[:, None, None, :]
+    torch.manual_seed(7)
+    ours = _attention_with_dropout(q, k, v, mask, 0.1)
+    ours_grads = torch.autograd.grad(ours.square().sum(), (q, k, v))
+    torch.manual_seed(7)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
+    theirs_grads = torch.autograd.grad(theirs.square().sum(), (q, k, v))
+    no_dropout = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert (theirs - no_dropout).abs().max() > 0.1  # dropout dropped something, so equal outputs mean equal masks
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_mlm_head_output_layout_does_not_change_the_logits():
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
+                                          intermediate_size=64)).eval()
+    with torch.no_grad():
+        model.mlm_head.bias.normal_()
+    h = torch.randn(7, 32)
+    logits = model.mlm_head(h)  # with gradients: the (V, n) layout, seen as (n, V)
+    assert logits.shape == (7, VOCAB) and logits.t().is_contiguous()
+    with torch.no_grad():
+        plain = model.mlm_head(h)  # without: the plain contiguous (n, V) logits
+    assert plain.is_contiguous()
+    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=1e-5)
+
+
+def _logits_and_reference(n=40, seed=0, plant_hits=True):
+    gen = torch.Generator().manual_seed(seed)
+    weight = (torch.randn(VOCAB, 16, generator=gen) * 0.5).requires_grad_()
+    h = torch.randn(n, 16, generator=gen).requires_grad_()
+    labels = torch.randint(0, VOCAB, (n,), generator=gen)
+    if plant_hits:
+        with torch.no_grad():
+            labels[::2] = (h @ weight.t()).argmax(-1)[::2]  # half the rows predicted right
+    return weight, h, labels
+
+
+def test_vocab_cross_entropy_matches_cross_entropy_hits_and_gradients():
+    weight, h, labels = _logits_and_reference()
+    reference = h @ weight.t()
+    ref_loss = F.cross_entropy(reference, labels, reduction="sum")
+    ref_hits = (reference.argmax(-1) == labels).sum()
+    ref_grads = torch.autograd.grad(ref_loss * 0.3, (weight, h))
+
+    loss, hits = _mlm_loss_sum((weight @ h.t()).t(), labels)  # the layout MLMHead returns on CPU
+    grads = torch.autograd.grad(loss * 0.3, (weight, h))
+    assert int(hits) == int(ref_hits) >= 20
+    torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-5)
+    for a, b in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_vocab_cross_entropy_counts_a_tied_maximum_as_argmax_does():
+    logits = torch.zeros(3, 10)  # (n, V)
+    logits[0, [2, 5]] = 1.0  # tie between 2 and 5: argmax says 2
+    logits[1, 4] = 3.0
+    labels = torch.tensor([5, 4, 0])  # row 0 misses (argmax 2), row 1 hits, row 2 hits (all equal: argmax 0)
+    expected = int((logits.argmax(-1) == labels).sum())
+    x = logits.t().contiguous().requires_grad_()
+    _, hits = _VocabCrossEntropy.apply(x * 1.0, labels)  # a non-leaf (V, n) input, as in training
+    assert int(hits) == expected == 2
+
+
+def test_vocab_cross_entropy_consumes_its_input_once():
+    weight, h, labels = _logits_and_reference(n=5, plant_hits=False)
+    loss, _ = _mlm_loss_sum((weight @ h.t()).t(), labels)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError):  # the logits now hold their gradient: a second backward must fail
+        loss.backward()
+
+
+def _fast_step(model, batch) -> torch.Tensor:
+    """One step of the training loop; returns its metric window (MLM loss sum, NSP loss sum, MLM hits, ...)."""
+    cfg = Config()
+    cfg.pretrain.batch_size, cfg.pretrain.lr = len(batch.nsp_labels), 1e-3
+    window = torch.zeros(len(STATS), dtype=torch.float64)
+    loop = _Loop(cfg, _Dist(device="cpu"), model, model, build_optimizer(cfg, model, torch.device("cpu")),
+                 LinearWarmupDecay(1e-3, 0, 10), None, None, window, None, 10)
+    loop._train_step(0, [batch], len(batch.mlm_labels))  # lr at step 0 of 10 without warm-up: 1e-3
+    return window[:3]
+
+
+def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
+    """The same step in plain PyTorch: SDPA, F.cross_entropy, argmax, per-tensor AdamW."""
+    monkeypatch.setattr(model_module, "_attention_with_dropout",
+                        lambda q, k, v, mask, p: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
+    decay = [t for t in model.parameters() if t.ndim >= 2]
+    no_decay = [t for t in model.parameters() if t.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=1e-3, betas=(0.9, 0.999), eps=1e-6, foreach=False)
+    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
+    mlm_logits = out.mlm_logits.contiguous()
+    mlm = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
+    nsp = F.cross_entropy(out.nsp_logits, batch.nsp_labels, reduction="sum")
+    hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
+    (mlm / len(batch.mlm_labels) + nsp / len(batch.nsp_labels)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return torch.tensor([mlm.item(), nsp.item(), float(hits)], dtype=torch.float64)
+
+
+def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    fast_model = BertForPreTraining(config).train()
+    plain_model = copy.deepcopy(fast_model)
+    assert plain_model.mlm_head.decoder.weight is plain_model.bert.embeddings.tokens.weight  # still tied
+    gen = torch.Generator().manual_seed(1)
+    B, T = 4, 10
+    input_ids = torch.randint(5, VOCAB, (B, T), generator=gen)
+    attention_mask = torch.ones(B, T, dtype=torch.long)
+    attention_mask[1, 7:] = 0
+    positions = torch.tensor([1, 3, 12, 15, 21, 24, 33, 38])
+    batch = Batch(input_ids=input_ids, token_type_ids=torch.zeros(B, T, dtype=torch.long),
+                  attention_mask=attention_mask, masked_positions=positions,
+                  mlm_labels=torch.randint(5, VOCAB, (len(positions),), generator=gen),
+                  nsp_labels=torch.tensor([0, 1, 1, 0]), n_tokens=int(attention_mask.sum()), n_padded=B * T)
+
+    torch.manual_seed(3)  # the same dropout draws on both sides
+    window = _fast_step(fast_model, batch)
+    torch.manual_seed(3)
+    reference = _plain_step(plain_model, batch, monkeypatch)
+    torch.testing.assert_close(window[:2], reference[:2], atol=1e-4, rtol=1e-5)  # losses, dropout included
+    assert window[2] == reference[2]  # MLM hits
+    for (name, ours), theirs in zip(fast_model.state_dict().items(), plain_model.state_dict().values(), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=2e-6, rtol=1e-5, msg=name)
