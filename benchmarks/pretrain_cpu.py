@@ -1,15 +1,19 @@
 """Pre-training throughput on CPU: bertwb against transformers.BertForPreTraining, side by side.
 
-Usage: ``python benchmarks/pretrain_cpu.py [--steps 8] [--warmup 2] [--no-append]``
+Usage: ``python benchmarks/pretrain_cpu.py [--steps 8] [--warmup 2] [--threads N] [--no-append]``
 
 * Data: real pairs of ``sample_corpus/pretrain`` (ingest → vocab → pairs with max_seq_length 128,
   static masks), built once in a temporary workspace by the bertwb CLI.
 * Shape (both sides): L4 H256 A4 I1024, vocab 30522, sequences ≤ 128, batch 32, fp32, AdamW.
-* bertwb: length-bucketed batches padded to the longest row, MLM head at masked positions only.
+* Threads: ``torch.set_num_threads(--threads)`` (default: every CPU) for both sides and the peak.
+* bertwb: the training loop's own step, ``_Loop._train_step`` (loss, backward, clipping, the
+  optimizer of ``build_optimizer``), on the loop's length-bucketed batches padded to the longest
+  row, MLM head at masked positions only.
 * Hugging Face: ``attn_implementation="sdpa"``, random batches padded to the longest row as
-  ``DataCollatorForLanguageModeling`` pads (dense labels, -100 where not masked), full MLM head.
-* Both: one training step = forward, loss, backward, clip to 1.0, AdamW step; tokens/s counts real
-  (non-pad) tokens, so padding is cost, not throughput.
+  ``DataCollatorForLanguageModeling`` pads (dense labels, -100 where not masked), full MLM head,
+  fused AdamW (the Trainer's default ``adamw_torch_fused``).
+* Both: one training step = collation, forward, loss, backward, clip to 1.0, AdamW step; tokens/s
+  counts real (non-pad) tokens, so padding is cost, not throughput.
 * Peak: the best of a few 2048³ fp32 ``torch.mm`` calls, as FLOP/s.
 * Useful FLOP/s (bertwb): ``bertwb.pretrain.useful_flops_per_pair`` summed over the pairs trained,
   i.e. 3 × forward matmul FLOPs on real tokens: per token and layer 24·H² + 4·T·H (T = the pair's
@@ -32,15 +36,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb.config import Config  # noqa: E402
 from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
-from bertwb.pretrain import useful_flops_per_pair  # noqa: E402
+from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer, useful_flops_per_pair  # noqa: E402
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
 VOCAB, SEQ, BATCH = 30522, 128, 32
@@ -70,27 +74,30 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
 def bench_bertwb(pairs, steps: int, warmup: int) -> dict:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=VOCAB, **SHAPE)
-    model = BertForPreTraining(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batches = Batches(pairs, BATCH, seed=0, bucket_batches=50)
+    model = BertForPreTraining(config).train()
+    cfg = Config()
+    cfg.pretrain.batch_size, cfg.pretrain.lr = BATCH, 1e-4
+    optimizer = build_optimizer(cfg, model, torch.device("cpu"))
+    batches = Batches(pairs, BATCH, seed=0, bucket_batches=cfg.pretrain.bucket_batches)
+    window = torch.zeros(len(STATS), dtype=torch.float64)
+    loop = _Loop(cfg, _Dist(device="cpu"), model, model, optimizer, LinearWarmupDecay(1e-4, 0, warmup + steps),
+                 batches, None, window, Path(tempfile.gettempdir()), warmup + steps)
     tokens = flops = 0.0
     elapsed = 0.0
     for step in range(warmup + steps):
-        batch = batches.micro_batches(0, step)[0]  # collation is timed too: it is part of the loop
         started = time.perf_counter()
-        out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-        loss = F.cross_entropy(out.mlm_logits, batch.mlm_labels) + F.cross_entropy(out.nsp_logits, batch.nsp_labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        micro = batches.micro_batches(0, step)  # collation is timed too: it is part of the loop
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro))
         if step >= warmup:
             elapsed += time.perf_counter() - started
-            lengths = (batch.attention_mask.sum(1) if batch.attention_mask is not None
-                       else torch.full((len(batch.nsp_labels),), batch.input_ids.size(1))).tolist()
-            counts = np.bincount((batch.masked_positions // batch.input_ids.size(1)).numpy(), minlength=len(lengths))
-            tokens += batch.n_tokens
-            flops += sum(useful_flops_per_pair(config, int(n), int(m)) for n, m in zip(lengths, counts, strict=True))
+            for batch in micro:
+                lengths = (batch.attention_mask.sum(1) if batch.attention_mask is not None
+                           else torch.full((len(batch.nsp_labels),), batch.input_ids.size(1))).tolist()
+                counts = np.bincount((batch.masked_positions // batch.input_ids.size(1)).numpy(),
+                                     minlength=len(lengths))
+                tokens += batch.n_tokens
+                flops += sum(useful_flops_per_pair(config, int(n), int(m))
+                             for n, m in zip(lengths, counts, strict=True))
     return {"tokens_per_s": tokens / elapsed, "useful_flops": flops / elapsed, "s_per_step": elapsed / steps,
             "pad_fraction": padding_fraction(batches)}
 
@@ -104,11 +111,12 @@ def bench_hf(pairs, steps: int, warmup: int) -> dict:
                                      intermediate_size=SHAPE["intermediate_size"], attn_implementation="sdpa")
     model = transformers.BertForPreTraining(config)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the Trainer's default optim
     random_batches = Batches(pairs, BATCH, seed=0, bucket_batches=1)  # the Trainer's random sampler
     pad_total = pad_real = 0
     tokens = elapsed = 0.0
     for step in range(warmup + steps):
+        started = time.perf_counter()
         indices = random_batches.epoch_order(0)[step]
         batch = collate(pairs, indices)  # the padded layout DataCollatorForLanguageModeling makes
         B, T = batch.input_ids.shape
@@ -117,7 +125,6 @@ def bench_hf(pairs, steps: int, warmup: int) -> dict:
         attention_mask = batch.attention_mask
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.long)
-        started = time.perf_counter()
         out = model(input_ids=batch.input_ids, token_type_ids=batch.token_type_ids, attention_mask=attention_mask,
                     labels=labels.view(B, T), next_sentence_label=batch.nsp_labels)
         out.loss.backward()
@@ -144,8 +151,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="torch.set_num_threads for both sides and the peak (default: every CPU).")
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     host = machine()
     workdir = Path(tempfile.mkdtemp(prefix="bertwb-bench-"))
     try:
@@ -166,7 +176,7 @@ def main() -> None:
     report = f"""
 ## Pre-training throughput, CPU — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
-Script: `python benchmarks/pretrain_cpu.py --steps {args.steps} --warmup {args.warmup}`.
+Script: `python benchmarks/pretrain_cpu.py --steps {args.steps} --warmup {args.warmup} --threads {args.threads}`.
 Machine: {host}.
 Shape: L4 H256 A4 I1024, vocab 30522, pairs of sample_corpus/pretrain (≤ 128 tokens, static masks),
 batch 32, fp32, AdamW + clipping; {args.steps} timed steps after {args.warmup} warm-up steps each.
