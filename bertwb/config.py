@@ -75,6 +75,9 @@ class PairsConfig:
     short_seq_prob: float = _field(0.1, "Chance that a document aims for a random shorter length.",
                                    min=0.0, max=1.0)
     dupe_factor: int = _field(5, "Passes over the corpus, each with new pairs and masks.", min=1, max=1000)
+    one_sentence_chunk: Literal["split", "random_next"] = _field(
+        "split", "A chunk of one sentence: split (A and B are its two parts when the coin says actual next, "
+        "so NSP stays 50/50) or random_next (always a random B, as the original script).")
     whole_word_mask: bool = _field(False, "Mask whole words (all their ## pieces) together.")
     masking: Literal["static", "dynamic"] = _field(
         "static", "static: masks stored with the pairs; dynamic: the loader masks anew each epoch.")

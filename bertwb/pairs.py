@@ -3,19 +3,26 @@
 The algorithm is the original BERT ``create_pretraining_data``: per document and dupe pass a target
 length (``max_seq_length - 3``, or with ``short_seq_prob`` a uniform length in [2, that]); sentences
 accumulate into a chunk until it reaches the target or the document ends; A is the chunk's first
-``a_end`` sentences; B is the real rest of the chunk with probability 0.5, otherwise (and always for
-a one-sentence chunk) a *random next* — sentences of another document from a random start up to the
-target — and the chunk's unused sentences are read again; the longer side loses tokens from a random
-end until the pair fits; masking follows :mod:`bertwb.masking`.
+``a_end`` sentences; B is the real rest of the chunk with probability 0.5, otherwise a *random next* —
+sentences of another document from a random start up to the target — and the chunk's unused sentences
+are read again; the longer side loses tokens from a random end until the pair fits; masking follows
+:mod:`bertwb.masking`.
 
-**The random-next share is above 50%**, in the original script as here: a one-sentence chunk always
-takes a random next, so the share is 50% plus half the share of one-sentence chunks. They come from
-two places. A document that draws a short target below one sentence's length (``short_seq_prob`` ×
-~15% at 128 tokens) makes *only* one-sentence chunks, and many of them, since its chunks are short:
-about 3 points that stay however long the documents are (~53% on unlimited-length documents at the
-defaults; 50.2% with ``short_seq_prob: 0``). A document's last chunk is often one sentence: that part
-shrinks with longer documents. The sample corpus (17 sentences per document) gives ~58% with both
-the fast builder and the plain-Python port of the original in tests/test_pairs.py.
+**One deliberate change, for a balanced NSP task** (``pairs.one_sentence_chunk``). The original gives
+every one-sentence chunk a random next, since it has no second sentence to be B, so its random-next
+share is 50% plus half the share of one-sentence chunks. They come from two places: a document's last
+chunk is often one sentence (a share that shrinks as documents grow longer), and a document that draws
+a short target below one sentence's length (``short_seq_prob`` × ~15% at 128 tokens) makes only
+one-sentence chunks, and many of them. Measured with the plain-Python port of the original in
+tests/test_pairs.py: ~58% random on the sample corpus (17 sentences per document, 14% of chunks of one
+sentence), ~53% on documents of unlimited length at the defaults. With ``split`` (the default) the coin
+decides for every chunk: a one-sentence chunk whose coin says actual next is cut inside its sentence at
+a uniform token, A the first part and B the rest, which is contiguous text of one document as every
+IsNext pair is ("sentence" in BERT means a span of text, not a linguistic sentence). Chunks are
+formed exactly as in the original; a split pair is as long as its sentence, where the original's
+random B would have filled it up to the target, so pairs are a little shorter on average (97 against
+101 tokens on the sample corpus). Only a one-token sentence, which cannot be cut, still takes a random
+next. ``random_next`` keeps the original rule, for reproducing its data.
 
 How it is made fast, deterministic and out-of-core:
 
@@ -148,7 +155,8 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
     _check_splits(plans)
     writer = _Writer(con, build.table("pairs"), build.out_dir)
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
-    job = _Job(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob, seed=settings.seed,
+    job = _Job(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
+               split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
                rules=rules if settings.masking == "static" else None,
                cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
     n_shards = sum(len(plan) for plan in plans.values())
@@ -382,6 +390,7 @@ class _Job:
 
     max_seq_length: int
     short_seq_prob: float
+    split_one_sentence: bool
     seed: int
     rules: MaskingRules | None  # None: dynamic masking, store pairs unmasked
     cls_id: int
@@ -390,7 +399,8 @@ class _Job:
     def build(self, task: tuple[_Shard, int]) -> _Built:
         """One dupe pass over one shard."""
         shard, dupe = task
-        spans = _draw_spans(shard, self.max_seq_length - 3, self.short_seq_prob, self._rng(shard, dupe, PAIRS_STREAM))
+        spans = _draw_spans(shard, self.max_seq_length - 3, self.short_seq_prob, self._rng(shard, dupe, PAIRS_STREAM),
+                            self.split_one_sentence)
         input_ids, offsets = _assemble(shard.tokens, spans, self.cls_id, self.sep_id)
         built = _Built(shard.plan.split, shard.plan.n_tokens, shard.doc_ids[spans.doc], shard.doc_ids[spans.b_doc],
                        np.full(len(spans.doc), dupe, dtype=np.int16), spans.is_short, spans.is_random_next,
@@ -421,10 +431,12 @@ class _Spans:
     len_b: np.ndarray
 
 
-def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator) -> _Spans:
+def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator,
+                split_one_sentence: bool = True) -> _Spans:
     """One dupe pass of the original algorithm over every document of the shard, in lock step.
 
     Each round takes the next chunk of every document that still has sentences to read.
+    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (see the module docstring).
     """
     sentence_offsets = shard.sentence_offsets
     doc_first = shard.doc_sentence_offsets[:-1]
@@ -444,8 +456,20 @@ def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: 
         chunk_end = np.clip(np.searchsorted(sentence_offsets, first_token + doc_target, side="left"), first + 1, end)
         n_chunk = chunk_end - first
         a_end = first + rng.integers(1, np.maximum(n_chunk, 2))  # one sentence when the chunk has one
-        is_random_next = (n_chunk == 1) | (rng.random(len(active)) < 0.5)
+        coin = rng.random(len(active)) < 0.5  # True: random next
+        a_stop = sentence_offsets[a_end]
         b_first, b_end, b_doc = a_end.copy(), chunk_end.copy(), active.copy()
+        b_start_token = a_stop.copy()
+        if split_one_sentence:
+            # A one-sentence chunk whose coin says actual next is cut inside its sentence at a uniform
+            # token; a sentence of one token cannot be cut and still takes a random next.
+            n_tokens = sentence_offsets[chunk_end] - first_token
+            cut = (n_chunk == 1) & ~coin & (n_tokens >= 2)
+            is_random_next = coin | ((n_chunk == 1) & ~cut)
+            cut_at = first_token + rng.integers(1, np.maximum(n_tokens, 2))
+            a_stop[cut] = b_start_token[cut] = cut_at[cut]
+        else:
+            is_random_next = (n_chunk == 1) | coin
         rand = np.flatnonzero(is_random_next)
         if len(rand):
             other = rng.integers(0, n_docs - 1, len(rand))
@@ -454,8 +478,8 @@ def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: 
             b_target = doc_target[rand] - (sentence_offsets[a_end[rand]] - first_token[rand])
             b_stop = np.searchsorted(sentence_offsets, sentence_offsets[start] + b_target, side="left")
             b_first[rand], b_end[rand], b_doc[rand] = start, np.clip(b_stop, start + 1, doc_end[other]), other
-        rounds.append((active, first_token, sentence_offsets[a_end], sentence_offsets[b_first],
-                       sentence_offsets[b_end], is_random_next, b_doc))
+            b_start_token[rand] = sentence_offsets[start]
+        rounds.append((active, first_token, a_stop, b_start_token, sentence_offsets[b_end], is_random_next, b_doc))
         # A random next leaves the chunk's unused sentences to be read again.
         position[active] = np.where(is_random_next, a_end, chunk_end)
         active = active[position[active] < end]

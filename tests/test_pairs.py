@@ -32,12 +32,15 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # ---------------------------------------------------------------------------------------------------
 # The reference: create_pretraining_data.py from the original BERT release, ported line by line to
 # token ids. Two deliberate changes, both documented in bertwb.masking: random replacements come from
-# the non-special vocabulary, and (whole-word) a ## piece never joins a word across [SEP].
+# the non-special vocabulary, and (whole-word) a ## piece never joins a word across [SEP]. A third is
+# bertwb's default and documented in bertwb.pairs: with one_sentence_chunk="split" a one-sentence
+# chunk whose coin says actual next is cut in two inside its sentence; "random_next" is the original.
 
 def reference_create_instances(documents: list[list[list[int]]], vocab_tokens: list[str], *,
                                max_seq_length: int = 128, dupe_factor: int = 1, short_seq_prob: float = 0.1,
                                masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
-                               whole_word_mask: bool = False, seed: int = 12345) -> list[dict[str, Any]]:
+                               whole_word_mask: bool = False, one_sentence_chunk: str = "split",
+                               seed: int = 12345) -> list[dict[str, Any]]:
     """Instances as dicts (tokens, len_a, len_b, is_random_next, is_short, masked_lm_positions, ...)."""
     rng = random.Random(seed)
     documents = [doc for doc in documents if doc]
@@ -47,13 +50,15 @@ def reference_create_instances(documents: list[list[list[int]]], vocab_tokens: l
         for document_index in range(len(documents)):
             instances.extend(_reference_document(documents, document_index, vocab_tokens, replacement_ids,
                                                  max_seq_length, short_seq_prob, masked_lm_prob,
-                                                 max_predictions_per_seq, whole_word_mask, rng))
+                                                 max_predictions_per_seq, whole_word_mask, one_sentence_chunk,
+                                                 rng))
     rng.shuffle(instances)
     return instances
 
 
 def _reference_document(all_documents, document_index, vocab_tokens, replacement_ids, max_seq_length,
-                        short_seq_prob, masked_lm_prob, max_predictions_per_seq, whole_word_mask, rng):
+                        short_seq_prob, masked_lm_prob, max_predictions_per_seq, whole_word_mask,
+                        one_sentence_chunk, rng):
     cls_id, sep_id = vocab_tokens.index("[CLS]"), vocab_tokens.index("[SEP]")
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3
@@ -80,7 +85,11 @@ def _reference_document(all_documents, document_index, vocab_tokens, replacement
                     tokens_a.extend(current_chunk[j])
                 tokens_b = []
                 b_document_index = document_index
-                if len(current_chunk) == 1 or rng.random() < 0.5:
+                if len(current_chunk) == 1 and one_sentence_chunk == "split":
+                    random_next = rng.random() < 0.5 or len(tokens_a) < 2
+                else:
+                    random_next = len(current_chunk) == 1 or rng.random() < 0.5
+                if random_next:
                     is_random_next = True
                     target_b_length = target_seq_length - len(tokens_a)
                     for _ in range(10):
@@ -96,6 +105,10 @@ def _reference_document(all_documents, document_index, vocab_tokens, replacement
                             break
                     num_unused_segments = len(current_chunk) - a_end
                     i -= num_unused_segments
+                elif len(current_chunk) == 1:  # "split": A and B are the sentence's two parts
+                    is_random_next = False
+                    cut = rng.randint(1, len(tokens_a) - 1)
+                    tokens_a, tokens_b = tokens_a[:cut], tokens_a[cut:]
                 else:
                     is_random_next = False
                     for j in range(a_end, len(current_chunk)):
@@ -254,20 +267,47 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
 # ---------------------------------------------------------------------------------------------------
 # The original algorithm's properties, on the sample corpus.
 
-def test_sample_random_next_rate_is_the_originals(sample: Corpus):
-    """Half of the chunks with two or more sentences get a random next, and every one-sentence chunk
-    does, so the rate is 50% plus half the share of one-sentence chunks: about 58% on the sample
-    corpus (documents of ~17 sentences, whose last chunk is often a single sentence) for both the
-    reference and the fast builder."""
+def test_sample_random_next_is_half(sample: Corpus):
+    """The coin decides every chunk (one-sentence chunks are split when it says actual next): 50 ± 3%,
+    as the plain-Python reference gives on the same documents."""
     workdir = sample.pairs()
     pairs = read_pairs(workdir, "split = 'train'")
+    assert abs(pairs["is_random_next"].mean() - 0.5) < 0.03
+    reference = reference_create_instances(_train_documents(workdir), vocab_of(workdir)[0])
+    assert abs(np.mean([r["is_random_next"] for r in reference]) - 0.5) < 0.03
+
+
+def test_sample_original_one_sentence_rule_gives_the_originals_rate(sample: Corpus):
+    """With one_sentence_chunk: random_next every one-sentence chunk takes a random next, as in the
+    original, so the rate is 50% plus half the share of one-sentence chunks: about 58% on the sample
+    corpus (documents of ~17 sentences, whose last chunk is often a single sentence)."""
+    workdir = sample.pairs(one_sentence_chunk="random_next")
+    pairs = read_pairs(workdir, "split = 'train'")
+    reference = reference_create_instances(_train_documents(workdir), vocab_of(workdir)[0],
+                                           one_sentence_chunk="random_next")
+    reference_rate = np.mean([r["is_random_next"] for r in reference])
+    assert 0.54 <= reference_rate < 0.65
+    assert abs(pairs["is_random_next"].mean() - reference_rate) < 0.03
+
+
+def test_sample_split_one_sentence_chunks_are_one_sentence_cut_in_two(sample: Corpus):
+    """Split pairs exist, are not random, and A + B is exactly one whole sentence of the document."""
+    workdir = sample.pairs()
+    pairs = read_pairs(workdir, "split = 'train'")
+    sentences = {tuple(ids) for doc in documents_of(workdir).values() for ids in doc}
+    starts = pairs["input_ids_offsets"][:-1]
+    whole = [tuple(pairs["original_ids"][starts[i] + 1: starts[i] + 1 + pairs["len_a"][i]])
+             + tuple(pairs["original_ids"][starts[i] + 2 + pairs["len_a"][i]:
+                                           starts[i] + 2 + pairs["len_a"][i] + pairs["len_b"][i]])
+             for i in range(len(starts)) if not pairs["is_random_next"][i]]
+    split_pairs = sum(ids in sentences for ids in whole)  # A ‖ B is one whole sentence of the corpus
+    assert split_pairs > 0.05 * len(whole)
+
+
+def _train_documents(workdir: Path) -> list[list[list[int]]]:
     with connect(workdir) as con:
         train_docs = {d for (d,) in con.execute("select doc_id from documents where split = 'train'").fetchall()}
-    documents = [doc for doc_id, doc in documents_of(workdir).items() if doc_id in train_docs]
-    reference = reference_create_instances(documents, vocab_of(workdir)[0])
-    reference_rate = np.mean([r["is_random_next"] for r in reference])
-    assert 0.5 <= reference_rate < 0.65
-    assert abs(pairs["is_random_next"].mean() - reference_rate) < 0.03
+    return [doc for doc_id, doc in documents_of(workdir).items() if doc_id in train_docs]
 
 
 def test_sample_every_instance_masks_the_formulas_count(sample: Corpus):
@@ -434,15 +474,13 @@ def test_sample_dynamic_masking_stores_unmasked_pairs_and_masks_at_load(sample: 
 # ---------------------------------------------------------------------------------------------------
 # The fast builder against the plain-Python reference, on a tiny corpus.
 
-def test_distributions_match_the_reference(tiny: Corpus):
-    settings = {"dupe_factor": 20, "max_seq_length": 64}
+@pytest.mark.parametrize("one_sentence_chunk", ["split", "random_next"])
+def test_distributions_match_the_reference(tiny: Corpus, one_sentence_chunk: str):
+    settings = {"dupe_factor": 20, "max_seq_length": 64, "one_sentence_chunk": one_sentence_chunk}
     workdir = tiny.pairs(**settings)
     pairs = read_pairs(workdir, "split = 'train'")
-    with connect(workdir) as con:
-        train_docs = {d for (d,) in con.execute("select doc_id from documents where split = 'train'").fetchall()}
-    documents = [doc for doc_id, doc in documents_of(workdir).items() if doc_id in train_docs]
     tokens, _ = vocab_of(workdir)
-    reference = reference_create_instances(documents, tokens, **settings)
+    reference = reference_create_instances(_train_documents(workdir), tokens, **settings)
     ref_lengths = np.array([len(r["tokens"]) for r in reference])
     ref_masks = np.array([len(r["masked_lm_positions"]) for r in reference])
     n_fast, n_ref = len(pairs["lengths"]), len(reference)
