@@ -7,8 +7,10 @@ then the conversion to and from `transformers.BertForPreTraining` checkpoints.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -64,6 +66,65 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 
+class Dropout(nn.Module):
+    """Inverted dropout: zero a share p of the elements, scale the rest by 1 / (1 - p); see `dropout`."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Inverted dropout of ``x``; identity when not training or p is 0.
+
+    On CPU the drop decisions come from torch's own generator 64 bits at a time (`dropout_mask`),
+    about 3x faster than ``F.dropout``'s one Bernoulli draw per element, which took up to a tenth of
+    a CPU training step; the mask kept for backward is one byte per element instead of four.
+    Elsewhere (CUDA, with its fast Philox generator) it is ``F.dropout``.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, training=True)
+    return _CpuDropout.apply(x, p)
+
+
+def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu",
+                 ) -> tuple[torch.Tensor, float]:
+    """A boolean keep-mask of ``shape`` dropping a share p, and the scale that keeps the expectation.
+
+    Each int64 draw of torch's generator (non-negative, so 63 random bits) is read as four 16-bit
+    slices; an element is dropped when its slice's low 15 bits fall under round(p · 2¹⁵). The drop
+    rate is therefore p rounded to a multiple of 2⁻¹⁵ (0.1 -> 0.100006), and the scale is exactly
+    1 / (1 - that rate), so a dropped-out tensor keeps its expected value.
+    """
+    threshold = round(p * 32768)
+    n = math.prod(shape)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
+    words &= 0x7FFF7FFF7FFF7FFF  # the low 15 bits of every 16-bit slice
+    keep = words.view(torch.int16)[:n].view(shape) >= threshold  # (n/4,) int64 -> (n,) int16 -> shape
+    return keep, (32768 / (32768 - threshold) if threshold < 32768 else 0.0)
+
+
+class _CpuDropout(torch.autograd.Function):
+    """x · keep · scale forward, grad · keep · scale backward, with the mask of `dropout_mask`."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
+        keep, scale = dropout_mask(x.shape, p, x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x.mul(keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None
+
+
 class Embeddings(nn.Module):
     """Token + segment + position embeddings, then LayerNorm and dropout."""
 
@@ -73,7 +134,7 @@ class Embeddings(nn.Module):
         self.positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.segments = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         seq_len = input_ids.size(1)
@@ -124,8 +185,8 @@ def _attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
 
     With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path; this is that
     path with the scale and the mask folded into one batched matmul and a plain softmax (a row always
-    has a real key to attend, so SDPA's guard against fully masked rows has nothing to do). Dropout is
-    the same ``F.dropout`` call on probabilities of the same shape, so it draws the same random masks.
+    has a real key to attend, so SDPA's guard against fully masked rows has nothing to do), and the
+    probabilities dropped out by `dropout`, as every other dropout of the model on CPU.
     """
     B, A, T, d = q.shape
     # (B, A, T, d) -> (B*A, T, d): one matrix per (sequence, head), as bmm wants them
@@ -137,7 +198,7 @@ def _attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a
         bias = bias.masked_fill_(~attn_mask, torch.finfo(q.dtype).min).expand(B, A, 1, T).reshape(B * A, 1, T)
         beta = 1.0
     scores = torch.baddbmm(bias, q3, k3.transpose(1, 2), beta=beta, alpha=d ** -0.5)  # (B*A, T, T)
-    probs = F.dropout(torch.softmax(scores, dim=-1).view(B, A, T, T), dropout_p)
+    probs = dropout(torch.softmax(scores, dim=-1).view(B, A, T, T), dropout_p)
     return torch.matmul(probs, v3.view(B, A, T, d))
 
 
@@ -162,7 +223,7 @@ class Block(nn.Module):
         self.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         x = self.attn_norm(x + self.dropout(self.attn(x, attn_mask)))

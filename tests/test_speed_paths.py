@@ -1,12 +1,13 @@
 """The CPU fast paths of training give what the plain PyTorch paths give.
 
-* attention with dropout (`model._attention_with_dropout`) against `F.scaled_dot_product_attention`,
-  with and without a padding mask: the same dropout masks from the same seed, the same gradients;
+* attention with dropout (`model._attention_with_dropout`) against plain softmax attention, with and
+  without a padding mask: the same dropout masks from the same seed, the same gradients;
+* the CPU dropout (`model.dropout`): its drop rate, scale, gradient and determinism under a seed;
 * the MLM head's (V, n) output layout against the plain (n, V) one;
 * the MLM loss (`pretrain._VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy,
   ties included, and the gradients it hands to the head;
-* one whole training step of `_Loop._train_step` against the reference step (SDPA, `F.cross_entropy`,
-  the per-tensor AdamW), from the same weights and dropout seed.
+* one whole training step of `_Loop._train_step` against the reference step (plain attention,
+  `F.cross_entropy`, the per-tensor AdamW), from the same weights and dropout seed.
 """
 
 import copy
@@ -29,8 +30,16 @@ def _heads(batch=3, heads=2, seq=12, dim=16, seed=0):
     return [torch.randn(batch, seq, heads, dim, generator=gen).transpose(1, 2).requires_grad_() for _ in range(3)]
 
 
+def _plain_attention(q, k, v, mask, p):
+    """softmax(q kᵀ / √d) over the keys ``mask`` keeps, dropped out by ``model.dropout``, times v."""
+    scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return model_module.dropout(torch.softmax(scores, dim=-1), p) @ v
+
+
 @pytest.mark.parametrize("masked", [False, True])
-def test_attention_with_dropout_draws_the_same_masks_as_sdpa(masked):
+def test_attention_with_dropout_is_plain_attention_with_the_same_masks(masked):
     q, k, v = _heads()
     mask = None
     if masked:
@@ -41,13 +50,33 @@ def test_attention_with_dropout_draws_the_same_masks_as_sdpa(masked):
     ours = _attention_with_dropout(q, k, v, mask, 0.1)
     ours_grads = torch.autograd.grad(ours.square().sum(), (q, k, v))
     torch.manual_seed(7)
-    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
+    theirs = _plain_attention(q, k, v, mask, 0.1)
     theirs_grads = torch.autograd.grad(theirs.square().sum(), (q, k, v))
     no_dropout = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert (theirs - no_dropout).abs().max() > 0.1  # dropout dropped something, so equal outputs mean equal masks
+    torch.testing.assert_close(_plain_attention(q, k, v, mask, 0.0), no_dropout, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     for a, b in zip(ours_grads, theirs_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
+    x = torch.rand(1000, 1000) + 0.5  # positive, so a zero output is a dropped element
+    x.requires_grad_()
+    torch.manual_seed(0)
+    y = model_module.dropout(x, 0.1)
+    dropped = y == 0
+    assert abs(dropped.float().mean().item() - 0.1) < 0.002  # 1M draws: ±0.002 is 6.7 standard deviations
+    assert [abs(dropped[:, i::4].float().mean().item() - 0.1) < 0.003 for i in range(4)] == [True] * 4  # each slice
+    torch.testing.assert_close(y[~dropped], x[~dropped] * (32768 / (32768 - 3277)))
+    assert abs(y.mean().item() / x.mean().item() - 1) < 0.003  # expectation kept: the scale matches the rate
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, (~dropped).float() * (32768 / (32768 - 3277)))
+    torch.manual_seed(0)
+    assert torch.equal(model_module.dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the masks
+    assert not torch.equal(model_module.dropout(x, 0.1), y)
+    assert model_module.dropout(x, 0.0) is x and model_module.dropout(x, 0.1, training=False) is x
+    assert (model_module.dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
 
 
 def test_mlm_head_output_layout_does_not_change_the_logits():
@@ -122,9 +151,8 @@ def _fast_step(model, batch) -> torch.Tensor:
 
 
 def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
-    """The same step in plain PyTorch: SDPA, F.cross_entropy, argmax, per-tensor AdamW."""
-    monkeypatch.setattr(model_module, "_attention_with_dropout",
-                        lambda q, k, v, mask, p: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p))
+    """The same step in plain PyTorch: plain attention, F.cross_entropy, argmax, per-tensor AdamW."""
+    monkeypatch.setattr(model_module, "_attention_with_dropout", _plain_attention)
     decay = [t for t in model.parameters() if t.ndim >= 2]
     no_decay = [t for t in model.parameters() if t.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
