@@ -6,6 +6,8 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 8] [--warmup 2] [--threads N
   static masks), built once in a temporary workspace by the bertwb CLI.
 * Shape (both sides): L4 H256 A4 I1024, vocab 30522, sequences ≤ 128, batch 32, fp32, AdamW.
 * Threads: ``torch.set_num_threads(--threads)`` (default: every CPU) for both sides and the peak.
+* Memory: glibc keeps freed memory in the process (``bertwb.pretrain.keep_freed_memory``, which
+  ``bertwb pretrain`` calls on CPU); it is process-wide, so Hugging Face runs with it too.
 * bertwb: the training loop's own step, ``_Loop._train_step`` (loss, backward, clipping, the
   optimizer of ``build_optimizer``), on the loop's length-bucketed batches padded to the longest
   row, MLM head at masked positions only.
@@ -44,7 +46,8 @@ from bertwb.config import Config  # noqa: E402
 from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
-from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer, useful_flops_per_pair  # noqa: E402
+from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
+                             keep_freed_memory, useful_flops_per_pair)
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
 VOCAB, SEQ, BATCH = 30522, 128, 32
@@ -156,6 +159,7 @@ def main() -> None:
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as `bertwb pretrain` does on CPU; process-wide, so both sides run with it
     host = machine()
     workdir = Path(tempfile.mkdtemp(prefix="bertwb-bench-"))
     try:
