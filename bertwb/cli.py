@@ -202,8 +202,8 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
     written = hf.export_hf(model_dir, modelio.load_tokenizer(model_dir, ws), Path(out), force)
-    ui.info(f"exported {written['source']} to {written['path']}: {written['parameters']:,} parameters in "
-            f"{written['tensors']} tensors; {', '.join(written['files'])}")
+    ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
+            f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
 
 @cli.command("import-hf")
@@ -214,23 +214,30 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @click.option("--force", is_flag=True, help="Replace OUT when it exists.")
 def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, source: str,
               out: str | None, force: bool) -> None:
-    """Convert a Hugging Face BERT folder (BertModel, BertForPreTraining, BertForMaskedLM) into a bertwb model."""
+    """Convert a Hugging Face BERT folder into a bertwb model: BertModel, BertForPreTraining, BertForMaskedLM, or a
+    fine-tuned BertForSequenceClassification, BertForTokenClassification or BertForQuestionAnswering (head kept)."""
     from bertwb import hf
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
     done = hf.import_hf(Path(source), target, force)
     sizes = done["config"]
-    ui.info(f"imported {done['source']} ({done['layout']} layout, L{sizes['num_layers']} H{sizes['hidden_size']} "
-            f"A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
+    ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
+            f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
     if done["initialised"]:
         ui.warn(f"the source has no {', '.join(done['initialised'])}: initialised anew (train before using them)")
     if done["dropped_tensors"]:
-        ui.warn(f"left out {len(done['dropped_tensors'])} tensors with no place in BERT pre-training "
+        ui.warn(f"left out {len(done['dropped_tensors'])} tensors with no place in {done['architecture']} "
                 f"(e.g. {done['dropped_tensors'][0]})")
-    ui.info(f"next: `bertwb evaluate --checkpoint {done['path']}`, `bertwb fill-mask --checkpoint {done['path']} ...`; "
-            f"to continue pre-training set vocab.from_file: {done['path']}/tokenizer.json and "
-            f"model.init_from: {done['path']}")
+    ui.info(_after_import(done["path"], done["kind"]))
+
+
+def _after_import(path: str, kind: str) -> str:
+    pretrain_from = (f"set vocab.from_file: {path}/tokenizer.json and model.init_from: {path}")
+    if kind != "pretraining":
+        return f"next: `bertwb export --checkpoint {path} OUT`; to pre-train further from its encoder {pretrain_from}"
+    return (f"next: `bertwb evaluate --checkpoint {path}`, `bertwb fill-mask --checkpoint {path} ...`; "
+            f"to continue pre-training {pretrain_from}")
 
 
 @cli.command("init")

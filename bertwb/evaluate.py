@@ -57,7 +57,7 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
     from bertwb.pretrain import resolve_device  # noqa: PLC0415 - one device rule for every command
 
     device = resolve_device(cfg.evaluate.device)
-    model, _ = modelio.load_model(model_dir, device)
+    model, _ = modelio.load_model(model_dir, device, kind="pretraining")
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
                           f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")

@@ -1,16 +1,23 @@
 """Exact Hugging Face export and import.
 
 **Export** (``bertwb export --format hf OUT``) writes what ``transformers`` reads with
-``BertForPreTraining.from_pretrained(OUT)`` and ``BertTokenizerFast.from_pretrained(OUT)``:
+``BertForPreTraining.from_pretrained(OUT)`` — or, for a fine-tuned model, ``BertForSequenceClassification``,
+``BertForTokenClassification`` or ``BertForQuestionAnswering``, the class its ``config.json`` names in
+``architectures``, with the labels in ``id2label`` / ``label2id`` — and ``BertTokenizerFast.from_pretrained(OUT)``:
 ``config.json``, ``model.safetensors`` under Hugging Face names (through ``bertwb.model.NAME_TABLE``;
 the tied decoder weight and bias are left out, as ``save_pretrained`` leaves them out),
 ``vocab.txt``, ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``.
 
 **Import** (``bertwb import-hf DIR``) reads a Hugging Face BERT folder — ``BertModel``,
-``BertForPreTraining`` or ``BertForMaskedLM``, weights from ``model.safetensors`` (or a sharded
-index) or, only through ``torch.load(weights_only=True)``, ``pytorch_model.bin`` — with the sizes its
-``config.json`` gives, and writes a bertwb model directory: weights under bertwb names, the config,
-the tokenizer, and ``import.json`` saying which heads the source lacked and were initialised.
+``BertForPreTraining``, ``BertForMaskedLM``, or a fine-tuned ``BertForSequenceClassification``,
+``BertForTokenClassification`` or ``BertForQuestionAnswering`` (its head and labels kept), weights from
+``model.safetensors`` (or a sharded index) or, only through ``torch.load(weights_only=True)``,
+``pytorch_model.bin`` — with the sizes its ``config.json`` gives, and writes a bertwb model directory:
+weights under bertwb names, the config, the tokenizer, and ``import.json`` saying which kind of model
+it is and which heads the source lacked and were initialised. A fine-tuned model keeps no MLM and NSP
+heads: ``evaluate``, ``fill-mask`` and ``nsp`` refuse it with a one-line error (untrained heads would
+print confident nonsense), while ``model.init_from`` pre-trains from its encoder, leaving its task head
+out and initialising the pre-training heads, as for a ``BertModel``.
 
 Every file is a function of the model and tokenizer only (no dates, no paths), so export → import →
 export writes identical bytes. Output folders are built under a temporary name and renamed.
@@ -30,7 +37,7 @@ from tokenizers import Tokenizer
 
 from bertwb import modelio
 from bertwb.errors import BertwbError
-from bertwb.model import BertForPreTraining, hf_config_dict, to_hf_state_dict
+from bertwb.model import AnyBert, hf_config_of, to_hf_state_dict
 
 TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -45,9 +52,10 @@ def export_hf(model_dir: modelio.ModelDir, tokenizer: Tokenizer, out: Path, forc
                     if name not in TIED_HF_KEYS}
         safetensors.torch.save_file(hf_state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _readable(tmp / "model.safetensors")
-        _write_json(tmp / "config.json", hf_config_dict(model.config))
+        _write_json(tmp / "config.json", hf_config_of(model))
         write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
-    return {"path": str(out), "source": model_dir.label, "tensors": len(hf_state),
+    return {"path": str(out), "source": model_dir.label, "architecture": model.hf_architecture,
+            "tensors": len(hf_state),
             "parameters": sum(t.numel() for t in hf_state.values()),
             "files": sorted(p.name for p in out.iterdir())}
 
@@ -64,6 +72,8 @@ def import_hf(source: Path, out: Path, force: bool = False) -> dict[str, Any]:
         _readable(tmp / "model.safetensors")
         write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
         summary = {"source": str(source.resolve()), "weights": model_dir.weights.name, "layout": report.layout,
+                   "kind": model.kind, "architecture": model.hf_architecture,
+                   "label_names": getattr(model, "label_names", None),
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
                    "dropped_tensors": report.dropped, "config": _sizes(model)}
         _write_json(tmp / "import.json", summary)
@@ -84,7 +94,7 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, max_length: int) -> N
         "tokenize_chinese_chars": True, "model_max_length": max_length, **SPECIAL_TOKENS_MAP})
 
 
-def _sizes(model: BertForPreTraining) -> dict[str, int]:
+def _sizes(model: AnyBert) -> dict[str, int]:
     c = model.config
     return {"num_layers": c.num_layers, "hidden_size": c.hidden_size, "num_heads": c.num_heads,
             "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,

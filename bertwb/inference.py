@@ -37,7 +37,7 @@ class Predictor:
         model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
         tokenizer = modelio.load_tokenizer(model_dir, ws)
         torch_device = resolve_device(device)
-        model, _ = modelio.load_model(model_dir, torch_device)
+        model, _ = modelio.load_model(model_dir, torch_device, kind="pretraining")
         return cls(model.eval(), tokenizer, torch_device, model_dir.label)
 
     def _encode(self, first: str, second: str | None, where: str) -> Any:

@@ -1,8 +1,13 @@
-"""BERT (Devlin et al., 2019) in one file: config, encoder, MLM + NSP heads, Hugging Face name mapping.
+"""BERT (Devlin et al., 2019) in one file: config, encoder, pre-training and fine-tuning heads, Hugging Face names.
 
 Read top to bottom: `BertConfig` and `PRESETS`, the backbone (`Embeddings`, `SelfAttention`,
-`FeedForward`, `Block`, `BertModel`), the pre-training wrapper (`MLMHead`, `BertForPreTraining`),
-then the conversion to and from `transformers.BertForPreTraining` checkpoints.
+`FeedForward`, `Block`, `BertModel`), the pre-training wrapper (`MLMHead`, `BertForPreTraining`), the
+fine-tuning models on the same backbone (`BertForSequenceClassification` for single sentences and pairs,
+`BertForTokenClassification` for CoNLL NER, `BertForQuestionAnswering` for SQuAD; `MODEL_KINDS` names
+all four and `new_model` builds any), then the conversion to and from Hugging Face checkpoints. Each of
+the four has the parameters of the `transformers` class of the same name (its `hf_architecture`): one
+name table renames all of them, and `config.json` carries the class in `architectures` and a
+classifier's labels in `id2label` / `label2id`, as transformers writes them.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12  # the original TensorFlow BERT value
     initializer_range: float = 0.02  # std of the normal init of every Linear and Embedding weight
     pad_token_id: int = 0  # id of [PAD]; recorded for export, the embedding row is not special
+    classifier_dropout: float | None = None  # dropout before a classifier head; None: hidden_dropout
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads != 0:
@@ -308,6 +314,10 @@ class BertOutput:
 class BertForPreTraining(nn.Module):
     """BERT with its two pre-training heads: masked language model and next sentence prediction."""
 
+    kind = "pretraining"
+    hf_architecture = "BertForPreTraining"
+    head_prefixes = ("mlm_head.", "nsp_head.")  # what a fine-tuning model built from this one leaves out
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -362,6 +372,162 @@ class BertForPreTraining(nn.Module):
         return self.bert(input_ids, token_type_ids, attention_mask)
 
 
+# --- fine-tuning heads -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ClassifierOutput:
+    """What a classification model computed."""
+
+    loss: torch.Tensor | None  # with labels: mean cross-entropy (-100 = ignore); mean squared error for 1 label
+    logits: torch.Tensor  # (B, num_labels) per sequence, or (B, T, num_labels) per token
+    hidden_states: torch.Tensor  # (B, T, H), last encoder layer
+
+
+@dataclass
+class SpanOutput:
+    """What the question-answering model computed: a score per token for being the answer's start and end."""
+
+    loss: torch.Tensor | None  # with positions: (start cross-entropy + end cross-entropy) / 2, -100 = ignore
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+    hidden_states: torch.Tensor  # (B, T, H), last encoder layer
+
+
+def default_label_names(num_labels: int) -> list[str]:
+    """The names Hugging Face gives labels nobody named: LABEL_0, LABEL_1, ..."""
+    return [f"LABEL_{i}" for i in range(num_labels)]
+
+
+class _Classifier(nn.Module):
+    """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id."""
+
+    head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig, label_names: list[str], with_pooler: bool):
+        super().__init__()
+        if not label_names:
+            raise BertwbError("a classifier needs at least one label; give the label names of the task")
+        self.config = config
+        self.label_names = [str(name) for name in label_names]  # index = label id
+        self.bert = BertModel(config, with_pooler=with_pooler)
+        dropout = config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, len(self.label_names))
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+
+class BertForSequenceClassification(_Classifier):
+    """One label per sequence (a sentence or a sentence pair): the pooled [CLS], dropout, a Linear(H, labels).
+
+    With one label it is a regressor (loss: mean squared error), as Hugging Face's class.
+    """
+
+    kind = "sequence_classification"
+    hf_architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig, label_names: list[str]):
+        super().__init__(config, label_names, with_pooler=True)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> ClassifierOutput:
+        """Scores (B, num_labels) for each sequence; `labels` (B,) label ids, or float targets for one label."""
+        hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if logits.size(-1) == 1:
+                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))  # (B, 1) -> (B,)
+            else:
+                loss = F.cross_entropy(logits, labels)
+        return ClassifierOutput(loss, logits, hidden_states)
+
+
+class BertForTokenClassification(_Classifier):
+    """One label per token (named entities in CoNLL): every hidden state, dropout, a Linear(H, labels); no pooler."""
+
+    kind = "token_classification"
+    hf_architecture = "BertForTokenClassification"
+
+    def __init__(self, config: BertConfig, label_names: list[str]):
+        super().__init__(config, label_names, with_pooler=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> ClassifierOutput:
+        """Scores (B, T, num_labels) for each token; `labels` (B, T) with -100 where nothing is predicted."""
+        hidden_states, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(hidden_states))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            # (B, T, num_labels) -> (B*T, num_labels) and (B, T) -> (B*T,): one prediction per token
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        return ClassifierOutput(loss, logits, hidden_states)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Extractive QA (SQuAD): a Linear(H, 2) scores every hidden state as the answer's start and end; no pooler."""
+
+    kind = "question_answering"
+    hf_architecture = "BertForQuestionAnswering"
+    head_prefixes = ("span_head.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, with_pooler=False)
+        self.span_head = nn.Linear(config.hidden_size, 2)  # output 0: start, output 1: end
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+    ) -> SpanOutput:
+        """Start and end scores (B, T) for every token; `start_positions`/`end_positions` (B,) token indices,
+        -100 for a sequence whose answer is not in it."""
+        hidden_states, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.span_head(hidden_states)  # (B, T, 2)
+        start_logits, end_logits = logits[..., 0], logits[..., 1]  # (B, T, 2) -> two (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
+        return SpanOutput(loss, start_logits, end_logits, hidden_states)
+
+
+AnyBert = BertForPreTraining | BertForSequenceClassification | BertForTokenClassification | BertForQuestionAnswering
+
+# Every kind of model a model directory can hold, by the name bertwb gives it.
+MODEL_KINDS: dict[str, type[AnyBert]] = {
+    cls.kind: cls
+    for cls in (BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
+}
+CLASSIFIER_KINDS = ("sequence_classification", "token_classification")
+
+
+def new_model(config: BertConfig, kind: str = "pretraining", label_names: list[str] | None = None) -> AnyBert:
+    """A freshly initialised model of `kind` (a key of MODEL_KINDS); classifiers need their `label_names`."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; one of {', '.join(MODEL_KINDS)}")
+    if kind in CLASSIFIER_KINDS:
+        if label_names is None:
+            raise ValueError(f"a {kind} model needs label_names")
+        return MODEL_KINDS[kind](config, label_names)
+    return MODEL_KINDS[kind](config)
+
+
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """BERT init: normal(0, std) Linear and Embedding weights, zero biases, LayerNorm weight 1 bias 0.
 
@@ -380,7 +546,8 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 
 # --- Hugging Face format -------------------------------------------------------------------------------
 
-# One row per module: (bertwb name, transformers.BertForPreTraining name). `{i}` is the layer index, and
+# One row per module: (bertwb name, Hugging Face name). The `bert.*` rows are shared by transformers'
+# BertForPreTraining and its task classes; each head's rows are its own. `{i}` is the layer index, and
 # a parameter's `.weight` / `.bias` suffix carries over unchanged. The same table is read in both directions.
 NAME_TABLE: list[tuple[str, str]] = [
     ("bert.embeddings.tokens", "bert.embeddings.word_embeddings"),
@@ -401,6 +568,8 @@ NAME_TABLE: list[tuple[str, str]] = [
     ("mlm_head.decoder", "cls.predictions.decoder"),  # tied: same tensor as the word embeddings
     ("mlm_head.bias", "cls.predictions.bias"),
     ("nsp_head", "cls.seq_relationship"),
+    ("classifier", "classifier"),  # BertForSequenceClassification and BertForTokenClassification
+    ("span_head", "qa_outputs"),  # BertForQuestionAnswering
 ]
 
 # HF keys that name a tensor already named elsewhere: HF ties cls.predictions.decoder.bias to cls.predictions.bias.
@@ -426,7 +595,7 @@ def _rename(name: str, source: int) -> str | None:
 
 
 def hf_name(name: str) -> str:
-    """The Hugging Face `BertForPreTraining` name of one bertwb parameter name."""
+    """The Hugging Face name of one bertwb parameter name (of any kind of model)."""
     target = _rename(name, 0)
     if target is None:
         raise KeyError(f"no Hugging Face name for bertwb parameter {name!r}")
@@ -434,7 +603,7 @@ def hf_name(name: str) -> str:
 
 
 def bertwb_name(name: str) -> str:
-    """The bertwb parameter name of one Hugging Face `BertForPreTraining` name (inverse of `hf_name`)."""
+    """The bertwb parameter name of one Hugging Face BERT parameter name (inverse of `hf_name`)."""
     target = _rename(name, 1)
     if target is None:
         raise KeyError(f"no bertwb name for Hugging Face parameter {name!r}")
@@ -442,32 +611,36 @@ def bertwb_name(name: str) -> str:
 
 
 def to_hf_state_dict(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A bertwb `BertForPreTraining` state dict renamed for `transformers.BertForPreTraining`.
+    """A bertwb model's state dict renamed for the matching `transformers` class (`hf_architecture`).
 
-    The tied decoder weight and decoder bias alias are included, so HF's strict `load_state_dict` passes;
-    `save_pretrained` / safetensors `save_model` drop the duplicates themselves.
+    For a pre-training model the tied decoder weight and decoder bias alias are included, so HF's strict
+    `load_state_dict` passes; `save_pretrained` / safetensors `save_model` drop the duplicates themselves.
     """
     hf_state = {hf_name(name): tensor for name, tensor in model_state.items()}
-    if "cls.predictions.decoder.weight" not in hf_state:
-        hf_state["cls.predictions.decoder.weight"] = hf_state["bert.embeddings.word_embeddings.weight"]
-    for alias, canonical in HF_ALIASES.items():
-        hf_state[alias] = hf_state[canonical]
+    if "cls.predictions.bias" in hf_state:  # the MLM head: fine-tuning models have none
+        if "cls.predictions.decoder.weight" not in hf_state:
+            hf_state["cls.predictions.decoder.weight"] = hf_state["bert.embeddings.word_embeddings.weight"]
+        for alias, canonical in HF_ALIASES.items():
+            hf_state[alias] = hf_state[canonical]
     return hf_state
 
 
 def from_hf_state_dict(
-    hf_state: dict[str, torch.Tensor], config: BertConfig
+    hf_state: dict[str, torch.Tensor], config: BertConfig, kind: str = "pretraining",
+    label_names: list[str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
-    """Rename a Hugging Face BERT state dict for a bertwb `BertForPreTraining` of `config`.
+    """Rename a Hugging Face BERT state dict for a bertwb model of `config` and `kind` (see `new_model`).
 
     Returns (state, missing_hf_keys, unexpected_hf_keys). `state` holds every tensor that was found
     (load it with `strict=not missing_hf_keys`); missing keys are HF names the model needs but the checkpoint
-    lacks (e.g. `cls.*` from a bare `BertModel` checkpoint); unexpected keys are HF names bertwb has no
-    place for (e.g. a fine-tuned `classifier.*`). The MLM decoder always uses the word embeddings, as HF
-    does with `tie_word_embeddings`. Accepts bare `BertModel` keys (no `bert.` prefix) and gamma/beta names.
+    lacks (e.g. `cls.*` from a bare `BertModel` checkpoint); unexpected keys are HF names the model has no
+    place for (e.g. `classifier.*` when loading a pre-training model). The MLM decoder always uses the word
+    embeddings, as HF does with `tie_word_embeddings`. Accepts bare `BertModel` keys (no `bert.` prefix)
+    and gamma/beta names.
     """
     with torch.device("meta"):  # shapes only: no memory, no init
-        expected = {name: tuple(t.shape) for name, t in BertForPreTraining(config).state_dict().items()}
+        model = new_model(config, kind, label_names)
+        expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     state, unexpected = {}, []
     canonical_present = set(hf_state) & set(HF_ALIASES.values())
     for key, tensor in hf_state.items():
@@ -476,7 +649,7 @@ def from_hf_state_dict(
             name = name[: -len(old)] + new if name.endswith(old) else name
         if name.startswith(("embeddings.", "encoder.", "pooler.")):
             name = "bert." + name  # saved from a bare BertModel
-        if HF_IGNORED.fullmatch(name) or name == "cls.predictions.decoder.weight":
+        if HF_IGNORED.fullmatch(name) or (name == "cls.predictions.decoder.weight" and kind == "pretraining"):
             continue  # buffers, and the tied decoder weight (checked and filled from the word embeddings below)
         if name in HF_ALIASES:
             if HF_ALIASES[name] in canonical_present:
@@ -487,18 +660,73 @@ def from_hf_state_dict(
             unexpected.append(key)
             continue
         if tuple(tensor.shape) != expected[ours]:
-            raise BertwbError(
-                f"checkpoint tensor {key} has shape {tuple(tensor.shape)} but the model config needs "
-                f"{expected[ours]}; the config.json does not match the weights"
-            )
+            raise shape_mismatch(key, tuple(tensor.shape), expected[ours])
         state[ours] = tensor
-    if "bert.embeddings.tokens.weight" in state:
+    if "bert.embeddings.tokens.weight" in state and "mlm_head.decoder.weight" in expected:
         state["mlm_head.decoder.weight"] = state["bert.embeddings.tokens.weight"]
         decoder = hf_state.get("cls.predictions.decoder.weight")
         if decoder is not None and not torch.equal(decoder, state["mlm_head.decoder.weight"]):
             unexpected.append("cls.predictions.decoder.weight")  # an untied checkpoint: its decoder is dropped
     missing = [hf_name(name) for name in expected if name not in state]
     return state, missing, unexpected
+
+
+def shape_mismatch(key: str, shape: tuple[int, ...], expected: tuple[int, ...],
+                   config_file: str = "config.json") -> BertwbError:
+    """The error for checkpoint tensor `key` whose shape is not the one the config gives."""
+    if key.startswith("classifier.") and shape[1:] == expected[1:]:
+        where, fix = ("id2label (or num_labels)", "id2label and label2id") if config_file == "config.json" \
+            else ("label_names", "label_names")
+        return BertwbError(
+            f"checkpoint tensor {key} scores {shape[0]} labels but {config_file}'s {where} gives {expected[0]}; "
+            f"make {fix} list the model's {shape[0]} labels"
+        )
+    return BertwbError(
+        f"checkpoint tensor {key} has shape {shape} but the model config needs {expected}; "
+        f"the {config_file} does not match the weights"
+    )
+
+
+def kind_of(tensor_names: list[str], architectures: list[str] | None = None) -> str:
+    """Which model (a key of MODEL_KINDS) a checkpoint holds.
+
+    A Hugging Face `config.json`'s `architectures` decides when it names a BERT class: a task class gives
+    its kind, any other (BertModel, BertForMaskedLM, ...) a pre-training model whose missing heads loading
+    initialises. Without one, the weight names decide, in either naming: QA outputs mean question answering;
+    a classifier with the pooler (which it reads) sequence classification, without it token classification.
+    """
+    named = [name for name in architectures or [] if name.startswith("Bert")]
+    if named:
+        return next((cls.kind for cls in MODEL_KINDS.values() if cls.hf_architecture == named[0]), "pretraining")
+    if any(name.startswith(("span_head.", "qa_outputs.")) for name in tensor_names):
+        return "question_answering"
+    if any(name.startswith("classifier.") for name in tensor_names):
+        with_pooler = any(name.startswith(("bert.pooler.", "pooler.")) for name in tensor_names)
+        return "sequence_classification" if with_pooler else "token_classification"
+    return "pretraining"
+
+
+def label_names_from_hf_dict(d: dict) -> list[str]:
+    """A classifier's label names, by id, from `config.json` as Hugging Face reads it.
+
+    `id2label` when present (its keys "0".."n-1"), else `num_labels` unnamed labels, else 2, HF's default.
+    """
+    id2label, num_labels = d.get("id2label"), d.get("num_labels")
+    if id2label is None:
+        if num_labels is None:
+            return default_label_names(2)
+        if not isinstance(num_labels, int) or isinstance(num_labels, bool) or num_labels < 1:
+            raise BertwbError(f"config.json has num_labels {num_labels!r}; it must be a positive whole number")
+        return default_label_names(num_labels)
+    if not isinstance(id2label, dict) or not id2label:
+        raise BertwbError('config.json id2label must be a non-empty object of label ids to names, e.g. {"0": "neg"}')
+    if sorted(map(str, id2label)) != sorted(str(i) for i in range(len(id2label))):
+        raise BertwbError(f"config.json id2label has keys {sorted(id2label)[:5]}, not the ids 0..{len(id2label) - 1}; "
+                          "number the labels from 0 without gaps")
+    if num_labels is not None and num_labels != len(id2label):
+        raise BertwbError(f"config.json says num_labels {num_labels} but id2label names {len(id2label)} labels; "
+                          "make them agree (num_labels may be left out)")
+    return [str(id2label[key]) for key in sorted(id2label, key=int)]
 
 
 # bertwb config field -> HF config.json field, where the names differ.
@@ -510,17 +738,33 @@ _HF_CONFIG_NAMES = {
 }
 
 
-def hf_config_dict(config: BertConfig) -> dict:
-    """The `config.json` fields with which `transformers.BertConfig(**d)` describes the same model."""
+def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: list[str] | None = None) -> dict:
+    """The `config.json` fields with which `transformers.BertConfig(**d)` describes the same model.
+
+    `architectures` names the transformers class of `kind`; a classifier's labels are written as HF writes
+    them, `id2label` (ids as strings) and its inverse `label2id`, from which HF counts `num_labels`.
+    """
     d = {_HF_CONFIG_NAMES.get(f.name, f.name): getattr(config, f.name) for f in fields(config)}
+    labels = {}
+    if kind in CLASSIFIER_KINDS:
+        if label_names is None:
+            raise ValueError(f"the config.json of a {kind} model needs its label_names")
+        labels = {"id2label": {str(i): name for i, name in enumerate(label_names)},
+                  "label2id": {name: i for i, name in enumerate(label_names)}}
     return {
-        "architectures": ["BertForPreTraining"],
+        "architectures": [MODEL_KINDS[kind].hf_architecture],
         "model_type": "bert",
         "hidden_act": "gelu",  # exact erf GELU
         "position_embedding_type": "absolute",
         "tie_word_embeddings": True,
         **d,
+        **labels,
     }
+
+
+def hf_config_of(model: AnyBert) -> dict:
+    """`hf_config_dict` of a model: its sizes, its kind and (for a classifier) its label names."""
+    return hf_config_dict(model.config, model.kind, getattr(model, "label_names", None))
 
 
 def config_from_hf_dict(d: dict) -> BertConfig:

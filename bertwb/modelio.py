@@ -13,6 +13,13 @@ A *model directory* is any folder with BERT weights and the architecture beside 
 The layout of the weights is told from their names, so every command that takes a checkpoint takes
 all of them. Its tokenizer is the directory's own ``tokenizer.json`` / ``vocab.txt`` when it has one,
 else the workspace's vocab stage.
+
+A directory holds one of four *kinds* of model (``bertwb.model.MODEL_KINDS``): a pre-training BERT
+(MLM + NSP heads) or a fine-tuned sequence classifier, token classifier or question-answering model.
+The kind is told from ``config.json``'s ``architectures`` when it names a Hugging Face BERT class, else
+from the weight names (see ``bertwb.model.kind_of``); bertwb-named weights are always told by their
+names, and a ``config.json`` beside them that names another class is an error. A classifier's label
+names come from ``config.json``'s ``id2label`` (or ``label_names`` in a checkpoint's ``state.json``).
 """
 
 from __future__ import annotations
@@ -30,12 +37,26 @@ from tokenizers import Tokenizer
 from bertwb import engine, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.model import BertConfig, BertForPreTraining, config_from_hf_dict, from_hf_state_dict, hf_config_dict
+from bertwb.model import (
+    CLASSIFIER_KINDS,
+    MODEL_KINDS,
+    AnyBert,
+    BertConfig,
+    bertwb_name,
+    config_from_hf_dict,
+    from_hf_state_dict,
+    hf_config_of,
+    hf_name,
+    kind_of,
+    label_names_from_hf_dict,
+    new_model,
+    shape_mismatch,
+)
 from bertwb.workspace import Workspace
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # Names only bertwb's state dict has; Hugging Face names never contain them.
-_BERTWB_MARKERS = ("bert.layers.", "bert.embeddings.tokens.", "mlm_head.", "nsp_head.")
+_BERTWB_MARKERS = ("bert.layers.", "bert.embeddings.tokens.", "mlm_head.", "nsp_head.", "span_head.")
 
 
 @dataclass
@@ -47,10 +68,21 @@ class ModelDir:
     config: BertConfig
     tokenizer_dir: Path | None  # None: the workspace's vocab stage
     step: int | None = None  # pretrain step, for checkpoints and the stage output
+    kind: str = "pretraining"  # which model the weights are: a key of bertwb.model.MODEL_KINDS
+    label_names: list[str] | None = None  # a classifier's labels, by id; None for other kinds
 
     @property
     def label(self) -> str:
         return f"{self.path}" + (f" (step {self.step:,})" if self.step is not None else "")
+
+    @property
+    def description(self) -> str:
+        """The kind in words, e.g. "a token-classification model (BertForTokenClassification)"."""
+        return f"a {kind_words(self.kind)} model ({MODEL_KINDS[self.kind].hf_architecture})"
+
+
+def kind_words(kind: str) -> str:
+    return "pre-training" if kind == "pretraining" else kind.replace("_", "-")
 
 
 @dataclass
@@ -59,12 +91,14 @@ class LoadReport:
 
     layout: str  # "bertwb" or "hf"
     initialised: list[str] = field(default_factory=list)  # HF names of tensors the source lacked
-    dropped: list[str] = field(default_factory=list)  # source tensors with no place in BertForPreTraining
+    dropped: list[str] = field(default_factory=list)  # source tensors with no place in the model
+    converted_from: str | None = None  # the directory's kind, when a model of another kind was built from it
 
     @property
     def initialised_heads(self) -> list[str]:
-        """The source's missing parts, by module: pooler, MLM head, NSP head, or parameter names."""
-        groups = {"bert.pooler.": "pooler", "cls.predictions.": "MLM head", "cls.seq_relationship.": "NSP head"}
+        """The source's missing parts, by module: pooler, MLM head, NSP head, classifier, QA head, or names."""
+        groups = {"bert.pooler.": "pooler", "cls.predictions.": "MLM head", "cls.seq_relationship.": "NSP head",
+                  "classifier.": "classifier", "qa_outputs.": "QA head"}
         named = []
         for name in self.initialised:
             label = next((label for prefix, label in groups.items() if name.startswith(prefix)), name)
@@ -83,7 +117,9 @@ def open_model_dir(path: Path) -> ModelDir:
         raise BertwbError(f"{path}: no model.safetensors or pytorch_model.bin; is it a model directory?")
     step = None
     if (path / "config.json").is_file():
-        config = config_from_hf_dict(_read_json(path / "config.json"))
+        hf_config = _read_json(path / "config.json")
+        config = config_from_hf_dict(hf_config)
+        kind, label_names = _kind_from_config_json(path / "config.json", hf_config, tensor_names(weights))
         training = path / "training.json"
         if training.is_file():
             step = _read_json(training).get("steps_done")
@@ -95,11 +131,39 @@ def open_model_dir(path: Path) -> ModelDir:
             raise BertwbError(f"{path / 'state.json'}: no model architecture in it ({exc}); the checkpoint "
                               "is incomplete, use an older one") from None
         step = state.get("step")
+        kind, label_names = kind_of(tensor_names(weights)), state.get("label_names")
+        if kind in CLASSIFIER_KINDS and not (isinstance(label_names, list) and label_names):
+            raise BertwbError(f"{path / 'state.json'}: no label_names for the model's classifier; the checkpoint "
+                              "is incomplete, use an older one")
     else:
         raise BertwbError(f"{path}: no config.json (or state.json) describing the model; copy the model's "
                           "config.json next to its weights")
     has_tokenizer = (path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()
-    return ModelDir(path, weights, config, path if has_tokenizer else None, step)
+    return ModelDir(path, weights, config, path if has_tokenizer else None, step, kind,
+                    label_names if kind in CLASSIFIER_KINDS else None)
+
+
+def _kind_from_config_json(config_file: Path, hf_config: dict[str, Any],
+                           names: list[str]) -> tuple[str, list[str] | None]:
+    """The model kind and label names of a folder with a ``config.json``; bertwb-named weights tell their kind."""
+    architectures = hf_config.get("architectures")
+    architectures = [architectures] if isinstance(architectures, str) else architectures
+    if not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        architectures = None
+    kind = kind_of(names, architectures)
+    if _is_bertwb_layout(names):
+        by_names = kind_of(names)
+        named = (architectures or [""])[0]
+        if by_names != kind and any(cls.hf_architecture == named for cls in MODEL_KINDS.values()):
+            raise BertwbError(f"{config_file} names {named} but the weights beside it are a "
+                              f"{kind_words(by_names)} model; restore the config.json that belongs to them")
+        kind = by_names
+    label_names = label_names_from_hf_dict(hf_config) if kind in CLASSIFIER_KINDS else None
+    return kind, label_names
+
+
+def _is_bertwb_layout(names: Any) -> bool:
+    return any(name.startswith(_BERTWB_MARKERS) for name in names)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -111,6 +175,29 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BertwbError(f"{path}: expected a JSON object")
     return data
+
+
+def tensor_names(weights: Path) -> list[str]:
+    """The tensor names of a weights file without reading its tensors where the format allows it."""
+    try:
+        if weights.name.endswith(".index.json"):
+            weight_map = _read_json(weights).get("weight_map")
+            if isinstance(weight_map, dict) and weight_map:
+                return list(weight_map)
+        elif weights.suffix == ".safetensors":
+            with safetensors.safe_open(str(weights), "pt") as f:  # the header only
+                return list(f.keys())
+        else:
+            loaded = torch.load(weights, map_location="cpu", weights_only=True, mmap=True)  # maps, reads nothing
+            if isinstance(loaded, dict) and isinstance(loaded.get("state_dict"), dict):
+                loaded = loaded["state_dict"]
+            if isinstance(loaded, dict):
+                return list(loaded)
+    except BertwbError:
+        raise
+    except Exception:  # noqa: BLE001, S110 - read_state_dict below says what is wrong with the file
+        pass
+    return list(read_state_dict(weights))  # an old pickle, or a file it will explain the trouble with
 
 
 def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
@@ -141,33 +228,46 @@ def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
     return loaded
 
 
-def load_model(model_dir: ModelDir, device: torch.device | str = "cpu") -> tuple[BertForPreTraining, LoadReport]:
-    """A ``BertForPreTraining`` with the directory's weights; parts the source lacks are initialised.
+def load_model(model_dir: ModelDir, device: torch.device | str = "cpu", kind: str | None = None,
+               label_names: list[str] | None = None, convert: bool = False) -> tuple[AnyBert, LoadReport]:
+    """The directory's model with its weights, as the bertwb class of its kind; parts the source lacks are
+    initialised.
 
     bertwb-layout weights must be complete (a missing tensor means a damaged file); Hugging Face
     ones may lack heads (a ``BertModel`` has no MLM/NSP heads, a ``BertForMaskedLM`` no pooler or NSP).
+
+    ``kind`` is the model the caller needs (None: the directory's own) and ``label_names`` a classifier's
+    labels (None: the directory's). A directory holding another model (or a classifier of other labels)
+    is a one-line error, unless ``convert``: then its encoder and pooler are kept, its own head is left
+    out, and the head the caller needs is initialised (``LoadReport.converted_from`` says so). Training
+    converts — pre-training from a fine-tuned model, fine-tuning from a pre-trained one; commands that only
+    read heads (evaluate, fill-mask, nsp) do not, since an untrained head gives confident nonsense.
     """
+    target = kind or model_dir.kind
+    if label_names is None and target == model_dir.kind:
+        label_names = model_dir.label_names
+    same = target == model_dir.kind and (target not in CLASSIFIER_KINDS or label_names == model_dir.label_names)
+    if not same and not convert:
+        raise BertwbError(_other_model_error(model_dir, target, label_names))
     state = read_state_dict(model_dir.weights)
-    model = BertForPreTraining(model_dir.config)
-    if any(name.startswith(_BERTWB_MARKERS) for name in state):
-        report = LoadReport("bertwb")
-        expected = model.state_dict()
-        # one tensor under two names; safetensors' save_model keeps only one of them
-        tied = state.get("bert.embeddings.tokens.weight", state.get("mlm_head.decoder.weight"))
-        if tied is not None:
-            state["bert.embeddings.tokens.weight"] = state["mlm_head.decoder.weight"] = tied
-        missing = [name for name in expected if state.get(name) is None]
-        unexpected = [name for name in state if name not in expected]
-        if missing or unexpected:
-            raise BertwbError(f"{model_dir.weights}: tensors do not match the model (missing {missing[:3]}, "
-                              f"unexpected {unexpected[:3]}); the checkpoint is damaged or from another version")
-        for name, tensor in state.items():
-            if tuple(tensor.shape) != tuple(expected[name].shape):
-                raise BertwbError(f"{model_dir.weights}: tensor {name} has shape {tuple(tensor.shape)}, the "
-                                  f"config needs {tuple(expected[name].shape)}; config and weights disagree")
+    model = new_model(model_dir.config, target, label_names)
+    layout = "bertwb" if _is_bertwb_layout(state) else "hf"
+    if layout == "bertwb":  # the tied decoder is the word embeddings; safetensors' save_model keeps one name
+        decoder = state.pop("mlm_head.decoder.weight", None)
+        if decoder is not None:
+            state.setdefault("bert.embeddings.tokens.weight", decoder)
+    dropped = []
+    if not same:  # the source's own head has no place in a model of another kind
+        head = MODEL_KINDS[model_dir.kind].head_prefixes
+        dropped = [key for key in state if _bertwb_key(key, layout).startswith(head)]
+        state = {key: tensor for key, tensor in state.items() if key not in dropped}
+    if layout == "bertwb":
+        if target == "pretraining" and "bert.embeddings.tokens.weight" in state:
+            state["mlm_head.decoder.weight"] = state["bert.embeddings.tokens.weight"]
+        state, report = _check_bertwb_state(model_dir, state, model.state_dict(), strict=same)
     else:
         try:
-            state, missing, unexpected = from_hf_state_dict(state, model_dir.config)
+            state, missing, unexpected = from_hf_state_dict(state, model_dir.config, target, label_names)
         except BertwbError as exc:
             raise BertwbError(f"{model_dir.path}: {exc}") from None
         if not state:
@@ -177,8 +277,53 @@ def load_model(model_dir: ModelDir, device: torch.device | str = "cpu") -> tuple
         if backbone:
             raise BertwbError(f"{model_dir.weights}: the encoder lacks {backbone[0]} (+{len(backbone) - 1} more); "
                               "the checkpoint is incomplete")
+    report.dropped = dropped + report.dropped
+    report.converted_from = None if same else model_dir.kind
     model.load_state_dict(state, strict=False)  # absent heads keep their BERT initialisation
     return model.to(device), report
+
+
+def _check_bertwb_state(model_dir: ModelDir, state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+                        strict: bool) -> tuple[dict[str, torch.Tensor], LoadReport]:
+    """bertwb-named tensors checked against the model: all of them (``strict``) or the encoder's."""
+    missing = [name for name in expected if state.get(name) is None]
+    unexpected = [name for name in state if name not in expected]
+    encoder = [name for name in missing if name.startswith("bert.") and not name.startswith("bert.pooler.")]
+    if encoder or (strict and (missing or unexpected)):
+        raise BertwbError(f"{model_dir.weights}: tensors do not match the model (missing {missing[:3]}, "
+                          f"unexpected {unexpected[:3]}); the checkpoint is damaged or from another version")
+    config_file = "config.json" if (model_dir.path / "config.json").is_file() else "state.json"
+    for name, tensor in state.items():
+        if name in expected and tuple(tensor.shape) != tuple(expected[name].shape):
+            error = shape_mismatch(name, tuple(tensor.shape), tuple(expected[name].shape), config_file)
+            raise BertwbError(f"{model_dir.weights}: {error}")
+    state = {name: tensor for name, tensor in state.items() if name in expected}
+    return state, LoadReport("bertwb", initialised=[hf_name(name) for name in missing], dropped=unexpected)
+
+
+def _few(label_names: list[str] | None) -> str:
+    names = label_names or []
+    return ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
+
+
+def _bertwb_key(key: str, layout: str) -> str:
+    if layout == "bertwb":
+        return key
+    try:
+        return bertwb_name(key)
+    except KeyError:
+        return key
+
+
+def _other_model_error(model_dir: ModelDir, kind: str, label_names: list[str] | None) -> str:
+    if kind == model_dir.kind:
+        return (f"{model_dir.path} classifies into {_few(model_dir.label_names)}, not {_few(label_names)}; use a "
+                "model of these labels, or train a new classifier from it")
+    if kind == "pretraining":
+        return (f"{model_dir.path} holds {model_dir.description}, which has no MLM and NSP heads; use a "
+                "pre-trained checkpoint or export, or pre-train further from it with model.init_from")
+    return (f"{model_dir.path} holds {model_dir.description}, not a {kind_words(kind)} model; use one, or "
+            "fine-tune one from it")
 
 
 def load_tokenizer(model_dir: ModelDir, ws: Workspace | None) -> Tokenizer:
@@ -275,8 +420,9 @@ def fingerprint(model_dir: ModelDir) -> dict[str, Any]:
 
 # --- writing ---------------------------------------------------------------------------------------------
 
-def save_model_dir(model: BertForPreTraining, out: Path, extra: dict[str, Any] | None = None) -> None:
-    """``model.safetensors`` (bertwb names, the tied decoder once) and a Hugging Face ``config.json``."""
+def save_model_dir(model: AnyBert, out: Path, extra: dict[str, Any] | None = None) -> None:
+    """``model.safetensors`` (bertwb names, the tied decoder once) and a Hugging Face ``config.json``
+    (the class of its kind in ``architectures``, a classifier's ``id2label`` / ``label2id``)."""
     out.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_model(model, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps({**hf_config_dict(model.config), **(extra or {})}, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps({**hf_config_of(model), **(extra or {})}, indent=2) + "\n")

@@ -325,11 +325,15 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
     for name in ("hidden_dropout", "attention_dropout"):
         if getattr(cfg.model, name) is not None:
             setattr(source.config, name, getattr(cfg.model, name))
-    model, report = modelio.load_model(source)
+    # a fine-tuned model gives its encoder: its task head is left out, the MLM and NSP heads start anew
+    model, report = modelio.load_model(source, kind="pretraining", convert=True)
     if announce:
-        heads = report.initialised_heads
-        ui.stage_line("pretrain", f"initialised from {source.path} ({report.layout} layout"
-                      + (f"; new {', '.join(heads)}" if heads else "") + ")")
+        notes = [f"{report.layout} layout"]
+        if report.converted_from:
+            notes.append(f"{source.description}: its head left out")
+        if report.initialised_heads:
+            notes.append(f"new {', '.join(report.initialised_heads)}")
+        ui.stage_line("pretrain", f"initialised from {source.path} ({'; '.join(notes)})")
     return model
 
 

@@ -11,7 +11,7 @@ import safetensors.torch
 import torch
 
 from bertwb import hf, modelio
-from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict
+from bertwb.model import MODEL_KINDS, BertConfig, BertForPreTraining, hf_config_dict, new_model
 from bertwb.vocab import SPECIAL_TOKENS, build_tokenizer
 from conftest import _GLUE, _TOPICS, Project, assert_one_line_error, make_documents, write_bert_format
 
@@ -45,10 +45,10 @@ def perturb(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model.eval()
 
 
-def bertwb_model_dir(folder: Path) -> BertForPreTraining:
-    """A random bertwb model directory with its tokenizer, as a checkpoint or import leaves one."""
+def bertwb_model_dir(folder: Path, kind: str = "pretraining", label_names: list[str] | None = None) -> torch.nn.Module:
+    """A random bertwb model directory with its tokenizer, as a checkpoint, import or fine-tuning leaves one."""
     tokens = write_vocab(folder)
-    model = perturb(BertForPreTraining(BertConfig(vocab_size=len(tokens), **ODD_SIZES)))
+    model = perturb(new_model(BertConfig(vocab_size=len(tokens), **ODD_SIZES), kind, label_names))
     modelio.save_model_dir(model, folder)
     tokenizer = build_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase=True)
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
@@ -56,10 +56,15 @@ def bertwb_model_dir(folder: Path) -> BertForPreTraining:
     return model
 
 
-def hf_model_dir(folder: Path, cls_name: str, safe: bool = True):
-    """A random transformers model saved with save_pretrained, with a BertTokenizerFast beside it."""
+def hf_model_dir(folder: Path, cls_name: str, safe: bool = True, label_names: list[str] | None = None):
+    """A random transformers model saved with save_pretrained, with a BertTokenizerFast beside it.
+
+    `label_names` go to transformers as `id2label`, so config.json holds the labels as transformers writes them.
+    """
     tokens = write_vocab(folder / "tok")
-    config = transformers.BertConfig(**hf_config_dict(BertConfig(vocab_size=len(tokens), **ODD_SIZES)))
+    labels = {"id2label": dict(enumerate(label_names)), "label2id": {name: i for i, name in enumerate(label_names)}} \
+        if label_names else {}
+    config = transformers.BertConfig(**hf_config_dict(BertConfig(vocab_size=len(tokens), **ODD_SIZES)), **labels)
     model = perturb(getattr(transformers, cls_name)(config))
     model.save_pretrained(folder)
     if not safe:  # an older checkpoint: pickled tensors (transformers 5 no longer writes them)
@@ -166,6 +171,169 @@ def test_export_import_export_writes_identical_files(project: Project, tmp_path:
         assert first[name] == second[name], name
 
 
+# --- fine-tuned models -------------------------------------------------------------------------------------
+
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+TASKS = [  # (transformers class, bertwb kind, label names)
+    ("BertForSequenceClassification", "sequence_classification", ["negative", "neutral", "positive"]),
+    ("BertForTokenClassification", "token_classification", NER_LABELS),
+    ("BertForQuestionAnswering", "question_answering", None),
+]
+
+
+def task_logits(output) -> torch.Tensor:
+    """What a task model's output is judged by: its logits, or start and end logits side by side."""
+    if hasattr(output, "start_logits"):
+        return torch.stack([output.start_logits, output.end_logits], dim=-1)  # 2 x (B, T) -> (B, T, 2)
+    return output.logits
+
+
+def max_logit_diff(ours: torch.nn.Module, theirs: torch.nn.Module, tokenizer_dir: Path) -> float:
+    input_ids, token_type_ids, attention_mask = batch(tokenizer_dir)
+    assert (attention_mask == 0).any()  # a padded batch: the mask must be honoured on both sides
+    with torch.no_grad():
+        mine = task_logits(ours.eval()(input_ids, token_type_ids, attention_mask))
+        hf_out = task_logits(theirs.eval()(input_ids=input_ids, token_type_ids=token_type_ids,
+                                           attention_mask=attention_mask))
+    assert mine.shape == hf_out.shape
+    return (mine - hf_out).abs().max().item()
+
+
+@pytest.mark.parametrize("cls_name, kind, label_names", TASKS)
+def test_task_model_export_loads_in_its_transformers_class(project: Project, tmp_path: Path, cls_name: str,
+                                                           kind: str, label_names: list[str] | None):
+    source, out = tmp_path / "model", tmp_path / "export"
+    ours = bertwb_model_dir(source, kind, label_names)
+    result = project.run("export", "--checkpoint", str(source), str(out))
+    assert cls_name in result.output
+
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == [cls_name]
+    theirs, info = getattr(transformers, cls_name).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    if label_names:
+        assert theirs.config.num_labels == len(label_names)
+        assert [theirs.config.id2label[i] for i in range(len(label_names))] == label_names
+        assert theirs.config.label2id == {name: i for i, name in enumerate(label_names)}
+    else:
+        assert "id2label" not in config and theirs.config.num_labels == 2  # HF's QA default: start, end
+    assert max_logit_diff(ours, theirs, out) <= 1e-5
+
+
+@pytest.mark.parametrize("cls_name, kind, label_names", [
+    *TASKS,
+    ("BertForSequenceClassification", "sequence_classification", None),  # 2 unnamed labels: no id2label written
+])
+def test_import_hf_task_model_keeps_its_head(project: Project, tmp_path: Path, cls_name: str, kind: str,
+                                             label_names: list[str] | None):
+    source, out = tmp_path / "hf", tmp_path / "imported"
+    theirs = hf_model_dir(source, cls_name, label_names=label_names)
+    result = project.run("import-hf", str(source), "--out", str(out))
+    assert cls_name in result.output and "initialised anew" not in result.output and "left out" not in result.output
+
+    report = json.loads((out / "import.json").read_text())
+    assert report["kind"] == kind and report["architecture"] == cls_name and report["initialised"] == []
+    expected_labels = label_names or (["LABEL_0", "LABEL_1"] if kind != "question_answering" else None)
+    assert report["label_names"] == expected_labels
+    model_dir = modelio.open_model_dir(out)
+    assert (model_dir.kind, model_dir.label_names) == (kind, expected_labels)
+    ours, load_report = modelio.load_model(model_dir)
+    assert type(ours) is MODEL_KINDS[kind] and load_report.layout == "bertwb"
+    assert max_logit_diff(ours, theirs, out) <= 1e-5
+
+    # and its config.json carries the labels: transformers reads the same ones from both folders
+    assert json.loads((out / "config.json").read_text())["architectures"] == [cls_name]
+    before, after = transformers.BertConfig.from_pretrained(source), transformers.BertConfig.from_pretrained(out)
+    assert (after.num_labels, after.id2label, after.label2id) == (before.num_labels, before.id2label, before.label2id)
+
+
+@pytest.mark.parametrize("cls_name, kind, label_names", TASKS)
+def test_task_model_export_import_export_writes_identical_files(project: Project, tmp_path: Path, cls_name: str,
+                                                                kind: str, label_names: list[str] | None):
+    bertwb_model_dir(tmp_path / "model", kind, label_names)
+    project.run("export", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "first"))
+    project.run("import-hf", str(tmp_path / "first"), "--out", str(tmp_path / "imported"))
+    project.run("export", "--checkpoint", str(tmp_path / "imported"), str(tmp_path / "second"))
+    first = {p.name: p.read_bytes() for p in (tmp_path / "first").iterdir()}
+    second = {p.name: p.read_bytes() for p in (tmp_path / "second").iterdir()}
+    assert first.keys() == second.keys() and len(first) == 6
+    for name in first:
+        assert first[name] == second[name], name
+    assert json.loads(first["config.json"])["architectures"] == [cls_name]
+
+
+def test_task_model_bad_inputs_give_one_line_errors(project: Project, tmp_path: Path):
+    good = tmp_path / "ner"
+    hf_model_dir(good, "BertForTokenClassification", label_names=NER_LABELS)
+
+    more_labels = tmp_path / "more_labels"  # id2label names 6 labels, the classifier scores 5
+    shutil.copytree(good, more_labels)
+    config = json.loads((more_labels / "config.json").read_text())
+    config["id2label"]["5"], config["label2id"]["B-ORG"] = "B-ORG", 5
+    (more_labels / "config.json").write_text(json.dumps(config))
+    assert_one_line_error(project.run("import-hf", str(more_labels), expect=None),
+                          "checkpoint tensor classifier.", "scores 5 labels", "gives 6", "id2label")
+
+    counted = tmp_path / "counted"  # num_labels written beside an id2label that disagrees with it
+    shutil.copytree(good, counted)
+    (counted / "config.json").write_text(json.dumps({**json.loads((good / "config.json").read_text()),
+                                                     "num_labels": 3}))
+    assert_one_line_error(project.run("import-hf", str(counted), expect=None), "num_labels 3", "id2label")
+
+    imported = tmp_path / "imported"
+    project.run("import-hf", str(good), "--out", str(imported))
+    relabelled = tmp_path / "relabelled"  # bertwb weights whose config.json lost two labels
+    shutil.copytree(imported, relabelled)
+    config = json.loads((relabelled / "config.json").read_text())
+    config["id2label"] = {str(i): name for i, name in enumerate(NER_LABELS[:3])}
+    (relabelled / "config.json").write_text(json.dumps(config))
+    assert_one_line_error(project.run("export", "--checkpoint", str(relabelled), str(tmp_path / "x"), expect=None),
+                          "checkpoint tensor classifier.", "scores 5 labels", "gives 3", "id2label")
+
+    mislabelled = tmp_path / "mislabelled"  # bertwb classifier weights beside a pre-training config.json
+    shutil.copytree(imported, mislabelled)
+    config = json.loads((mislabelled / "config.json").read_text())
+    (mislabelled / "config.json").write_text(json.dumps({**config, "architectures": ["BertForPreTraining"]}))
+    assert_one_line_error(project.run("export", "--checkpoint", str(mislabelled), str(tmp_path / "y"), expect=None),
+                          "names BertForPreTraining", "token-classification")
+
+    # commands that read the MLM and NSP heads refuse a fine-tuned model rather than invent its heads
+    for command in (["fill-mask", "the [MASK] sailed"], ["nsp", "The ship left.", "The crew sang."]):
+        assert_one_line_error(project.run(command[0], "--checkpoint", str(imported), *command[1:], expect=None),
+                              str(imported), "BertForTokenClassification", "no MLM and NSP heads")
+
+
+def test_pretraining_model_from_a_task_model_keeps_its_encoder(tmp_path: Path):
+    """Converting is explicit: the encoder is kept, the task head left out, the MLM and NSP heads initialised."""
+    source = tmp_path / "qa"
+    theirs = hf_model_dir(source, "BertForQuestionAnswering")
+    model_dir = modelio.open_model_dir(source)
+    with pytest.raises(modelio.BertwbError, match="no MLM and NSP heads"):
+        modelio.load_model(model_dir, kind="pretraining")
+    ours, report = modelio.load_model(model_dir, kind="pretraining", convert=True)
+    assert type(ours) is BertForPreTraining and report.converted_from == "question_answering"
+    assert report.initialised_heads == ["pooler", "MLM head", "NSP head"]
+    assert sorted(report.dropped) == ["qa_outputs.bias", "qa_outputs.weight"]
+    input_ids, token_type_ids, attention_mask = batch(source)
+    with torch.no_grad():
+        mine = ours.eval()(input_ids, token_type_ids, attention_mask).hidden_states
+        hidden = theirs(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                        output_hidden_states=True).hidden_states[-1]
+    assert (mine - hidden).abs().max() <= 1e-5
+
+    # a classifier of other labels, from a bertwb-layout sequence classifier: the classifier starts anew
+    classifier_dir = tmp_path / "sentiment"
+    original = bertwb_model_dir(classifier_dir, "sequence_classification", ["neg", "pos"])
+    model_dir = modelio.open_model_dir(classifier_dir)
+    with pytest.raises(modelio.BertwbError, match="classifies into"):
+        modelio.load_model(model_dir, label_names=["a", "b", "c"])
+    relabelled, report = modelio.load_model(model_dir, label_names=["a", "b", "c"], convert=True)
+    assert report.initialised_heads == ["classifier"] and sorted(report.dropped) == ["classifier.bias",
+                                                                                      "classifier.weight"]
+    assert torch.equal(relabelled.bert.pooler.weight, original.bert.pooler.weight)
+    assert relabelled.classifier.weight.shape == (3, 96)
+
+
 def test_bad_model_directories_give_one_line_errors(project: Project, tmp_path: Path):
     good = tmp_path / "good"
     hf_model_dir(good, "BertForPreTraining")
@@ -265,6 +433,16 @@ pretrain:
     # straight from the Hugging Face folder: the heads it lacks are named
     direct = project.run("pretrain", "--set", f"model.init_from={source}")
     assert f"initialised from {source}" in direct.output and "new pooler, NSP head" in direct.output
+
+    # from a fine-tuned NER model: its encoder, with its classifier left out and new pre-training heads
+    ner, ner_imported = tmp_path / "ner", tmp_path / "ner-imported"
+    hf_model_dir(ner, "BertForTokenClassification", label_names=["O", "B-X", "I-X"])
+    project.run("import-hf", str(ner), "--out", str(ner_imported))
+    assert_one_line_error(project.run("evaluate", "--checkpoint", str(ner_imported), expect=None),
+                          "token-classification model", "no MLM and NSP heads", "model.init_from")
+    from_ner = project.run("pretrain", "--set", f"model.init_from={ner_imported}")
+    assert "BertForTokenClassification): its head left out" in from_ner.output
+    assert "new pooler, MLM head, NSP head" in from_ner.output
 
     (imported / "vocab.txt").write_text("\n".join(reversed(vocab)) + "\n")
     assert_one_line_error(project.run("pretrain", "--force", expect=None), "vocab.txt differs")

@@ -1,19 +1,27 @@
-"""The BERT model: shapes, presets, init, sparse MLM head, padding, Hugging Face parity, learning."""
+"""The BERT model: shapes, presets, init, sparse MLM head, padding, task heads, Hugging Face parity, learning."""
 
 import pytest
 import torch
 
 from bertwb.errors import BertwbError
 from bertwb.model import (
+    MODEL_KINDS,
     PRESETS,
     BertConfig,
     BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     bertwb_name,
     config_from_hf_dict,
+    default_label_names,
     from_hf_state_dict,
     hf_config_dict,
     hf_name,
+    kind_of,
+    label_names_from_hf_dict,
+    new_model,
     to_hf_state_dict,
 )
 
@@ -40,10 +48,11 @@ def make_batch(batch=3, seq=12, seed=0):
     return input_ids, token_type_ids, attention_mask, lengths
 
 
-def random_model(config: BertConfig, seed: int = 0) -> BertForPreTraining:
+def random_model(config: BertConfig, seed: int = 0, kind: str = "pretraining",
+                 label_names: list[str] | None = None) -> torch.nn.Module:
     """A model whose biases and LayerNorms are random too, so a wrongly mapped one shows up."""
     torch.manual_seed(seed)
-    model = BertForPreTraining(config)
+    model = new_model(config, kind, label_names)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.1)
@@ -161,18 +170,22 @@ def test_backbone_without_pooler_and_encode():
 
 
 def test_name_table_round_trips():
-    model = BertForPreTraining(small_config())
-    for name in model.state_dict():
-        assert bertwb_name(hf_name(name)) == name
+    for kind in MODEL_KINDS:
+        model = new_model(small_config(), kind, ["a", "b", "c"])
+        for name in model.state_dict():
+            assert bertwb_name(hf_name(name)) == name
+    assert hf_name("span_head.weight") == "qa_outputs.weight"
     with pytest.raises(KeyError):
         hf_name("bert.not_a_module.weight")
 
 
 def test_config_round_trips_through_hf_dict():
     config = BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536,
-                        max_position_embeddings=256, hidden_dropout=0.05, layer_norm_eps=1e-7)
+                        max_position_embeddings=256, hidden_dropout=0.05, layer_norm_eps=1e-7,
+                        classifier_dropout=0.3)
     d = hf_config_dict(config)
     assert d["architectures"] == ["BertForPreTraining"] and d["model_type"] == "bert" and d["hidden_act"] == "gelu"
+    assert "id2label" not in d and d["classifier_dropout"] == 0.3
     assert d["num_hidden_layers"] == 6 and d["num_attention_heads"] == 12 and d["hidden_dropout_prob"] == 0.05
     assert config_from_hf_dict(d) == config
     with pytest.raises(BertwbError, match="hidden_act"):
@@ -255,6 +268,166 @@ def test_from_hf_reports_missing_and_unexpected_keys():
     # a config that does not fit the weights is a clear error
     with pytest.raises(BertwbError, match="shape"):
         from_hf_state_dict(hf_state, small_config(vocab_size=VOCAB + 64))
+
+
+# --- fine-tuning heads -----------------------------------------------------------------------------------
+
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def test_task_models_shapes_and_losses():
+    config = small_config()
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12)
+
+    sequence = BertForSequenceClassification(config, ["neg", "pos", "neutral"]).eval()
+    out = sequence(input_ids, token_type_ids, attention_mask, labels=torch.tensor([0, 2, 1]))
+    assert out.logits.shape == (3, 3) and out.hidden_states.shape == (3, 12, 64)
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
+    regressor = BertForSequenceClassification(config, ["score"]).eval()
+    targets = torch.tensor([0.5, 1.0, 4.0])
+    out = regressor(input_ids, token_type_ids, attention_mask, labels=targets)
+    torch.testing.assert_close(out.loss, ((out.logits[:, 0] - targets) ** 2).mean())
+
+    tokens = BertForTokenClassification(config, NER_LABELS).eval()
+    labels = torch.full(input_ids.shape, -100)
+    labels[:, 1:4] = torch.tensor([1, 2, 0])  # three labelled tokens per row, the rest ignored
+    out = tokens(input_ids, token_type_ids, attention_mask, labels=labels)
+    assert out.logits.shape == (3, 12, 5)
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[:, 1:4].reshape(-1, 5),
+                                                                           labels[:, 1:4].reshape(-1)))
+
+    spans = BertForQuestionAnswering(config).eval()
+    out = spans(input_ids, token_type_ids, attention_mask, torch.tensor([1, 2, 3]), torch.tensor([2, 2, -100]))
+    assert out.start_logits.shape == (3, 12) and out.end_logits.shape == (3, 12)
+    start = torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
+    end = torch.nn.functional.cross_entropy(out.end_logits[:2], torch.tensor([2, 2]))
+    torch.testing.assert_close(out.loss, (start + end) / 2)
+
+    # token classification and QA never read the pooler, so they have none (as HF's add_pooling_layer=False)
+    assert any(name.startswith("bert.pooler.") for name in sequence.state_dict())
+    for model in (tokens, spans):
+        assert not any("pooler" in name for name in model.state_dict())
+    with pytest.raises(BertwbError, match="at least one label"):
+        BertForTokenClassification(config, [])
+
+
+def test_task_head_init_and_dropout():
+    config = small_config(intermediate_size=1024, classifier_dropout=0.25)
+    model = BertForSequenceClassification(config, default_label_names(2))
+    assert torch.count_nonzero(model.classifier.bias) == 0 and abs(model.classifier.weight.std().item() - 0.02) < 0.005
+    assert model.dropout.p == 0.25
+    assert BertForTokenClassification(small_config(hidden_dropout=0.15), NER_LABELS).dropout.p == 0.15
+
+
+def hf_task_model(cls_name: str, config: BertConfig, label_names: list[str] | None):
+    """A transformers task model with random weights everywhere, built from HF's own config handling."""
+    transformers = pytest.importorskip("transformers")
+    extra = {"id2label": dict(enumerate(label_names))} if label_names else {}
+    hf_config = transformers.BertConfig(**hf_config_dict(config), **extra)
+    hf_config._attn_implementation = "eager"
+    model = getattr(transformers, cls_name)(hf_config).eval()
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    return model
+
+
+def task_logits(output) -> torch.Tensor:
+    """The one tensor a task model's output is judged by: logits, or start and end logits side by side."""
+    if hasattr(output, "start_logits"):
+        return torch.stack([output.start_logits, output.end_logits], dim=-1)  # 2 x (B, T) -> (B, T, 2)
+    return output.logits
+
+
+TASK_CLASSES = [("BertForSequenceClassification", ["neg", "pos", "neutral"]),
+                ("BertForTokenClassification", NER_LABELS),
+                ("BertForQuestionAnswering", None)]
+
+
+@pytest.mark.parametrize("cls_name, label_names", TASK_CLASSES)
+def test_task_models_match_hf_both_ways(cls_name, label_names):
+    config = small_config()
+    kind = next(k for k, cls in MODEL_KINDS.items() if cls.hf_architecture == cls_name)
+    input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12)
+
+    # bertwb weights into transformers
+    ours = random_model(config, kind=kind, label_names=label_names)
+    theirs = hf_task_model(cls_name, config, label_names)
+    result = theirs.load_state_dict(to_hf_state_dict(ours.state_dict()), strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    with torch.no_grad():
+        diff = task_logits(ours(input_ids, token_type_ids, attention_mask)) - task_logits(
+            theirs(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask))
+    assert diff.abs().max() <= 1e-5
+
+    # transformers weights into bertwb
+    theirs = hf_task_model(cls_name, config, label_names)
+    state, missing, unexpected = from_hf_state_dict(theirs.state_dict(), config, kind, label_names)
+    assert missing == [] and unexpected == []
+    ours = new_model(config, kind, label_names).eval()
+    ours.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        diff = task_logits(ours(input_ids, token_type_ids, attention_mask)) - task_logits(
+            theirs(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask))
+    assert diff.abs().max() <= 1e-5
+
+
+def test_task_config_and_labels_round_trip_through_hf():
+    transformers = pytest.importorskip("transformers")
+    config = small_config(classifier_dropout=0.2)
+    d = hf_config_dict(config, "token_classification", NER_LABELS)
+    assert d["architectures"] == ["BertForTokenClassification"]
+    assert d["id2label"] == {str(i): name for i, name in enumerate(NER_LABELS)}
+    hf_config = transformers.BertConfig(**d)
+    assert hf_config.num_labels == 5 and hf_config.id2label[1] == "B-PER" and hf_config.label2id["I-LOC"] == 4
+    assert hf_config.classifier_dropout == 0.2
+    written = hf_config.to_dict()  # what save_pretrained writes: id2label keys become strings in JSON
+    assert config_from_hf_dict(written) == config
+    assert label_names_from_hf_dict({**written, "id2label": {str(k): v for k, v in written["id2label"].items()}}) \
+        == NER_LABELS
+    assert "id2label" not in hf_config_dict(config, "question_answering")
+    assert transformers.BertConfig(**hf_config_dict(config, "question_answering")).num_labels == 2
+
+
+def test_label_names_from_hf_dict():
+    assert label_names_from_hf_dict({}) == ["LABEL_0", "LABEL_1"]  # HF's default when nothing is written
+    assert label_names_from_hf_dict({"num_labels": 3}) == ["LABEL_0", "LABEL_1", "LABEL_2"]
+    assert label_names_from_hf_dict({"id2label": {"1": "pos", "0": "neg"}}) == ["neg", "pos"]
+    with pytest.raises(BertwbError, match="num_labels 3 but id2label names 2"):
+        label_names_from_hf_dict({"num_labels": 3, "id2label": {"0": "neg", "1": "pos"}})
+    with pytest.raises(BertwbError, match="without gaps"):
+        label_names_from_hf_dict({"id2label": {"0": "neg", "2": "pos"}})
+    with pytest.raises(BertwbError, match="positive whole number"):
+        label_names_from_hf_dict({"num_labels": 0})
+
+
+def test_kind_of_reads_architectures_then_weight_names():
+    config = small_config()
+    for kind, cls in MODEL_KINDS.items():
+        ours = list(new_model(config, kind, ["a", "b"]).state_dict())
+        theirs = list(to_hf_state_dict(new_model(config, kind, ["a", "b"]).state_dict()))
+        assert kind_of(ours) == kind_of(theirs) == kind_of(theirs, [cls.hf_architecture]) == kind
+    token_names = list(to_hf_state_dict(new_model(config, "token_classification", ["a"]).state_dict()))
+    # an old token classifier saved with a pooler: its config names the class
+    assert kind_of(token_names + ["bert.pooler.dense.weight"], ["BertForTokenClassification"]) == \
+        "token_classification"
+    # classes bertwb has no head for load as pre-training models (their head is reported as left out)
+    assert kind_of(token_names + ["bert.pooler.dense.weight"], ["BertForMultipleChoice"]) == "pretraining"
+    assert kind_of(["embeddings.word_embeddings.weight"], ["BertModel"]) == "pretraining"
+
+
+def test_from_hf_checks_label_count_and_drops_other_heads():
+    config = small_config()
+    hf_state = to_hf_state_dict(random_model(config, kind="sequence_classification",
+                                             label_names=["a", "b", "c"]).state_dict())
+    with pytest.raises(BertwbError, match="classifier.weight scores 3 labels but config.json's id2label"):
+        from_hf_state_dict(hf_state, config, "sequence_classification", ["a", "b"])
+    # a pre-training model from a classifier: the encoder and pooler fit, the heads are missing
+    state, missing, unexpected = from_hf_state_dict(hf_state, config)
+    assert unexpected == ["classifier.weight", "classifier.bias"]
+    assert sorted({name.split(".")[1] for name in missing}) == ["predictions", "seq_relationship"]
+    assert "bert.pooler.weight" in state
 
 
 def test_loss_goes_down_on_a_fixed_batch():
