@@ -412,7 +412,7 @@ class _Classifier(nn.Module):
         self.label_names = [str(name) for name in label_names]  # index = label id
         self.bert = BertModel(config, with_pooler=with_pooler)
         dropout = config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, len(self.label_names))
         self.apply(lambda module: init_weights(module, config.initializer_range))
 

@@ -159,17 +159,6 @@ def test_import_hf_gives_identical_hidden_states_and_logits(project: Project, tm
         assert (mine.nsp_logits - hf_out.seq_relationship_logits).abs().max() <= 1e-5
 
 
-def test_export_import_export_writes_identical_files(project: Project, tmp_path: Path):
-    bertwb_model_dir(tmp_path / "model")
-    project.run("export", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "first"))
-    project.run("import-hf", str(tmp_path / "first"), "--out", str(tmp_path / "imported"))
-    project.run("export", "--checkpoint", str(tmp_path / "imported"), str(tmp_path / "second"))
-    first = {p.name: p.read_bytes() for p in (tmp_path / "first").iterdir()}
-    second = {p.name: p.read_bytes() for p in (tmp_path / "second").iterdir()}
-    assert first.keys() == second.keys() and len(first) == 6
-    for name in first:
-        assert first[name] == second[name], name
-
 
 # --- fine-tuned models -------------------------------------------------------------------------------------
 
@@ -247,8 +236,8 @@ def test_import_hf_task_model_keeps_its_head(project: Project, tmp_path: Path, c
     assert (after.num_labels, after.id2label, after.label2id) == (before.num_labels, before.id2label, before.label2id)
 
 
-@pytest.mark.parametrize("cls_name, kind, label_names", TASKS)
-def test_task_model_export_import_export_writes_identical_files(project: Project, tmp_path: Path, cls_name: str,
+@pytest.mark.parametrize("cls_name, kind, label_names", [("BertForPreTraining", "pretraining", None), *TASKS])
+def test_export_import_export_writes_identical_files(project: Project, tmp_path: Path, cls_name: str,
                                                                 kind: str, label_names: list[str] | None):
     bertwb_model_dir(tmp_path / "model", kind, label_names)
     project.run("export", "--checkpoint", str(tmp_path / "model"), str(tmp_path / "first"))
