@@ -131,6 +131,20 @@ def test_vocab_cross_entropy_counts_a_tied_maximum_as_argmax_does():
     assert int(hits) == expected == 2
 
 
+def test_vocab_cross_entropy_counts_ties_across_blocks_as_argmax_does(monkeypatch):
+    monkeypatch.setattr(_VocabCrossEntropy, "BLOCK", 6)  # 3 columns: blocks of 2 vocabulary rows
+    logits = torch.zeros(3, 10)  # (n, V)
+    logits[0, [3, 8]] = 2.0  # tie across blocks 1 and 4: argmax says 3
+    logits[1, [4, 5]] = 2.0  # tie inside block 2: argmax says 4
+    logits[2, [1, 9]] = 2.0  # tie across the first and the last block: argmax says 1
+    for labels in (torch.tensor([3, 4, 1]), torch.tensor([8, 5, 9]), torch.tensor([3, 5, 9])):
+        expected = int((logits.argmax(-1) == labels).sum())
+        _, hits = _VocabCrossEntropy.apply(logits.t().contiguous().requires_grad_() * 1.0, labels)
+        assert int(hits) == expected
+    assert [int(_VocabCrossEntropy.apply(logits.t().contiguous().requires_grad_() * 1.0, labels)[1])
+            for labels in (torch.tensor([3, 4, 1]), torch.tensor([8, 5, 9]))] == [3, 0]
+
+
 def test_vocab_cross_entropy_consumes_its_input_once():
     weight, h, labels = _logits_and_reference(n=5, plant_hits=False)
     loss, _ = _mlm_loss_sum((weight @ h.t()).t(), labels)
