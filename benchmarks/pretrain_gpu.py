@@ -2,10 +2,12 @@
 
 Usage: ``python benchmarks/pretrain_gpu.py [--batch 256] [--steps 30] [--warmup 10] [--compile] [--no-append]``
 
-Runs the bertwb training step (``BertForPreTraining`` with the MLM head at masked positions, bf16
-autocast, TF32, fused AdamW, clipping) on synthetic pairs with the length profile of
-``create_pretraining_data`` (90% of 128 tokens, 10% uniform in [5, 128]) and 15% masking (at most 20).
-Data is synthetic so the script needs no workspace; throughput does not depend on token values.
+Times the training loop's own step, ``bertwb.pretrain._Loop._train_step`` (``BertForPreTraining`` with
+the MLM head at masked positions, bf16 autocast, TF32, the fused AdamW of ``build_optimizer``,
+clipping), on synthetic pairs with the length profile of ``create_pretraining_data`` (90% of 128
+tokens, 10% uniform in [5, 128]) and 15% masking (at most 20), collation and the host-to-device copy
+included. Data is synthetic so the script needs no workspace; throughput does not depend on token
+values. ``--device cpu --preset tiny --no-append`` runs the same code on a CPU, as a smoke test.
 
 FLOPs (written down, counted on real tokens only, as ``bertwb.pretrain.useful_flops_per_pair``):
 training = 3 × forward; forward per pair of length T with n masked tokens =
@@ -18,20 +20,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb.config import Config  # noqa: E402
 from bertwb.data import Batches, PairArrays  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report  # noqa: E402
-from bertwb.pretrain import useful_flops_per_pair  # noqa: E402
+from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
+                             useful_flops_per_pair)
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
@@ -57,46 +61,52 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--no-append", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu, for a smoke test of the script.")
+    parser.add_argument("--preset", default="base", help="Model size preset (default base).")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("benchmarks/pretrain_gpu.py needs a CUDA GPU and none is visible; run it on a GPU machine "
               "(CPU numbers: benchmarks/pretrain_cpu.py)", file=sys.stderr)
         sys.exit(2)
 
-    device = torch.device("cuda")
-    name = torch.cuda.get_device_name(device)
+    dist = _Dist(device=args.device)
+    device = dist.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True  # as pretrain.train does on CUDA
     torch.backends.cudnn.allow_tf32 = True
-    config = BertConfig.from_preset("base", 30522)
+    config = BertConfig.from_preset(args.preset, 30522)
     torch.manual_seed(0)
-    model = BertForPreTraining(config).to(device)
+    model = BertForPreTraining(config).to(device).train()
     step_model = torch.compile(model, dynamic=True) if args.compile else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-    pairs = synthetic_pairs(args.batch * (args.steps + args.warmup))
-    batches = Batches(pairs, args.batch, seed=0, bucket_batches=50, pad_multiple=8)
+    cfg = Config()
+    cfg.pretrain.batch_size, cfg.pretrain.lr = args.batch, 1e-4
+    total = args.warmup + args.steps
+    pairs = synthetic_pairs(args.batch * total)
+    batches = Batches(pairs, args.batch, seed=0, bucket_batches=cfg.pretrain.bucket_batches,
+                      pad_multiple=8 if device.type == "cuda" else 1)
+    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
+    loop = _Loop(cfg, dist, model, step_model, build_optimizer(cfg, model, device), LinearWarmupDecay(1e-4, 0, total),
+                 batches, None, window, Path(tempfile.gettempdir()), total)
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     tokens = flops = 0.0
-    for step in range(args.warmup + args.steps):
+    for step in range(total):
         if step == args.warmup:
-            torch.cuda.synchronize()
+            synchronize()
             started = time.perf_counter()
-        batch = batches.micro_batches(0, step)[0].pin_memory().to(device, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = step_model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-        loss = F.cross_entropy(out.mlm_logits.float(), batch.mlm_labels) + \
-            F.cross_entropy(out.nsp_logits.float(), batch.nsp_labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        micro = batches.micro_batches(0, step)
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro))
         if step >= args.warmup:
             indices = batches.epoch_order(0)[step]
             lengths = pairs.offsets[indices + 1] - pairs.offsets[indices]
             counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
             tokens += lengths.sum()
             flops += sum(useful_flops_per_pair(config, int(t), int(m)) for t, m in zip(lengths, counts, strict=True))
-    torch.cuda.synchronize()
+    synchronize()
     elapsed = time.perf_counter() - started
     compiled = " --compile" if args.compile else ""
     mfu = f"{100 * flops / elapsed / (peak * 1e12):.1f}%" if peak else "n/a (pass --peak-tflops)"
@@ -104,7 +114,8 @@ def main() -> None:
 ## Pre-training throughput, GPU — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
 Script: `python benchmarks/pretrain_gpu.py --batch {args.batch} --steps {args.steps}{compiled}`.
-GPU: {name}, torch {torch.__version__}. BERT-base (L12 H768 A12, V 30522), sequences ≤ 128, bf16 autocast,
+GPU: {name}, torch {torch.__version__}. Preset {args.preset} (L{config.num_layers} H{config.hidden_size} \
+A{config.num_heads}, V 30522), sequences ≤ 128, bf16 autocast,
 fused AdamW, synthetic pairs with create_pretraining_data's length profile.
 
 * {tokens / elapsed:,.0f} tokens/s, {elapsed / args.steps * 1000:.1f} ms/step, batch {args.batch}.
