@@ -32,7 +32,8 @@ demo: install
 	$(BIN)/bertwb status
 	$(BIN)/bertwb sql "select * from corpus_stats"
 	$(BIN)/bertwb fill-mask "captain jonas scrubbed the nautical [MASK] in the harbour ." "pavel baked the crispy [MASK] slowly ." --top-k 3
-	$(BIN)/bertwb nsp "The ship left the harbour at dawn." "The crew raised the sails as the wind grew."
+	$(BIN)/bertwb nsp "Captain Jonas scrubbed the nautical deck in the harbour." "Then Jonas steered the breezy yacht out of the marina."
+	$(BIN)/bertwb nsp "Captain Jonas scrubbed the nautical deck in the harbour." "Pavel baked the crispy croissants slowly."
 
 test: install-dev
 	$(BIN)/python -m pytest -q
