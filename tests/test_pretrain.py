@@ -211,13 +211,15 @@ def test_pretrain_needs_pairs_first(tmp_path: Path):
 
 
 def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
-    """On the sample corpus when present, else the generated one: 200 steps of the tiny model, lr 2e-3.
+    """On the sample corpus when present, else the generated one: 600 steps of the tiny model, lr 2e-3,
+    BERT's own masking and dropout.
 
-    Measured on sample_corpus/pretrain (2.5 MB, 1 thread, ~14 s of training): train loss 6.00 in the
-    first 20 steps → 5.44 in the last 20; MLM accuracy 3.1% → 9.7% (train) and 10.3% (valid), where
-    always guessing the most frequent token gives ~5%. On the generated corpus (random words of a
-    topic, ~9% is about the ceiling) lr 1e-3 reached 8.3% valid at step 150. Thresholds: the loss
-    falls by ≥ 0.4 and valid MLM accuracy reaches 8% (sample corpus) or 6% (generated).
+    A tiny BERT first learns token frequencies (valid MLM accuracy ~5%, what always guessing the most
+    frequent piece gives) and uses the context only after a few hundred steps, so a shorter run tests
+    noise on that plateau. Measured on sample_corpus/pretrain (vocab 256, 64 tokens, batch 16; 2 threads,
+    ~20 s of training): train loss 5.92 at step 50 → 5.30 at step 600, MLM accuracy 3.1% → 13.2%
+    (train) and 16.0% (valid). Thresholds: the loss falls by ≥ 0.4 and valid MLM accuracy reaches 12%
+    (sample corpus) or 6% (the generated corpus: random words of a topic, ~9% is about its ceiling).
     """
     sample = SAMPLE_CORPUS.exists()
     corpus = SAMPLE_CORPUS if sample else tmp_path / "corpus"
@@ -227,19 +229,19 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
     project.write_config(CONFIG.format(corpus=corpus))
     started = time.monotonic()
     project.run("run", "--until", "pairs")
-    project.run("pretrain", "--set", "pretrain.steps=200", "--set", "pretrain.lr=2e-3",
-                "--set", "pretrain.warmup_steps=20", "--set", "pretrain.log_every=20",
-                "--set", "pretrain.eval_every=100", "--set", "pretrain.checkpoint_every=1000")
+    project.run("pretrain", "--set", "pretrain.steps=600", "--set", "pretrain.lr=2e-3",
+                "--set", "pretrain.warmup_steps=60", "--set", "pretrain.log_every=50",
+                "--set", "pretrain.eval_every=300", "--set", "pretrain.checkpoint_every=1000")
     assert time.monotonic() - started < 60
     metrics = _metrics(project)
-    assert [m["step"] for m in metrics] == list(range(20, 201, 20))
+    assert [m["step"] for m in metrics] == list(range(50, 601, 50))
     first, last = metrics[0], metrics[-1]
     assert last["loss"] < first["loss"] - 0.4, (first["loss"], last["loss"])
-    assert last["valid_mlm_acc"] >= (0.08 if sample else 0.06), last
+    assert last["valid_mlm_acc"] >= (0.12 if sample else 0.06), last
     assert last["mlm_acc"] > first["mlm_acc"]
-    assert "valid_loss" in metrics[4] and "valid_loss" not in metrics[3]  # validation at step 100 and the end
+    assert "valid_loss" in metrics[5] and "valid_loss" not in metrics[4]  # validation at step 300 and the end
     manifest = json.loads((project.workspace / "manifests" / "pretrain.json").read_text())
-    assert manifest["summary"]["steps_done"] == 200
+    assert manifest["summary"]["steps_done"] == 600
     assert "pretrain.steps" not in json.dumps(manifest["params"])  # steps are not in the key
     config = json.loads((project.workspace / "pretrain" / "config.json").read_text())
     assert config["num_hidden_layers"] == 2 and config["hidden_size"] == 128
