@@ -194,7 +194,7 @@ batch 32, fp32, AdamW + clipping; {args.steps} timed steps after {args.warmup} w
 * Speed-up: **{speedup:.2f}×** HF's tokens/s (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}).
 * fp32 matmul peak (2048³ `torch.mm`): {peak / 1e9:,.1f} GFLOP/s. bertwb useful FLOP/s
   (3 × forward matmul FLOPs on real tokens, MLM head at masked tokens only): {ours['useful_flops'] / 1e9:,.1f} GFLOP/s
-  = **{100 * share:.0f}%** of the peak (target ≥ 80%: {'met' if share >= 0.8 else 'NOT met'}).
+  = **{100 * share:.1f}%** of the peak (target ≥ 80%: {'met' if share >= 0.8 else 'NOT met'}).
 """
     print(report)
     if not args.no_append:
