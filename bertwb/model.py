@@ -400,7 +400,10 @@ def default_label_names(num_labels: int) -> list[str]:
 
 
 class _Classifier(nn.Module):
-    """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id."""
+    """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id.
+
+    Subclasses say which vectors are classified (`_features`) and how the loss is taken (`_loss`).
+    """
 
     head_prefixes = ("classifier.",)
 
@@ -416,11 +419,31 @@ class _Classifier(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, len(self.label_names))
         self.apply(lambda module: init_weights(module, config.initializer_range))
 
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> ClassifierOutput:
+        """Scores for each sequence (B, num_labels) or token (B, T, num_labels); the loss when given labels."""
+        hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(self._features(hidden_states, pooled)))
+        loss = None if labels is None else self._loss(logits, labels)
+        return ClassifierOutput(loss, logits, hidden_states)
+
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
 
 class BertForSequenceClassification(_Classifier):
     """One label per sequence (a sentence or a sentence pair): the pooled [CLS], dropout, a Linear(H, labels).
 
     With one label it is a regressor (loss: mean squared error), as Hugging Face's class.
+    `labels` (B,) are label ids, or float targets for one label.
     """
 
     kind = "sequence_classification"
@@ -429,27 +452,20 @@ class BertForSequenceClassification(_Classifier):
     def __init__(self, config: BertConfig, label_names: list[str]):
         super().__init__(config, label_names, with_pooler=True)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> ClassifierOutput:
-        """Scores (B, num_labels) for each sequence; `labels` (B,) label ids, or float targets for one label."""
-        hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
-        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if logits.size(-1) == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))  # (B, 1) -> (B,)
-            else:
-                loss = F.cross_entropy(logits, labels)
-        return ClassifierOutput(loss, logits, hidden_states)
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        return pooled  # (B, H) -> logits (B, num_labels)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if logits.size(-1) == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))  # (B, 1) -> (B,)
+        return F.cross_entropy(logits, labels)
 
 
 class BertForTokenClassification(_Classifier):
-    """One label per token (named entities in CoNLL): every hidden state, dropout, a Linear(H, labels); no pooler."""
+    """One label per token (named entities in CoNLL): every hidden state, dropout, a Linear(H, labels); no pooler.
+
+    `labels` (B, T) with -100 where nothing is predicted.
+    """
 
     kind = "token_classification"
     hf_architecture = "BertForTokenClassification"
@@ -457,21 +473,12 @@ class BertForTokenClassification(_Classifier):
     def __init__(self, config: BertConfig, label_names: list[str]):
         super().__init__(config, label_names, with_pooler=False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> ClassifierOutput:
-        """Scores (B, T, num_labels) for each token; `labels` (B, T) with -100 where nothing is predicted."""
-        hidden_states, _ = self.bert(input_ids, token_type_ids, attention_mask)
-        logits = self.classifier(self.dropout(hidden_states))  # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            # (B, T, num_labels) -> (B*T, num_labels) and (B, T) -> (B*T,): one prediction per token
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
-        return ClassifierOutput(loss, logits, hidden_states)
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        return hidden_states  # (B, T, H) -> logits (B, T, num_labels)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        # (B, T, num_labels) -> (B*T, num_labels) and (B, T) -> (B*T,): one prediction per token
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
 
 
 class BertForQuestionAnswering(nn.Module):
