@@ -458,8 +458,8 @@ def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: 
         a_end = first + rng.integers(1, np.maximum(n_chunk, 2))  # one sentence when the chunk has one
         coin = rng.random(len(active)) < 0.5  # True: random next
         a_stop = sentence_offsets[a_end]
-        b_first, b_end, b_doc = a_end.copy(), chunk_end.copy(), active.copy()
-        b_start_token = a_stop.copy()
+        b_end, b_doc = chunk_end.copy(), active.copy()
+        b_start_token = a_stop.copy()  # B starts where A stops, unless random
         if split_one_sentence:
             # A one-sentence chunk whose coin says actual next is cut inside its sentence at a uniform
             # token; a sentence of one token cannot be cut and still takes a random next.
@@ -477,7 +477,7 @@ def _draw_spans(shard: _Shard, max_num_tokens: int, short_seq_prob: float, rng: 
             start = doc_first[other] + rng.integers(0, doc_end[other] - doc_first[other])
             b_target = doc_target[rand] - (sentence_offsets[a_end[rand]] - first_token[rand])
             b_stop = np.searchsorted(sentence_offsets, sentence_offsets[start] + b_target, side="left")
-            b_first[rand], b_end[rand], b_doc[rand] = start, np.clip(b_stop, start + 1, doc_end[other]), other
+            b_end[rand], b_doc[rand] = np.clip(b_stop, start + 1, doc_end[other]), other
             b_start_token[rand] = sentence_offsets[start]
         rounds.append((active, first_token, a_stop, b_start_token, sentence_offsets[b_end], is_random_next, b_doc))
         # A random next leaves the chunk's unused sentences to be read again.
