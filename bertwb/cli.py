@@ -15,13 +15,35 @@ from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
 
+def _usage_error(exc: click.UsageError, where: str) -> None:
+    """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 1."""
+    if exc.ctx is not None and exc.ctx.parent is not None:
+        where = exc.ctx.command_path  # the subcommand whose options were wrong
+    ui.error(f"{exc.format_message().rstrip('.')}; see `{where} --help`")
+    sys.exit(1)
+
+
 class _Group(click.Group):
-    """Turns user errors into one red line and exit code 1 (a traceback only with --debug)."""
+    """Turns user errors into one red line and exit code 1 (a traceback only with --debug).
+
+    That includes click's usage errors, which click itself reports with a usage block and exit code 2.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # an error in the options before the command (bertwb --bogus ...)
+            _usage_error(exc, info_name or "bertwb")
+            raise  # not reached
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = ctx.params.get("debug")
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # an unknown command, or an error in a command's own options
+            command = ctx.invoked_subcommand  # None until the command's name resolved
+            _usage_error(exc, f"{ctx.command_path} {command}" if command else ctx.command_path)
         except BertwbError as exc:
             if debug:
                 raise

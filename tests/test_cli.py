@@ -20,6 +20,20 @@ def test_every_command_has_help_text():
         assert result.exit_code == 0 and "Usage:" in result.output
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--bogus"], "error: No such option '--bogus'; see `bertwb --help`"),
+    (["bogus"], "error: No such command 'bogus'; see `bertwb --help`"),
+    (["pretrain", "--bogus"], "error: No such option '--bogus'; see `bertwb pretrain --help`"),
+    (["pretrain", "--set"], "error: Option '--set' requires an argument; see `bertwb pretrain --help`"),
+    (["sql", "--format", "xml", "select 1"], "error: Invalid value for '--format'"),
+])
+def test_a_mistyped_command_line_is_one_line_and_exit_code_1(args, message):
+    result = subprocess.run([PYTHON, "-m", "bertwb", *args], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1  # click alone would say 2
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    assert "Usage:" not in result.stderr + result.stdout
+
+
 def test_python_dash_m_and_version():
     result = subprocess.run([PYTHON, "-m", "bertwb", "--version"], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0 and "bertwb" in result.stdout
