@@ -345,40 +345,13 @@ def keep_freed_memory() -> bool:
     free, so every step first-touches tens of thousands of fresh pages (~25k minor faults a step,
     ~3-5% of its time, measured in BENCHMARKS.md). With mmap off and a high trim threshold the heap
     keeps them and later steps reuse them; the process's memory stays at its peak instead of
-    shrinking between steps. The heap still fragments as batch shapes change, so its resident size
-    creeps up (with or without this setting); `release_freed_memory` every `RELEASE_EVERY` steps
-    bounds that. Only on glibc; returns whether it applied.
+    shrinking between steps. Only on glibc; returns whether it applied.
     """
-    libc = _glibc()
-    return libc is not None and bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
-
-
-def release_freed_memory() -> bool:
-    """Give the pages of the heap's free blocks back to the kernel (glibc ``malloc_trim``); whether it ran.
-
-    Measured on BERT-mini (BENCHMARKS.md): the heap's live memory stays flat at ~280 MB between steps
-    while its free blocks grow by ~3 MB a step, as blocks of every batch shape are carved out of
-    larger ones, so the resident size climbs from ~1.0 GB to ~2.0 GB over 350 steps. One call takes
-    ~0.1 s and the next step ~0.1 s longer (it touches its memory afresh); every 100 steps that is
-    ~0.3% of the time and holds the resident size near one step's peak.
-    """
-    libc = _glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim(0)  # 0: keep no extra padding at the heap's top
-    return True
-
-
-RELEASE_EVERY = 100  # CPU training calls release_freed_memory this often (in steps)
-
-
-def _glibc() -> Any:
-    """The C library when it is glibc (mallopt and malloc_trim are glibc's), else None."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-    except OSError:  # not glibc (macOS, musl): nothing to tune
-        return None
+        return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
+        return False
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameter numbers (malloc.h)
@@ -573,8 +546,6 @@ class _Loop:
                 self._log(done, view, self._evaluate() if evaluate else {})
             if at_end or done % self.p.checkpoint_every == 0:
                 self._checkpoint(done)
-            if self.device.type == "cpu" and done % RELEASE_EVERY == 0:
-                release_freed_memory()  # the heap's fragments, so a long run does not creep up in memory
         if not self.last or self.last.get("step") != self.total_steps:  # nothing left to train: final metrics
             self.last = {"step": self.total_steps, **(self._evaluate() if self.valid is not None else {})}
             if not _checkpoint_path(self.run_dir, self.total_steps).exists():

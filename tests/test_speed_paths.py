@@ -11,16 +11,12 @@
 """
 
 import copy
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import bertwb.model as model_module
-import bertwb.pretrain as pretrain_module
 from bertwb.config import Config
 from bertwb.data import Batch
 from bertwb.model import BertConfig, BertForPreTraining, _attention_with_dropout
@@ -210,33 +206,3 @@ def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
     assert window[2] == reference[2]  # MLM hits
     for (name, ours), theirs in zip(fast_model.state_dict().items(), plain_model.state_dict().values(), strict=True):
         torch.testing.assert_close(ours, theirs, atol=2e-6, rtol=1e-5, msg=name)
-
-
-_MEMORY_SCRIPT = """
-import torch
-from bertwb.pretrain import keep_freed_memory, release_freed_memory
-
-def rss_mb():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
-
-assert keep_freed_memory()
-before = rss_mb()
-block = torch.ones(64 << 20)  # 256 MB, every page touched
-del block
-kept = rss_mb()
-assert release_freed_memory()
-print(before, kept, rss_mb())
-"""
-
-
-@pytest.mark.skipif(pretrain_module._glibc() is None or not Path("/proc/self/statm").exists(),
-                    reason="glibc's malloc on Linux only")
-def test_freed_memory_is_kept_between_steps_and_released_on_request():
-    """What CPU training does with the heap: a freed 256 MB block stays resident for the next step's
-    reuse, and `release_freed_memory` (every RELEASE_EVERY steps) hands its pages back."""
-    result = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
-    assert result.returncode == 0, result.stderr
-    before, kept, released = map(int, result.stdout.split())
-    assert kept - before >= 240  # without keep_freed_memory glibc unmaps it on free: kept ≈ before
-    assert released - before <= 16
