@@ -1,11 +1,14 @@
 """Pre-training throughput on CPU: bertwb against transformers.BertForPreTraining, side by side.
 
-Usage: ``python benchmarks/pretrain_cpu.py [--steps 8] [--warmup 2] [--threads N] [--no-append]``
+Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads N] [--no-append]``
 
 * Data: real pairs of ``sample_corpus/pretrain`` (ingest → vocab → pairs with max_seq_length 128,
   static masks), built once in a temporary workspace by the bertwb CLI.
 * Shape (both sides): L4 H256 A4 I1024, vocab 30522, sequences ≤ 128, batch 32, fp32, AdamW.
 * Threads: ``torch.set_num_threads(--threads)`` (default: every CPU) for both sides and the peak.
+* Warm-up: the first steps grow the process's heap (100k+ page faults in step 0, ~15k in some of
+  steps 1-8, near none from step ~10 on; BENCHMARKS.md), so 8 untimed steps on each side measure
+  the steady state a long run spends its time in.
 * Memory: glibc keeps freed memory in the process (``bertwb.pretrain.keep_freed_memory``, which
   ``bertwb pretrain`` calls on CPU); it is process-wide, so Hugging Face runs with it too.
 * bertwb: the training loop's own step, ``_Loop._train_step`` (loss, backward, clipping, the
@@ -152,8 +155,8 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="torch.set_num_threads for both sides and the peak (default: every CPU).")
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
