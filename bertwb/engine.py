@@ -65,6 +65,7 @@ class Build:
     con: duckdb.DuckDBPyConnection
     out_dir: Path  # temporary; swapped in as workspace/<stage>/ on success
     inputs: list[dict[str, Any]] = field(default_factory=list)
+    forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
 
     def table(self, name: str) -> str:
         """The temporary name to build table ``name`` under."""
@@ -217,7 +218,7 @@ def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnect
     ui.stage_line(name, f"running ({why})")
 
     started = time.time()
-    build = Build(ws, spec, con, ws.new_tmp_dir(name), inputs)
+    build = Build(ws, spec, con, ws.new_tmp_dir(name), inputs, forced=force)
     _drop_tables(con, [build.table(t) for t in spec.tables])
     try:
         summary = spec.module().run(cfg, build)

@@ -37,6 +37,8 @@ bit-identical parameters on CPU. Raising ``pretrain.steps`` after a finished run
 its last checkpoint, the linear decay being re-planned over the new total (the learning rate steps
 up from where the shorter schedule ended). Lowering it leaves the stage fresh. Changing anything
 else in ``model``/``pretrain`` (or upstream) changes the key and starts a new run.
+``bertwb pretrain --force`` deletes the run's checkpoints and trains from step 0 (the stage output
+of the previous run stays until the new one replaces it).
 
 **Starting from another model.** ``model.init_from: DIR`` loads a model directory (a Hugging Face
 BERT, an ``import-hf`` or ``export`` result, a checkpoint; see :mod:`bertwb.modelio`) instead of a
@@ -94,8 +96,12 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
         raise BertwbError("under torchrun only `bertwb pretrain` runs; build the data first with "
                           "`bertwb run --until pairs`, then `torchrun ... -m bertwb pretrain`")
     key, _ = engine.stage_key(build.spec, cfg, build.workspace, build.inputs)
-    plan = Plan(run_dir=str(build.workspace.root / RUNS_DIR / key[:16]),
-                pairs_dir=str(build.upstream_dir("pairs")))
+    run_dir = build.workspace.root / RUNS_DIR / key[:16]
+    if build.forced and run_dir.exists():  # --force trains from scratch: this run's checkpoints go
+        checkpoints = len(list_checkpoints(run_dir))
+        shutil.rmtree(run_dir)
+        ui.stage_line("pretrain", f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
+    plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")))
     session.send_plan(plan)
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
 

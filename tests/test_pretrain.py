@@ -291,6 +291,17 @@ def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(trainer: Project
     assert "pretrain.lr 0.001 → 0.0005" in result.output and "resuming" not in result.output
 
 
+def test_force_trains_from_scratch_instead_of_resuming(trainer: Project):
+    trainer.run("pretrain")
+    first = _weights(trainer)
+    result = trainer.run("pretrain", "--force")
+    assert "running (forced)" in result.output and "--force: starting over" in result.output
+    assert "resuming" not in result.output
+    assert [m["step"] for m in _metrics(trainer)] == list(range(1, 13))  # one run's lines, not two
+    again = _weights(trainer)
+    assert all(torch.equal(first[name], again[name]) for name in first)  # same seed, from scratch: same run
+
+
 def test_corrupt_checkpoint_is_reported_and_the_previous_one_used(trainer: Project, monkeypatch: pytest.MonkeyPatch):
     _interrupt_at(monkeypatch, 7)
     trainer.run("pretrain", expect=130)
