@@ -9,8 +9,10 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
 * Warm-up: the first steps grow the process's heap (100k+ page faults in step 0, ~15k in some of
   steps 1-8, near none from step ~10 on; BENCHMARKS.md), so 8 untimed steps on each side measure
   the steady state a long run spends its time in.
-* Memory: glibc keeps freed memory in the process (``bertwb.pretrain.keep_freed_memory``, which
-  ``bertwb pretrain`` calls on CPU); it is process-wide, so Hugging Face runs with it too.
+* Memory: glibc keeps freed memory in the process (``bertwb.memory.keep_freed_memory``, which
+  ``bertwb pretrain`` calls on CPU) and runs without its per-thread cache (the script re-executes
+  itself with ``GLIBC_TUNABLES`` as ``bertwb pretrain`` does); both are process-wide, so Hugging
+  Face runs with them too.
 * bertwb: the training loop's own step, ``_Loop._train_step`` (loss, backward, clipping, the
   optimizer of ``build_optimizer``), on the loop's length-bucketed batches padded to the longest
   row, MLM head at masked positions only.
@@ -50,7 +52,8 @@ from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: 
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
 from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
-                             keep_freed_memory, useful_flops_per_pair)
+                             useful_flops_per_pair)
+from bertwb.memory import is_glibc, keep_freed_memory, malloc_tunables_exec  # noqa: E402
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
 VOCAB, SEQ, BATCH = 30522, 128, 32
@@ -161,6 +164,9 @@ def main() -> None:
                         help="torch.set_num_threads for both sides and the peak (default: every CPU).")
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     args = parser.parse_args()
+    planned = malloc_tunables_exec(["bertwb", "pretrain"], dict(os.environ), is_glibc())
+    if planned is not None:  # the malloc settings `bertwb pretrain` runs with, for both sides
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], planned[1])
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as `bertwb pretrain` does on CPU; process-wide, so both sides run with it
     host = machine()

@@ -1,11 +1,12 @@
-"""Resident memory of a long CPU pre-training run under three allocators, side by side.
+"""Resident memory of a long CPU pre-training run under four malloc settings, side by side.
 
 Usage: ``python benchmarks/pretrain_memory.py [--steps 300] [--threads N] [--no-append]``
 
 * Model, data and step: those of ``benchmarks/pretrain_cpu.py`` (BERT-mini shape, vocab 30522, real
   pairs of sample_corpus/pretrain, batch 32, length-bucketed), stepping ``_Loop._train_step``.
 * Side by side, each in a fresh process: glibc's malloc as it comes; glibc keeping freed memory
-  (``keep_freed_memory``, what ``bertwb pretrain`` does on CPU); and gperftools' tcmalloc through
+  (``keep_freed_memory``); that with glibc's per-thread cache off as well (``GLIBC_TUNABLES``, what
+  ``bertwb pretrain`` runs with on glibc, see ``bertwb.memory``); and gperftools' tcmalloc through
   ``LD_PRELOAD`` when the machine has it (Debian: ``libtcmalloc-minimal4``).
 * Reported: resident set size (``/proc/self/statm``) every 50 steps, glibc's heap live and free
   bytes (``mallinfo2``) at the end, and seconds per step over the whole run.
@@ -34,8 +35,8 @@ sys.path.insert(0, str(REPO))
 from bertwb.config import Config  # noqa: E402
 from bertwb.data import Batches, load_split  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
-from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
-                             keep_freed_memory)
+from bertwb.memory import TCACHE_OFF, keep_freed_memory  # noqa: E402
+from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer  # noqa: E402
 from _common import append_report  # noqa: E402
 from pretrain_cpu import BATCH, SHAPE, VOCAB, build_pairs, machine  # noqa: E402
 
@@ -102,7 +103,8 @@ def main() -> None:
     try:
         pairs_dir = build_pairs(workdir)
         tcmalloc = next((lib for lib in TCMALLOC if Path(lib).exists()), None)
-        sides = [("glibc", False, {}), ("glibc keeping freed memory (bertwb)", True, {})]
+        sides = [("glibc", False, {}), ("glibc keeping freed memory", True, {}),
+                 ("glibc keeping freed memory, tcache off (bertwb)", True, {"GLIBC_TUNABLES": TCACHE_OFF})]
         if tcmalloc:
             sides.append(("tcmalloc (LD_PRELOAD)", False, {"LD_PRELOAD": tcmalloc}))
         runs = {}
@@ -126,7 +128,7 @@ def main() -> None:
 Script: `python benchmarks/pretrain_memory.py --steps {args.steps} --threads {args.threads}`.
 Machine: {host}.
 Shape and data as the CPU throughput benchmark (L4 H256 A4 I1024, vocab 30522, batch 32, bucketed
-pairs of sample_corpus/pretrain); each allocator in a fresh process{'' if tcmalloc else ' (no tcmalloc here)'}.
+pairs of sample_corpus/pretrain); each setting in a fresh process{'' if tcmalloc else ' (no tcmalloc here)'}.
 
 | allocator | {header} | heap live MB | heap free MB | s/step |
 |---|{'---|' * len(first['rss'])}---|---|---|

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from bertwb import __version__, engine, ui
+from bertwb import __version__, engine, memory, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
 from bertwb.errors import BertwbError
@@ -337,4 +337,5 @@ def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 
 def main() -> None:
+    memory.reexec_with_malloc_tunables()  # training commands: glibc's tcache off, before torch loads
     cli(prog_name="bertwb")

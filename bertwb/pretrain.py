@@ -57,7 +57,6 @@ workspace must be on storage every rank can read.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import random
@@ -79,6 +78,7 @@ from bertwb import engine, modelio, ui
 from bertwb.config import Config
 from bertwb.data import Batches, load_split, padding_fraction
 from bertwb.errors import BertwbError
+from bertwb.memory import keep_freed_memory
 from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict
 from bertwb.workspace import Workspace, write_text_atomic
 
@@ -341,26 +341,6 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
             notes.append(f"new {', '.join(report.initialised_heads)}")
         ui.stage_line("pretrain", f"initialised from {source.path} ({'; '.join(notes)})")
     return model
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc keep freed memory in the process instead of handing big blocks back to the kernel.
-
-    A CPU training step allocates and frees the same large activations every step (the (V, n) MLM
-    logits alone are ~70 MB at BERT-mini); glibc serves blocks that big with mmap and unmaps them on
-    free, so every step first-touches tens of thousands of fresh pages (~25k minor faults a step,
-    ~3-5% of its time, measured in BENCHMARKS.md). With mmap off and a high trim threshold the heap
-    keeps them and later steps reuse them; the process's memory stays at its peak instead of
-    shrinking between steps. Only on glibc; returns whether it applied.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
-        return False
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameter numbers (malloc.h)
 
 
 def build_model_config(cfg: Config, vocab_size: int, max_seq_length: int) -> BertConfig:

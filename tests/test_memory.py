@@ -1,0 +1,66 @@
+"""Training processes and glibc's malloc: the re-exec that turns the per-thread cache off, and kept memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertwb import memory
+from conftest import PYTHON, REPO
+
+GLIBC_LINUX = memory._glibc() is not None and Path("/proc/self/statm").exists()
+
+
+@pytest.mark.parametrize("argv", [["bertwb", "pretrain"], ["bertwb", "--debug", "run", "--until", "pretrain"],
+                                  ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"]])
+def test_training_commands_reexecute_with_the_tcache_off(argv):
+    args, env = memory.malloc_tunables_exec(argv, {"PATH": "/bin"}, glibc=True)
+    assert args == [sys.executable, "-m", "bertwb", *argv[1:]]
+    assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    _, env = memory.malloc_tunables_exec(argv, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, glibc=True)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0"  # theirs kept
+
+
+@pytest.mark.parametrize("argv, environ, glibc", [
+    (["bertwb", "ingest"], {}, True),  # not a training command
+    (["bertwb", "--help"], {}, True),
+    (["bertwb", "pretrain"], {}, False),  # macOS, musl: no such setting
+    (["bertwb", "pretrain"], {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=7"}, True),  # the user's choice
+    (["bertwb", "pretrain"], {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}, True),  # already re-executed
+    (["bertwb", "pretrain"], {"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}, True),  # another allocator
+    (["bertwb", "pretrain"], {"BERTWB_MALLOC": "system"}, True),  # asked to leave malloc alone
+])
+def test_everything_else_runs_as_is(argv, environ, glibc):
+    assert memory.malloc_tunables_exec(argv, environ, glibc) is None
+
+
+_KEEP_SCRIPT = """
+import torch
+from bertwb.memory import keep_freed_memory
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+
+keep = {keep}
+if keep:
+    assert keep_freed_memory()
+before = rss_mb()
+block = torch.ones(64 << 20)  # 256 MB, every page touched
+del block
+print(rss_mb() - before)
+"""
+
+
+@pytest.mark.skipif(not GLIBC_LINUX, reason="glibc's malloc on Linux only")
+def test_freed_memory_stays_in_the_process_for_the_next_step():
+    def grown(keep: bool) -> int:
+        result = subprocess.run([PYTHON, "-c", _KEEP_SCRIPT.format(keep=keep)], capture_output=True, text=True,
+                                cwd=REPO)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout)
+
+    assert grown(keep=False) < 16  # glibc unmaps a block this big on free
+    assert grown(keep=True) >= 240  # kept: the next step reuses its pages without faulting them in
