@@ -53,7 +53,7 @@ from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
 from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
                              useful_flops_per_pair)
-from bertwb.memory import is_glibc, keep_freed_memory, malloc_tunables_exec  # noqa: E402
+from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
 VOCAB, SEQ, BATCH = 30522, 128, 32
@@ -164,9 +164,7 @@ def main() -> None:
                         help="torch.set_num_threads for both sides and the peak (default: every CPU).")
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     args = parser.parse_args()
-    planned = malloc_tunables_exec(["bertwb", "pretrain"], dict(os.environ), is_glibc())
-    if planned is not None:  # the malloc settings `bertwb pretrain` runs with, for both sides
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], planned[1])
+    reexec_with_malloc_tunables([sys.executable, __file__, *sys.argv[1:]])  # as `bertwb pretrain`, both sides
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as `bertwb pretrain` does on CPU; process-wide, so both sides run with it
     host = machine()

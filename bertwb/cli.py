@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import click
 
@@ -15,7 +15,7 @@ from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
 
-def _usage_error(exc: click.UsageError, where: str) -> None:
+def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
     """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 1."""
     if exc.ctx is not None and exc.ctx.parent is not None:
         where = exc.ctx.command_path  # the subcommand whose options were wrong
@@ -35,7 +35,6 @@ class _Group(click.Group):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:  # an error in the options before the command (bertwb --bogus ...)
             _usage_error(exc, info_name or "bertwb")
-            raise  # not reached
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = ctx.params.get("debug")

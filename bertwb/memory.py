@@ -32,34 +32,50 @@ def keep_freed_memory() -> bool:
     return libc is not None and bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
 
 
+def malloc_tunables_env(environ: dict[str, str], glibc: bool) -> dict[str, str] | None:
+    """``environ`` with glibc's per-thread cache (tcache) off, or None to leave malloc as it is.
+
+    glibc's tcache holds freed small blocks as if in use, so the big blocks freed around them cannot
+    merge; with batch shapes changing every step, a CPU run's heap then fragments without end:
+    BERT-mini's resident memory climbed from 1.0 to 2.3 GB in 400 steps with ~260 MB live, the tiny
+    demo model's from 0.7 to 2.8 GB in 1,500. With the cache off it stays flat (~1.15 GB over 300
+    steps) with steps no slower (BENCHMARKS.md). glibc reads the setting only at start-up
+    (``GLIBC_TUNABLES``), hence a re-exec, before anything heavy is imported.
+
+    None when not glibc, the user already chose a tcache setting or preloads another allocator, or
+    ``BERTWB_MALLOC=system`` asks to leave malloc alone.
+    """
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    if (not glibc or "tcache_count" in tunables or "malloc" in environ.get("LD_PRELOAD", "")
+            or environ.get("BERTWB_MALLOC") == "system"):
+        return None
+    return {**environ, "GLIBC_TUNABLES": f"{tunables}:{TCACHE_OFF}" if tunables else TCACHE_OFF}
+
+
 def malloc_tunables_exec(argv: list[str], environ: dict[str, str],
                          glibc: bool) -> tuple[list[str], dict[str, str]] | None:
-    """The command line and environment to re-execute a training command with, or None to run as is.
+    """The command line and environment to re-execute a ``bertwb`` command line with, or None to run as is.
 
-    glibc's per-thread cache (tcache) holds freed small blocks as if in use, so the big blocks freed
-    around them cannot merge; with batch shapes changing every step, a CPU run's heap then fragments
-    without end: BERT-mini's resident memory climbed from 1.0 to 2.3 GB in 400 steps with ~260 MB
-    live, the tiny demo model's from 0.7 to 2.8 GB in 1,500. With the cache off it stays flat
-    (~1.15 GB over 300 steps) with steps no slower (BENCHMARKS.md). glibc reads that setting only
-    at start-up (``GLIBC_TUNABLES``), hence a re-exec, before anything heavy is imported.
-
-    None when not glibc, not a training command, the user already chose a tcache setting or
-    preloads another allocator, or ``BERTWB_MALLOC=system`` asks to leave malloc alone.
+    Only training commands (`TRAINING_COMMANDS`) are re-executed, when `malloc_tunables_env` says so.
     """
     command = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
-    tunables = environ.get("GLIBC_TUNABLES", "")
-    if (not glibc or command not in TRAINING_COMMANDS or "tcache_count" in tunables
-            or "malloc" in environ.get("LD_PRELOAD", "") or environ.get("BERTWB_MALLOC") == "system"):
-        return None
-    return [sys.executable, "-m", "bertwb", *argv[1:]], {
-        **environ, "GLIBC_TUNABLES": f"{tunables}:{TCACHE_OFF}" if tunables else TCACHE_OFF}
+    env = malloc_tunables_env(environ, glibc) if command in TRAINING_COMMANDS else None
+    return None if env is None else ([sys.executable, "-m", "bertwb", *argv[1:]], env)
 
 
-def reexec_with_malloc_tunables() -> None:
-    """Replace this process by itself with glibc's tcache off, for training commands (same PID)."""
+def reexec_with_malloc_tunables(command: list[str] | None = None) -> None:
+    """Replace this process by itself with glibc's tcache off (same PID), when it trains.
+
+    Without ``command``, this process is the ``bertwb`` CLI and ``sys.argv`` says whether it trains;
+    a script that trains in-process (the benchmarks) passes the command line that restarts it.
+    """
     if not sys.executable:
         return
-    planned = malloc_tunables_exec(sys.argv, dict(os.environ), is_glibc())
+    if command is None:
+        planned = malloc_tunables_exec(sys.argv, dict(os.environ), is_glibc())
+    else:
+        env = malloc_tunables_env(dict(os.environ), is_glibc())
+        planned = None if env is None else (command, env)
     if planned is not None:
         args, env = planned
         sys.stdout.flush()
@@ -68,6 +84,7 @@ def reexec_with_malloc_tunables() -> None:
 
 
 def is_glibc() -> bool:
+    """Whether this process's C library is glibc."""
     try:
         return os.confstr("CS_GNU_LIBC_VERSION") is not None
     except (AttributeError, ValueError, OSError):  # not glibc, or not a POSIX system

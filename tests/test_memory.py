@@ -11,7 +11,7 @@ import pytest
 from bertwb import memory
 from conftest import PYTHON, REPO
 
-GLIBC_LINUX = memory._glibc() is not None and Path("/proc/self/statm").exists()
+GLIBC_LINUX = memory.is_glibc() and Path("/proc/self/statm").exists()
 
 
 @pytest.mark.parametrize("argv", [["bertwb", "pretrain"], ["bertwb", "--debug", "run", "--until", "pretrain"],

@@ -19,8 +19,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from bertwb import ui
-from bertwb import memory
+from bertwb import memory, ui
 from bertwb.config import load_config
 from bertwb.data import Batches, PairArrays, collate, padding_fraction
 from bertwb.masking import rules_from_flags
@@ -329,7 +328,7 @@ def test_sigint_to_a_training_process_leaves_a_checkpoint_and_exit_code_130(trai
             break
         time.sleep(0.2)
     environ = Path(f"/proc/{process.pid}/environ")
-    if memory._glibc() is not None and environ.exists():  # the same process, re-executed with glibc's tcache off
+    if memory.is_glibc() and environ.exists():  # the same process, re-executed with glibc's tcache off
         assert "GLIBC_TUNABLES=glibc.malloc.tcache_count=0" in environ.read_bytes().decode().split("\0")
     process.send_signal(signal.SIGINT)  # to the re-executed process: exec keeps the PID
     output, _ = process.communicate(timeout=60)
