@@ -1,8 +1,9 @@
 """The stage engine: keys, manifests, freshness, atomic commits.
 
 A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
-config fields it reads, its upstream stages' keys and (for ingest only) a fingerprint of the input
-files. A stage is fresh when its manifest holds the current key and its outputs exist. Stages build
+config fields it reads, its upstream stages' keys and a fingerprint of what it reads from outside
+the workspace's stages (ingest: its input files; pretrain and evaluate: the weights they start from
+or score). A stage is fresh when its manifest holds the current key and its outputs exist. Stages build
 into ``<table>__new`` tables and a temporary directory; the engine swaps both in (tables in one
 DuckDB transaction, the directory by rename) and writes the manifest last.
 """
@@ -39,20 +40,32 @@ class StageSpec:
     deps: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
     has_files: bool = False
-    fingerprints_inputs: bool = False
+    # Freshness hooks, "module:function" in bertwb, imported only when asked, so that `bertwb status`
+    # does not import torch: fingerprint(cfg, ws) -> identities of what the stage reads from outside
+    # the workspace's stages; behind(cfg, manifest) -> why a stage whose key matches is still stale.
+    fingerprint: str = ""
+    behind: str = ""
 
     def module(self) -> Any:
         return importlib.import_module(f"bertwb.{self.name}")
 
 
+def _hook(ref: str) -> Any:
+    """The function a StageSpec hook names ("module:function" in the bertwb package)."""
+    module, function = ref.split(":")
+    return getattr(importlib.import_module(f"bertwb.{module}"), function)
+
+
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
-    StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprints_inputs=True),
+    StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprint="ingest:fingerprint_inputs"),
     StageSpec("vocab", 2, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
     StageSpec("pairs", 1, ("pairs",), deps=("vocab",), tables=("pairs",), has_files=True),
-    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True, fingerprints_inputs=True),
+    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True,
+              fingerprint="checkpoints:init_weights", behind="checkpoints:steps_behind"),
     # evaluate reads a checkpoint, not the pretrain stage: any checkpoint (mid-run, imported) can be
     # evaluated, and the checkpoint's identity is its input fingerprint
-    StageSpec("evaluate", 1, ("evaluate",), deps=("pairs",), has_files=True, fingerprints_inputs=True),
+    StageSpec("evaluate", 1, ("evaluate",), deps=("pairs",), has_files=True,
+              fingerprint="checkpoints:evaluated_weights"),
 ]}
 
 
@@ -103,7 +116,7 @@ def stage_key(spec: StageSpec, cfg: Config, ws: Workspace, inputs: list[dict[str
 
 def _fingerprint(spec: StageSpec, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """Identities of what a stage reads from outside the workspace's stages (files, checkpoints)."""
-    return spec.module().fingerprint_inputs(cfg, ws) if spec.fingerprints_inputs else []
+    return _hook(spec.fingerprint)(cfg, ws) if spec.fingerprint else []
 
 
 def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
@@ -133,13 +146,12 @@ def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection 
 
 
 def _stale_reason(spec: StageSpec, cfg: Config, manifest: dict[str, Any]) -> str | None:
-    """A stage module may define ``stale_reason(cfg, manifest)``: stale despite a matching key, and why.
+    """A stage's ``behind`` hook: stale despite a matching key, and why (None: it is fresh).
 
     For settings kept out of the key that a rerun extends rather than redoes (pretrain: more steps
     continue a finished run). Only asked when the key matches, so it costs nothing otherwise.
     """
-    hook = getattr(spec.module(), "stale_reason", None)
-    return hook(cfg, manifest) if hook is not None else None
+    return _hook(spec.behind)(cfg, manifest) if spec.behind else None
 
 
 def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:

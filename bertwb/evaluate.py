@@ -36,14 +36,6 @@ from bertwb.workspace import Workspace
 METRICS_FILE = "metrics.json"
 
 
-def fingerprint_inputs(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """The weights ``evaluate.checkpoint`` resolves to; nothing when there are none yet."""
-    try:
-        return [modelio.fingerprint(modelio.resolve_checkpoint(cfg, ws, cfg.evaluate.checkpoint, quiet=True))]
-    except BertwbError:
-        return []  # `bertwb status` still works; running the stage says what is missing
-
-
 def run(cfg: Config, build: Any) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
     started = time.perf_counter()

@@ -34,7 +34,8 @@ import safetensors.torch
 import torch
 from tokenizers import Tokenizer
 
-from bertwb import engine, ui
+from bertwb import engine
+from bertwb.checkpoints import choose_checkpoint, weights_file
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.model import (
@@ -54,7 +55,6 @@ from bertwb.model import (
 )
 from bertwb.workspace import Workspace
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # Names only bertwb's state dict has; Hugging Face names never contain them.
 _BERTWB_MARKERS = ("bert.layers.", "bert.embeddings.tokens.", "mlm_head.", "nsp_head.", "span_head.")
 
@@ -112,7 +112,7 @@ def open_model_dir(path: Path) -> ModelDir:
     if not path.is_dir():
         raise BertwbError(f"{path}: no such model directory; pass a checkpoint, an export or a Hugging Face "
                           "model folder")
-    weights = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
+    weights = weights_file(path)
     if weights is None:
         raise BertwbError(f"{path}: no model.safetensors or pytorch_model.bin; is it a model directory?")
     step = None
@@ -369,53 +369,9 @@ def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:
 
 # --- which checkpoint ----------------------------------------------------------------------------------
 
-def pretrain_run_dir(cfg: Config, ws: Workspace) -> Path:
-    """The run directory the current config's pretrain stage trains in (it may not exist yet)."""
-    from bertwb.pretrain import RUNS_DIR  # noqa: PLC0415
-
-    spec = engine.STAGES["pretrain"]
-    key, _ = engine.stage_key(spec, cfg, ws, spec.module().fingerprint_inputs(cfg))
-    return ws.root / RUNS_DIR / key[:16]
-
-
 def resolve_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> ModelDir:
-    """``choice``: None or "latest" (newest checkpoint of the current run, else the pretrain output),
-    a step number of the current run, or a path to any model directory."""
-    from bertwb.pretrain import list_checkpoints  # noqa: PLC0415
-
-    choice = (choice or "latest").strip()
-    if choice == "latest" or choice.isdigit():
-        run_dir = pretrain_run_dir(cfg, ws)
-        checkpoints = list_checkpoints(run_dir)
-        if choice.isdigit():
-            wanted = [c for c in checkpoints if c.name.endswith(f"{int(choice):08d}")]
-            if not wanted:
-                have = ", ".join(str(int(c.name.split("-")[-1])) for c in checkpoints) or "none"
-                raise BertwbError(f"no checkpoint at step {int(choice)} in {run_dir / 'checkpoints'} "
-                                  f"(kept: {have}); pass one of those or a directory")
-            return open_model_dir(wanted[0])
-        if checkpoints:
-            return open_model_dir(checkpoints[-1])
-        stage = ws.stage_dir("pretrain")
-        if ws.read_manifest("pretrain") and (stage / "model.safetensors").is_file():
-            if not quiet:
-                ui.warn(f"no checkpoint of the current pretrain settings; using the last trained model in {stage}")
-            return open_model_dir(stage)
-        others = sorted(run_dir.parent.glob("*/checkpoints/*"))
-        hint = (f"; checkpoints of other settings exist, e.g. {others[-1]}, usable with --checkpoint"
-                if others else "")
-        raise BertwbError("no checkpoint of the current settings: run `bertwb pretrain` first, or pass "
-                          "--checkpoint DIR (a checkpoint, an export or a Hugging Face model folder)" + hint)
-    path = cfg.resolve(choice) if not Path(choice).is_absolute() else Path(choice)
-    if not path.exists() and Path(choice).exists():
-        path = Path(choice).resolve()  # relative to where the command runs, as shells expect
-    return open_model_dir(path)
-
-
-def fingerprint(model_dir: ModelDir) -> dict[str, Any]:
-    """Identity of a model's weights for a stage key: path, size and modification time."""
-    stat = model_dir.weights.stat()
-    return {"path": str(model_dir.weights), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    """The model directory ``choice`` names, opened (see `bertwb.checkpoints.choose_checkpoint`)."""
+    return open_model_dir(choose_checkpoint(cfg, ws, choice, quiet))
 
 
 # --- writing ---------------------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ while an interrupted one is found again.
 
 **Resume and continuation.** ``pretrain.steps`` and ``pretrain.epochs`` are not in the stage key
 (``cache=False``); the manifest's summary records ``steps_done`` and the engine asks
-``stale_reason`` whether that is fewer than requested. So: after Ctrl-C/SIGTERM (a checkpoint is
-written at the end of the current step, exit code 130) or a crash, ``bertwb pretrain`` resumes from
+``checkpoints.steps_behind`` whether that is fewer than requested. So: after Ctrl-C/SIGTERM (a
+checkpoint is written at the end of the current step, exit code 130) or a crash, ``bertwb pretrain`` resumes from
 the newest readable checkpoint (a corrupt one is reported and skipped) and never re-reads data it
 has seen: the data position is the step number. With the same settings the resumed run ends with
 bit-identical parameters on CPU. Raising ``pretrain.steps`` after a finished run continues it from
@@ -75,6 +75,7 @@ import torch
 import torch.nn.functional as F
 
 from bertwb import engine, modelio, ui
+from bertwb.checkpoints import checkpoint_path, list_checkpoints, run_dir_of, step_of
 from bertwb.config import Config
 from bertwb.data import Batches, load_split, padding_fraction
 from bertwb.errors import BertwbError
@@ -82,8 +83,6 @@ from bertwb.memory import keep_freed_memory
 from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict
 from bertwb.workspace import Workspace, write_text_atomic
 
-RUNS_DIR = "pretrain-runs"
-CHECKPOINT_PREFIX = "step-"
 METRICS_FILE = "metrics.jsonl"
 # window of summed training statistics, reduced over ranks at each logging step
 STATS = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct", "n_masked", "n_pairs", "n_tokens")
@@ -96,7 +95,7 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
         raise BertwbError("under torchrun only `bertwb pretrain` runs; build the data first with "
                           "`bertwb run --until pairs`, then `torchrun ... -m bertwb pretrain`")
     key, _ = engine.stage_key(build.spec, cfg, build.workspace, build.inputs)
-    run_dir = build.workspace.root / RUNS_DIR / key[:16]
+    run_dir = run_dir_of(build.workspace, key)
     if build.forced and run_dir.exists():  # --force trains from scratch: this run's checkpoints go
         checkpoints = len(list_checkpoints(run_dir))
         shutil.rmtree(run_dir)
@@ -104,16 +103,6 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
     plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")))
     session.send_plan(plan)
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
-
-
-def stale_reason(cfg: Config, manifest: dict[str, Any]) -> str | None:
-    """Why a pretrain stage whose key matches is still stale: it ran fewer steps than now asked."""
-    summary = manifest.get("summary") or {}
-    done = summary.get("steps_done", 0)
-    wanted = cfg.pretrain.steps or cfg.pretrain.epochs * summary.get("steps_per_epoch", 0)
-    if done < wanted:
-        return f"pretrain.steps {done} done < {wanted} asked; continuing from step {done}"
-    return None
 
 
 def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:
@@ -301,22 +290,11 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
         "pad_fraction": round(padding_fraction(batches, 0), 4),
         **{k: v for k, v in last.items() if k not in ("step", "eta_s", "elapsed_s")},
         "seconds": round(time.perf_counter() - started, 3),
-        "checkpoint": str(_checkpoint_path(run_dir, total_steps)),
+        "checkpoint": str(checkpoint_path(run_dir, total_steps)),
     }
     if out_dir is not None and dist.rank == 0:
         _write_outputs(out_dir, run_dir, total_steps, model_config, summary)
     return summary
-
-
-def fingerprint_inputs(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
-    """The identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
-    if not cfg.model.init_from:
-        return []
-    path = cfg.resolve(cfg.model.init_from)
-    try:
-        return [modelio.fingerprint(modelio.open_model_dir(path))]
-    except BertwbError:
-        return [{"path": str(path), "missing": True}]  # `bertwb status` still works; training says what is wrong
 
 
 def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True) -> BertForPreTraining:
@@ -534,7 +512,7 @@ class _Loop:
                 self._checkpoint(done)
         if not self.last or self.last.get("step") != self.total_steps:  # nothing left to train: final metrics
             self.last = {"step": self.total_steps, **(self._evaluate() if self.valid is not None else {})}
-            if not _checkpoint_path(self.run_dir, self.total_steps).exists():
+            if not checkpoint_path(self.run_dir, self.total_steps).exists():
                 self._checkpoint(self.total_steps)
         return self.last
 
@@ -697,18 +675,6 @@ def _stop_on_signals() -> Iterator[_Stopper]:
 
 # --- checkpoints ---------------------------------------------------------------------------------------
 
-def _checkpoint_path(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{step:08d}"
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's complete checkpoints, oldest first (temp dirs of unfinished writes are not listed)."""
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX))
-
-
 def save_checkpoint(run_dir: Path, step: int, model: BertForPreTraining, optimizer: torch.optim.Optimizer,
                     schedule: LinearWarmupDecay, window: torch.Tensor, dist: _Dist, cfg: Config,
                     steps_per_epoch: int, keep: int) -> Path:
@@ -718,7 +684,7 @@ def save_checkpoint(run_dir: Path, step: int, model: BertForPreTraining, optimiz
     """
     rng_states = dist.gather(_rng_state())
     window_total = dist.all_reduce(window.clone()).cpu()  # the open metric window, as the next log sees it
-    final = _checkpoint_path(run_dir, step)
+    final = checkpoint_path(run_dir, step)
     if dist.rank == 0:
         tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -756,14 +722,14 @@ def _resume(run_dir: Path, total_steps: int, model: BertForPreTraining, optimize
     """
     chosen = None
     if dist.rank == 0:
-        candidates = [c for c in reversed(list_checkpoints(run_dir)) if _step_of(c) <= total_steps]
+        candidates = [c for c in reversed(list_checkpoints(run_dir)) if step_of(c) <= total_steps]
         for path in candidates:
             try:
                 chosen = _load_checkpoint(path, model, optimizer, window, dist)
                 break
             except (OSError, ValueError, RuntimeError, KeyError, EOFError, Exception) as exc:  # noqa: B014
                 reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-                later = [c.name for c in candidates if _step_of(c) < _step_of(path)]
+                later = [c.name for c in candidates if step_of(c) < step_of(path)]
                 ui.warn(f"checkpoint {path} is unreadable ({reason}); "
                         + (f"falling back to {later[0]}" if later else "no older checkpoint left"))
         if candidates and chosen is None:
@@ -776,13 +742,6 @@ def _resume(run_dir: Path, total_steps: int, model: BertForPreTraining, optimize
     if chosen is not None:
         _load_checkpoint(Path(chosen["path"]), model, optimizer, window, dist)
     return chosen
-
-
-def _step_of(path: Path) -> int:
-    try:
-        return int(path.name[len(CHECKPOINT_PREFIX):])
-    except ValueError:
-        return -1
 
 
 def _load_checkpoint(path: Path, model: BertForPreTraining, optimizer: torch.optim.Optimizer,
@@ -846,7 +805,7 @@ def _trim_metrics(path: Path, step: int) -> None:
 def _write_outputs(out_dir: Path, run_dir: Path, step: int, model_config: BertConfig,
                    summary: dict[str, Any]) -> None:
     """The stage directory: final weights (hard-linked from the last checkpoint), HF config, metrics."""
-    checkpoint = _checkpoint_path(run_dir, step)
+    checkpoint = checkpoint_path(run_dir, step)
     try:
         os.link(checkpoint / "model.safetensors", out_dir / "model.safetensors")
     except OSError:  # another filesystem: copy

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -93,6 +95,31 @@ def test_evaluate_matches_the_validation_pretrain_ran_and_the_pairs_table(copy: 
     assert {k: v["positions"] for k, v in metrics["by_kind"].items()} == kinds
     kind_hits = sum(v["mlm_acc"] * v["positions"] for v in metrics["by_kind"].values())
     assert kind_hits == pytest.approx(metrics["mlm_acc"] * masked, abs=0.01)
+
+
+def test_status_judges_trained_stages_without_importing_torch(copy: Project):
+    """`bertwb status` answers from manifests and file identities: the model stages' hooks need no torch."""
+    copy.run("evaluate")
+    script = ("import runpy, sys\n"
+              "try:\n    runpy.run_module('bertwb', run_name='__main__')\n"
+              "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+              "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n")
+
+    def status(*args: str) -> tuple[dict, str]:
+        done = subprocess.run([sys.executable, "-c", script, "status", "--json", "--config", str(copy.config), *args],
+                              capture_output=True, text=True, check=True)
+        return {row["stage"]: row for row in json.loads(done.stdout)}, done.stderr
+
+    rows, stderr = status()
+    assert "no torch" in stderr
+    assert rows["pretrain"]["state"] == "fresh" and rows["evaluate"]["state"] == "fresh"
+    rows, stderr = status("--set", "pretrain.steps=14")
+    assert "no torch" in stderr
+    assert rows["pretrain"]["state"] == "stale"
+    assert rows["pretrain"]["reason"] == "pretrain.steps 12 done < 14 asked; continuing from step 12"
+    (copy.workspace / "pretrain-runs").rename(copy.root / "elsewhere")  # evaluate's checkpoint is gone
+    rows, _ = status()
+    assert rows["evaluate"]["state"] == "stale"
 
 
 def test_evaluate_is_cached_per_checkpoint(copy: Project):

@@ -24,7 +24,8 @@ from bertwb.config import load_config
 from bertwb.data import Batches, PairArrays, collate, padding_fraction
 from bertwb.masking import rules_from_flags
 from bertwb.model import BertConfig, BertForPreTraining
-from bertwb.pretrain import Lamb, LinearWarmupDecay, build_optimizer, list_checkpoints
+from bertwb.checkpoints import list_checkpoints
+from bertwb.pretrain import Lamb, LinearWarmupDecay, build_optimizer
 from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, write_bert_format
 
 # Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
