@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -52,15 +53,25 @@ def malloc_tunables_env(environ: dict[str, str], glibc: bool) -> dict[str, str] 
     return {**environ, "GLIBC_TUNABLES": f"{tunables}:{TCACHE_OFF}" if tunables else TCACHE_OFF}
 
 
-def malloc_tunables_exec(argv: list[str], environ: dict[str, str],
-                         glibc: bool) -> tuple[list[str], dict[str, str]] | None:
+def malloc_tunables_exec(argv: list[str], environ: dict[str, str], glibc: bool,
+                         interpreter_flags: list[str] | None = None) -> tuple[list[str], dict[str, str]] | None:
     """The command line and environment to re-execute a ``bertwb`` command line with, or None to run as is.
 
-    Only training commands (`TRAINING_COMMANDS`) are re-executed, when `malloc_tunables_env` says so.
+    Only training commands (`TRAINING_COMMANDS`) are re-executed, when `malloc_tunables_env` says so;
+    ``interpreter_flags`` (default: this interpreter's, such as ``-X faulthandler`` or ``-W error``) are kept.
     """
     command = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
     env = malloc_tunables_env(environ, glibc) if command in TRAINING_COMMANDS else None
-    return None if env is None else ([sys.executable, "-m", "bertwb", *argv[1:]], env)
+    if env is None:
+        return None
+    flags = _interpreter_flags() if interpreter_flags is None else interpreter_flags
+    return [sys.executable, *flags, "-m", "bertwb", *argv[1:]], env
+
+
+def _interpreter_flags() -> list[str]:
+    """This interpreter's command-line flags (-X, -W, -O ...), as multiprocessing passes them to its children."""
+    flags = getattr(subprocess, "_args_from_interpreter_flags", None)  # private, but in every CPython since 2.7
+    return list(flags()) if flags is not None else []
 
 
 def reexec_with_malloc_tunables(command: list[str] | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,21 @@ GLIBC_LINUX = memory.is_glibc() and Path("/proc/self/statm").exists()
 @pytest.mark.parametrize("argv", [["bertwb", "pretrain"], ["bertwb", "--debug", "run", "--until", "pretrain"],
                                   ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"]])
 def test_training_commands_reexecute_with_the_tcache_off(argv):
-    args, env = memory.malloc_tunables_exec(argv, {"PATH": "/bin"}, glibc=True)
+    args, env = memory.malloc_tunables_exec(argv, {"PATH": "/bin"}, glibc=True, interpreter_flags=[])
     assert args == [sys.executable, "-m", "bertwb", *argv[1:]]
     assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
     _, env = memory.malloc_tunables_exec(argv, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, glibc=True)
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=0"  # theirs kept
+
+
+@pytest.mark.skipif(not memory.is_glibc(), reason="re-executes on glibc only")
+def test_the_reexecuted_command_keeps_the_interpreters_flags(tmp_path):
+    """`python -X importtime -m bertwb pretrain --help`: the restarted process times its imports too."""
+    result = subprocess.run([PYTHON, "-X", "importtime", "-m", "bertwb", "pretrain", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True, env={**os.environ, "GLIBC_TUNABLES": ""})
+    assert "Usage:" in result.stdout
+    cli_imports = [line for line in result.stderr.splitlines() if line.endswith("| bertwb.cli")]
+    assert len(cli_imports) == 2  # once before the re-exec, once after it: -X importtime was passed on
 
 
 @pytest.mark.parametrize("argv, environ, glibc", [
