@@ -7,7 +7,7 @@ checks them). This module names those paths, picks a checkpoint, and holds the f
 two stages that read weights (the engine calls them for every `bertwb status` and `bertwb run`):
 
 * pretrain: the identity of ``model.init_from``'s weights, and whether a finished run did fewer steps
-  than now asked (`init_weights`, `steps_behind`);
+  than now asked (`init_from_weights`, `steps_behind`);
 * evaluate: the identity of the weights ``evaluate.checkpoint`` picks (`evaluated_weights`).
 
 An identity is the weights file's path, size and modification time: replacing the file changes it.
@@ -61,7 +61,8 @@ def fingerprint(weights: Path) -> dict[str, Any]:
 
 def pretrain_run_dir(cfg: Config, ws: Workspace) -> Path:
     """The run directory the current config's pretrain stage trains in (it may not exist yet)."""
-    key, _ = engine.stage_key(engine.STAGES["pretrain"], cfg, ws, init_weights(cfg))
+    spec = engine.STAGES["pretrain"]
+    key, _ = engine.stage_key(spec, cfg, ws, engine.input_fingerprints(spec, cfg, ws))
     return run_dir_of(ws, key)
 
 
@@ -103,7 +104,7 @@ def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: boo
 
 # --- the engine's freshness hooks (StageSpec.fingerprint / StageSpec.behind) ----------------------------
 
-def init_weights(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
+def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """pretrain: the identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
     if not cfg.model.init_from:
         return []

@@ -61,7 +61,7 @@ STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
     StageSpec("vocab", 2, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
     StageSpec("pairs", 1, ("pairs",), deps=("vocab",), tables=("pairs",), has_files=True),
     StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True,
-              fingerprint="checkpoints:init_weights", behind="checkpoints:steps_behind"),
+              fingerprint="checkpoints:init_from_weights", behind="checkpoints:steps_behind"),
     # evaluate reads a checkpoint, not the pretrain stage: any checkpoint (mid-run, imported) can be
     # evaluated, and the checkpoint's identity is its input fingerprint
     StageSpec("evaluate", 1, ("evaluate",), deps=("pairs",), has_files=True,
@@ -114,7 +114,7 @@ def stage_key(spec: StageSpec, cfg: Config, ws: Workspace, inputs: list[dict[str
     return hashlib.sha256(canonical.encode()).hexdigest(), parts
 
 
-def _fingerprint(spec: StageSpec, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+def input_fingerprints(spec: StageSpec, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """Identities of what a stage reads from outside the workspace's stages (files, checkpoints)."""
     return _hook(spec.fingerprint)(cfg, ws) if spec.fingerprint else []
 
@@ -130,7 +130,7 @@ def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection 
             return State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
                          None, manifest)
     if inputs is None:
-        inputs = _fingerprint(spec, cfg, ws)
+        inputs = input_fingerprints(spec, cfg, ws)
     key, parts = stage_key(spec, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)
@@ -221,7 +221,7 @@ def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnect
         if dep_state.state != "fresh":
             raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
                               f"run `bertwb {dep}` or `bertwb run` first")
-    inputs = _fingerprint(spec, cfg, ws)
+    inputs = input_fingerprints(spec, cfg, ws)
     state = check(name, cfg, ws, con, inputs)
     if state.state == "fresh" and not force:
         ui.stage_line(name, f"fresh ({state.reason}), skipped")
