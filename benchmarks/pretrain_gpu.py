@@ -99,7 +99,7 @@ def main() -> None:
             synchronize()
             started = time.perf_counter()
         micro = batches.micro_batches(0, step)
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro))
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), sum(len(b.nsp_labels) for b in micro))
         if step >= args.warmup:
             indices = batches.epoch_order(0)[step]
             lengths = pairs.offsets[indices + 1] - pairs.offsets[indices]

@@ -80,7 +80,7 @@ def train(pairs_dir: Path, steps: int, keep: bool) -> dict:
     started = time.perf_counter()
     for step in range(steps):
         micro = batches.micro_batches(*divmod(step, batches.steps_per_epoch))
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro))
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), sum(len(b.nsp_labels) for b in micro))
         if (step + 1) % EVERY == 0:
             readings.append(rss_mb())
     live, free = heap_mb()

@@ -112,6 +112,10 @@ class PretrainConfig:
     epochs: int = _field(1, "Passes over the train pairs when pretrain.steps is 0.", min=1, cache=False)
     batch_size: int = _field(32, "Sequences per optimizer step, over all GPUs and accumulation steps.",
                              min=1, max=1_000_000)
+    batch_tokens: int = _field(0, "Token budget of a step instead of a fixed pair count: as many pairs of about "
+                               "the same length as fit in this many padded tokens (short pairs make bigger "
+                               "batches, so every step does about the same work); 0 = pretrain.batch_size pairs.",
+                               min=0, max=100_000_000)
     grad_accum: int = _field(1, "Micro-batches per optimizer step on each process (saves memory).",
                              min=1, max=4096)
     optimizer: Literal["adamw", "lamb"] = _field("adamw", "adamw (decoupled decay) or lamb (You et al. 2019).")

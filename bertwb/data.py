@@ -5,10 +5,22 @@ block-diagonal attention mask and per-pair position ids and [CLS] slots, which t
 one-to-one Hugging Face parity) does not have; bucketing keeps every row one pair and still cuts
 padding to a few percent (measured in ``benchmarks/pretrain_cpu.py`` and in the stage summary).
 
-Each epoch has a fixed order that depends only on ``(seed, epoch)``: the pairs are shuffled, cut
-into chunks of ``bucket_batches`` global batches, sorted by length inside a chunk, cut into global
-batches of ``batch_size`` pairs, and the batches are shuffled. A global batch is split into
-``world_size × grad_accum`` contiguous micro-batches and rank ``r`` takes its own ``grad_accum`` of
+A global batch is either a fixed number of pairs (``pretrain.batch_size``) or, with a **token budget**
+(``pretrain.batch_tokens``), as many pairs of about the same length as fit in that many padded
+tokens: short pairs then come many to a batch, so every step does about the same work and an epoch
+takes fewer steps (the budget of fairseq's ``--max-tokens``). The gradient is always that of the
+global batch, whatever its size (see ``bertwb.pretrain``).
+
+Each epoch has a fixed order that depends only on ``(seed, epoch)``:
+
+* fixed size: the pairs are shuffled, cut into chunks of ``bucket_batches`` global batches, sorted by
+  length inside a chunk and cut into global batches of ``batch_size`` pairs;
+* token budget: the pairs are sorted by length, ties in a random order, and cut greedily into batches
+  whose rows × longest row stays within the budget. The lengths are the same every epoch, so the cuts
+  (and the number of steps in an epoch) are too; which pairs share a batch changes.
+
+Either way the batches are then shuffled. A global batch is split into ``world_size × grad_accum``
+contiguous micro-batches of (nearly) equal size and rank ``r`` takes its own ``grad_accum`` of
 them, so every process reads only its shard, and a run computes on the same pairs whatever the
 number of processes. The position in the data is just the step number, which makes resuming exact.
 
@@ -22,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -106,65 +118,132 @@ class Batch:
                      self.n_tokens, self.n_padded)
 
 
+@dataclass
+class EpochOrder:
+    """An epoch's global batches: batch ``i`` is the pair indices ``rows[offsets[i]:offsets[i+1]]``."""
+
+    rows: np.ndarray  # (pairs in the epoch,) int64
+    offsets: np.ndarray  # (batches + 1,) int64
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.rows[self.offsets[index]:self.offsets[index + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self)))
+
+
 class Batches:
     """Deterministic, resumable, sharded batches over one split (see the module docstring)."""
 
-    def __init__(self, pairs: PairArrays, batch_size: int, seed: int, *, bucket_batches: int = 50,
-                 world_size: int = 1, rank: int = 0, grad_accum: int = 1, pad_multiple: int = 1,
-                 masking_rules: MaskingRules | None = None, drop_last: bool = True):
-        if batch_size % (world_size * grad_accum):
-            raise BertwbError(f"pretrain.batch_size {batch_size} is not divisible by processes × "
-                              f"pretrain.grad_accum = {world_size} × {grad_accum}; pick a multiple")
+    def __init__(self, pairs: PairArrays, batch_size: int, seed: int, *, batch_tokens: int = 0,
+                 bucket_batches: int = 50, world_size: int = 1, rank: int = 0, grad_accum: int = 1,
+                 pad_multiple: int = 1, masking_rules: MaskingRules | None = None, drop_last: bool = True):
         if not pairs.static and masking_rules is None:
             raise ValueError("pairs without static masks need masking rules for dynamic masking")
-        self.pairs, self.batch_size, self.seed = pairs, batch_size, seed
+        self.pairs, self.batch_size, self.batch_tokens, self.seed = pairs, batch_size, batch_tokens, seed
         self.bucket_batches, self.world_size, self.rank = bucket_batches, world_size, rank
         self.grad_accum, self.pad_multiple, self.masking_rules = grad_accum, pad_multiple, masking_rules
-        self.micro_size = batch_size // (world_size * grad_accum)
         self.drop_last = drop_last
         self._lengths = pairs.lengths
-        self._order_epoch, self._order = -1, np.empty((0, batch_size), np.int64)
+        self._order_epoch, self._order = -1, EpochOrder(np.zeros(0, np.int64), np.zeros(1, np.int64))
+        parts = world_size * grad_accum
+        if batch_tokens:
+            longest = int(self._lengths.max()) if len(pairs) else 1
+            if batch_tokens // self._padded(longest) < parts:
+                needed = (f", fewer than processes × pretrain.grad_accum = {world_size} × {grad_accum}"
+                          if parts > 1 else "")
+                raise BertwbError(
+                    f"pretrain.batch_tokens {batch_tokens} holds {batch_tokens // self._padded(longest)} of the "
+                    f"longest pairs ({longest} tokens){needed}; raise it to at least {parts * self._padded(longest)}")
+            self._cuts = self._token_cuts()
+        elif batch_size % parts:
+            raise BertwbError(f"pretrain.batch_size {batch_size} is not divisible by processes × "
+                              f"pretrain.grad_accum = {world_size} × {grad_accum}; pick a multiple")
+
+    def _padded(self, length: int | np.ndarray) -> int | np.ndarray:
+        return -(-length // self.pad_multiple) * self.pad_multiple
+
+    def _token_cuts(self) -> np.ndarray:
+        """Batch boundaries in the length-sorted split: each batch as many pairs as fit in the budget.
+
+        A batch grows while (rows + 1) × its longest (padded) row stays within ``batch_tokens``; the
+        last, underfull batch is dropped with ``drop_last``. Depends on the lengths only, not the epoch.
+        Runs of equal width are cut many batches at a time, so the loop turns about twice per width.
+        """
+        widths = self._padded(np.sort(self._lengths))
+        run_end = np.searchsorted(widths, widths, side="right")  # where each pair's run of equal width ends
+        n, cuts, start = len(widths), [0], 0
+        while start < n:
+            per = self.batch_tokens // int(widths[start])  # rows of this width that fit
+            full = (int(run_end[start]) - start) // per
+            if full:  # whole batches inside the run
+                cuts.extend(range(start + per, start + full * per + 1, per))
+                start += full * per
+                continue
+            # the batch reaches longer rows: r rows fit while r × widths[start + r - 1] <= budget, a
+            # product that grows with r, so the fitting rows are a prefix
+            window = widths[start:start + per]
+            start += int(np.count_nonzero(np.arange(1, len(window) + 1) * window <= self.batch_tokens))
+            cuts.append(start)
+        if self.drop_last and len(cuts) > 2 and (n - cuts[-2] + 1) * widths[-1] <= self.batch_tokens:
+            cuts.pop()  # room for one more row: the epoch's remainder, as in the fixed-size mode
+        return np.asarray(cuts, np.int64)
 
     @property
     def steps_per_epoch(self) -> int:
+        if self.batch_tokens:
+            return len(self._cuts) - 1
         full, rest = divmod(len(self.pairs), self.batch_size)
         return full if self.drop_last or not rest else full + 1
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """The epoch's global batches as rows of pair indices, (steps_per_epoch, batch_size).
+    def epoch_order(self, epoch: int) -> EpochOrder:
+        """The epoch's global batches of pair indices, ``steps_per_epoch`` of them.
 
-        The last incomplete batch is dropped (a different random remainder every epoch), so every
-        step sees exactly ``batch_size`` pairs; without ``drop_last`` the remainder rows hold -1.
+        Fixed-size batches all hold ``batch_size`` pairs; the last incomplete one is dropped (a
+        different random remainder every epoch), or kept, shorter, without ``drop_last``.
         """
         if epoch != self._order_epoch:
             self._order, self._order_epoch = self._build_order(epoch), epoch
         return self._order
 
-    def _build_order(self, epoch: int) -> np.ndarray:
+    def _build_order(self, epoch: int) -> EpochOrder:
         rng = np.random.default_rng([self.seed, epoch])
+        if self.batch_tokens:
+            by_length = np.lexsort((rng.random(len(self.pairs)), self._lengths))
+            starts, counts = self._cuts[:-1], np.diff(self._cuts)
+        else:
+            by_length, starts, counts = self._bucketed(rng)
+        shuffled = rng.permutation(len(counts))
+        offsets = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts[shuffled], out=offsets[1:])
+        return EpochOrder(by_length[_ranges(starts[shuffled], counts[shuffled])], offsets)
+
+    def _bucketed(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fixed-size batches: shuffled pairs, sorted by length in chunks; (pairs, batch starts, sizes)."""
         n, size = len(self.pairs), self.batch_size
         perm = rng.permutation(n)
-        if not self.drop_last and n % size:
-            perm = np.concatenate([perm, np.full(size - n % size, -1)])
-        perm = perm[: (len(perm) // size) * size]
-        chunk = self.bucket_batches * size
+        kept = n if not self.drop_last else (n // size) * size
         if self.bucket_batches > 1:
-            pieces = []
-            for start in range(0, len(perm), chunk):
-                part = perm[start:start + chunk]
-                lengths = np.where(part >= 0, self._lengths[np.maximum(part, 0)], 0)
-                pieces.append(part[np.argsort(lengths, kind="stable")])
-            perm = np.concatenate(pieces) if pieces else perm
-        batches = perm.reshape(-1, size)
-        return batches[rng.permutation(len(batches))]
+            chunk = self.bucket_batches * size
+            full = (kept // size) * size  # a kept remainder stays unsorted, after the sorted chunks
+            pieces = [perm[start:min(start + chunk, full)] for start in range(0, full, chunk)]
+            perm = np.concatenate([p[np.argsort(self._lengths[p], kind="stable")] for p in pieces]
+                                  + [perm[full:kept]])
+        starts = np.arange(0, kept, size, dtype=np.int64)
+        return perm[:kept], starts, np.minimum(size, kept - starts)
+
+    def pairs_in_batch(self, epoch: int, batch_in_epoch: int) -> int:
+        """Pairs in global batch ``batch_in_epoch`` of ``epoch``, over every rank."""
+        return len(self.epoch_order(epoch)[batch_in_epoch])
 
     def local_slots(self, epoch: int, batch_in_epoch: int) -> list[np.ndarray]:
-        """This rank's micro-batches as slots (0 … batch_size - 1) of the global batch."""
-        row = self.epoch_order(epoch)[batch_in_epoch]
-        per_rank = self.micro_size * self.grad_accum
-        slots = np.arange(self.rank * per_rank, (self.rank + 1) * per_rank)
-        micro = [slots[k * self.micro_size:(k + 1) * self.micro_size] for k in range(self.grad_accum)]
-        return [m[row[m] >= 0] for m in micro]
+        """This rank's micro-batches as slots (0 … pairs - 1) of the global batch."""
+        n = self.pairs_in_batch(epoch, batch_in_epoch)
+        parts = np.array_split(np.arange(n), self.world_size * self.grad_accum)
+        return parts[self.rank * self.grad_accum:(self.rank + 1) * self.grad_accum]
 
     def micro_batches(self, epoch: int, batch_in_epoch: int) -> list[Batch]:
         """This rank's collated micro-batches of global batch ``batch_in_epoch`` of ``epoch``."""
@@ -172,10 +251,8 @@ class Batches:
         if self.pairs.static:
             source, slots_to_rows = self.pairs, row
         else:  # mask the whole global batch, then take this rank's slots of it
-            valid = row[row >= 0]
-            source = self._mask_dynamically(valid, epoch, batch_in_epoch)
-            slots_to_rows = np.full(len(row), -1, np.int64)
-            slots_to_rows[row >= 0] = np.arange(len(valid))
+            source = self._mask_dynamically(row, epoch, batch_in_epoch)
+            slots_to_rows = np.arange(len(row))
         return [collate(source, slots_to_rows[slots], self.pad_multiple)
                 for slots in self.local_slots(epoch, batch_in_epoch) if len(slots)]
 
@@ -236,11 +313,12 @@ def padding_fraction(batches: Batches, epoch: int = 0) -> float:
     lengths = batches.pairs.lengths
     pad = total = 0
     order = batches.epoch_order(epoch)
-    size = batches.micro_size
-    for row in order:
-        for start in range(0, len(row), size):
-            part = lengths[row[start:start + size]]
-            width = -(-part.max() // batches.pad_multiple) * batches.pad_multiple
-            total += width * len(part)
-            pad += width * len(part) - part.sum()
+    for index in range(len(order)):
+        row = order[index]
+        for slots in np.array_split(np.arange(len(row)), batches.world_size * batches.grad_accum):
+            if len(slots):
+                part = lengths[row[slots]]
+                width = -(-part.max() // batches.pad_multiple) * batches.pad_multiple
+                total += width * len(part)
+                pad += width * len(part) - part.sum()
     return float(pad / max(total, 1))

@@ -11,7 +11,9 @@ LayerNorm (every parameter with fewer than two dimensions). Linear warm-up to ``
 the global norm. On CUDA: bf16 autocast, fused AdamW, TF32 matmuls, optional ``torch.compile``.
 
 **Batching.** Length bucketing (see ``bertwb.data``): rows are padded to the longest in their
-micro-batch, the summary reports the pad share, and the MLM head runs only at masked positions.
+micro-batch, the summary reports the pad share, and the MLM head runs only at masked positions. A
+step takes ``batch_size`` pairs, or with ``batch_tokens`` as many pairs as fit in that many padded
+tokens; the NSP loss is averaged over the pairs the step really has.
 
 **Where things live.**::
 
@@ -230,13 +232,16 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
     run_dir = Path(plan.run_dir)
     train_pairs, meta, masking_rules = load_split(Path(plan.pairs_dir), "train")
     valid_pairs, _, _ = load_split(Path(plan.pairs_dir), "valid")
-    if len(train_pairs) < p.batch_size:
+    if not p.batch_tokens and len(train_pairs) < p.batch_size:
         raise BertwbError(f"pretrain.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
                           "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)")
     pad_multiple = 8 if device.type == "cuda" else 1  # tensor cores like multiples of 8; CPU does not care
-    batches = Batches(train_pairs, p.batch_size, p.seed, bucket_batches=p.bucket_batches,
+    batches = Batches(train_pairs, p.batch_size, p.seed, batch_tokens=p.batch_tokens, bucket_batches=p.bucket_batches,
                       world_size=dist.world_size, rank=dist.rank, grad_accum=p.grad_accum,
                       pad_multiple=pad_multiple, masking_rules=masking_rules)
+    if not batches.steps_per_epoch:
+        raise BertwbError(f"pretrain.batch_tokens {p.batch_tokens} is more than the {len(train_pairs)} train pairs "
+                          f"fill ({int(train_pairs.lengths.sum()):,} tokens); lower it or build more pairs")
     total_steps = p.steps or p.epochs * batches.steps_per_epoch
 
     torch.manual_seed(p.seed)
@@ -280,6 +285,7 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
     summary = {
         "steps_done": total_steps,
         "steps_per_epoch": batches.steps_per_epoch,
+        "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),
         "epochs_done": round(total_steps / batches.steps_per_epoch, 4),
         "resumed_from_step": start_step if resumed else None,
         "preset": cfg.model.preset,
@@ -495,6 +501,7 @@ class _Loop:
         for step in range(start_step, self.total_steps):
             epoch, batch_in_epoch = divmod(step, self.batches.steps_per_epoch)
             micro = self.batches.micro_batches(epoch, batch_in_epoch)
+            n_pairs = self.batches.pairs_in_batch(epoch, batch_in_epoch)
             local_masked = sum(len(b.mlm_labels) for b in micro)
             n_masked, stop = self._agree(local_masked, stopper.requested)
             if stop:
@@ -502,7 +509,7 @@ class _Loop:
                 if self.dist.rank == 0:
                     view.note(f"interrupted: checkpoint at step {step:,} written; `bertwb pretrain` resumes from it")
                 raise KeyboardInterrupt
-            self._train_step(step, micro, n_masked)
+            self._train_step(step, micro, n_masked, n_pairs)
             done = step + 1
             at_end = done == self.total_steps
             evaluate = self.valid is not None and (at_end or self.p.eval_every and done % self.p.eval_every == 0)
@@ -524,9 +531,12 @@ class _Loop:
         total, stops = self.dist.all_reduce(control).tolist()
         return int(total), stops > 0
 
-    def _train_step(self, step: int, micro: list, n_masked: int) -> None:
-        """Forward and backward every micro-batch of this rank, then one optimizer step."""
-        world, pairs_per_step = self.dist.world_size, self.p.batch_size
+    def _train_step(self, step: int, micro: list, n_masked: int, n_pairs: int) -> None:
+        """Forward and backward every micro-batch of this rank, then one optimizer step.
+
+        ``n_masked`` and ``n_pairs``: the masked tokens and the pairs of the whole global batch.
+        """
+        world = self.dist.world_size
         for k, batch in enumerate(micro):
             batch = batch.to(self.device, non_blocking=True)
             last = k == len(micro) - 1
@@ -539,7 +549,7 @@ class _Loop:
                 mlm_sum, mlm_hits = _mlm_loss_sum(mlm_logits, batch.mlm_labels)  # hits: None = count from logits
                 nsp_sum = F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum")
                 # DDP averages gradients over ranks, hence × world: the sum is the global batch's loss
-                loss = (mlm_sum / max(n_masked, 1) + nsp_sum / pairs_per_step) * world
+                loss = (mlm_sum / max(n_masked, 1) + nsp_sum / n_pairs) * world
                 self._accumulate(self.window, mlm_sum, nsp_sum, mlm_logits, nsp_logits, batch, mlm_hits)
                 del out, mlm_logits  # the fast MLM loss overwrites them with their gradient in backward
                 loss.backward()

@@ -22,10 +22,11 @@ import torch
 from bertwb import memory, ui
 from bertwb.config import load_config
 from bertwb.data import Batches, PairArrays, collate, padding_fraction
+from bertwb.errors import BertwbError
 from bertwb.masking import rules_from_flags
 from bertwb.model import BertConfig, BertForPreTraining
 from bertwb.checkpoints import list_checkpoints
-from bertwb.pretrain import Lamb, LinearWarmupDecay, build_optimizer
+from bertwb.pretrain import STATS, Lamb, LinearWarmupDecay, _Dist, _Loop, build_optimizer
 from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, write_bert_format
 
 # Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
@@ -108,8 +109,9 @@ def test_batches_cover_the_epoch_once_and_ranks_split_each_global_batch():
     single = Batches(pairs, 8, seed=1, bucket_batches=3)
     assert single.steps_per_epoch == 5
     order = single.epoch_order(0)
-    assert len(set(order.flatten().tolist())) == 40  # each pair once
-    assert not np.array_equal(order, single.epoch_order(1))  # a new order every epoch
+    assert len(order) == 5 and all(len(order[i]) == 8 for i in range(5))
+    assert len(set(order.rows.tolist())) == 40  # each pair once
+    assert not np.array_equal(order.rows, single.epoch_order(1).rows)  # a new order every epoch
     for step in range(single.steps_per_epoch):
         whole = np.concatenate([b.nsp_labels.numpy() for b in single.micro_batches(0, step)])
         ranks = [Batches(pairs, 8, seed=1, bucket_batches=3, world_size=2, rank=r, grad_accum=2)
@@ -124,6 +126,42 @@ def test_length_bucketing_cuts_padding():
     random_batches = padding_fraction(Batches(pairs, 16, seed=0, bucket_batches=1))
     bucketed = padding_fraction(Batches(pairs, 16, seed=0, bucket_batches=25))
     assert random_batches > 0.25 and bucketed < random_batches / 4, (random_batches, bucketed)
+
+
+def test_token_budget_fills_each_batch_and_keeps_the_epoch_length():
+    pairs = _stand_in(400)  # lengths 8-40
+    budget = 160  # 4 rows of 40 tokens, 20 of 8
+    batches = Batches(pairs, 0, seed=2, batch_tokens=budget)
+    lengths = pairs.lengths
+    sizes = {}
+    for epoch in (0, 1):
+        order = batches.epoch_order(epoch)
+        assert len(order) == batches.steps_per_epoch  # the same cuts every epoch
+        assert len(set(order.rows.tolist())) == len(order.rows)  # no pair twice
+        widths = [lengths[order[i]].max() for i in range(len(order))]
+        rows = [len(order[i]) for i in range(len(order))]
+        assert all(r * w <= budget for r, w in zip(rows, widths, strict=True))
+        assert min(r * w for r, w in zip(rows, widths, strict=True)) > 0.75 * budget  # filled greedily
+        sizes[epoch] = sorted(zip(widths, rows, strict=True))
+    assert sizes[0] == sizes[1]  # the same batch shapes ...
+    assert {tuple(batches.epoch_order(0)[i]) for i in range(3)} != {tuple(batches.epoch_order(1)[i]) for i in range(3)}
+    assert len(order.rows) > 400 - 4  # ... and at most the last, underfull batch's pairs left out
+    short = [r for w, r in sizes[0] if w <= 12]
+    assert short and min(short) >= budget // 12 > budget // 40  # short pairs come many to a batch
+    assert padding_fraction(batches) < 0.03  # pairs of one batch differ by a token or so
+
+    for step in range(batches.steps_per_epoch):  # ranks × accumulation split each batch, nearly evenly
+        whole = np.concatenate([b.nsp_labels.numpy() for b in batches.micro_batches(1, step)])
+        ranks = [Batches(pairs, 0, seed=2, batch_tokens=budget, world_size=2, rank=r, grad_accum=2)
+                 for r in range(2)]
+        parts = [b.nsp_labels.numpy() for r in ranks for b in r.micro_batches(1, step)]
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+        assert np.array_equal(np.concatenate(parts), whole)
+        assert ranks[0].pairs_in_batch(1, step) == len(whole)
+
+    with pytest.raises(BertwbError, match="pretrain.batch_tokens 100 holds 2 of the longest pairs .40 tokens.*"
+                                          "at least 160"):
+        Batches(pairs, 0, seed=2, batch_tokens=100, world_size=2, grad_accum=2)
 
 
 def test_dynamic_masks_change_per_epoch_and_not_with_the_number_of_processes():
@@ -172,6 +210,35 @@ def test_lamb_scales_each_update_by_the_trust_ratio():
     optimizer.step()
     # Adam's first update is sign(grad) (norm 4); the trust ratio ||w|| / ||u|| = 8 / 4 scales it to 2.
     assert torch.allclose(weight.detach(), torch.full((4, 4), 2.0 - 0.1 * 2.0), atol=1e-5)
+
+
+def test_a_token_budget_step_is_the_gradient_of_its_whole_batch_however_it_is_split():
+    """Accumulating uneven micro-batches (3 + 2 pairs) gives the step of one 5-pair micro-batch.
+
+    The NSP loss divides by the pairs of the global batch (5), the MLM loss by its masked tokens; a
+    step that divided by ``pretrain.batch_size`` or by each micro-batch's own count would differ.
+    """
+    pairs = _stand_in(60, seed=4)
+    budget = 5 * 40  # 5 rows of the longest pairs
+
+    def one_step(grad_accum: int) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(vocab_size=100, hidden_size=32, num_layers=1, num_heads=2,
+                                              intermediate_size=64, hidden_dropout=0.0, attention_dropout=0.0))
+        cfg = load_config(None, [f"pretrain.batch_tokens={budget}",
+                                 f"pretrain.grad_accum={grad_accum}"])
+        batches = Batches(pairs, 0, seed=0, batch_tokens=budget, grad_accum=grad_accum)
+        step = next(i for i in range(batches.steps_per_epoch) if batches.pairs_in_batch(0, i) == 5)
+        micro = batches.micro_batches(0, step)
+        assert [len(b.nsp_labels) for b in micro] == ([5] if grad_accum == 1 else [3, 2])
+        window = torch.zeros(len(STATS), dtype=torch.float64)
+        loop = _Loop(cfg, _Dist(device="cpu"), model, model, build_optimizer(cfg, model, torch.device("cpu")),
+                     LinearWarmupDecay(1e-3, 0, 10), batches, None, window, None, 10)
+        loop._train_step(0, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+        return [t.detach().clone() for t in model.parameters()]
+
+    whole, split = one_step(1), one_step(2)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(whole, split, strict=True))
 
 
 # --- the stage, driven like a user ---------------------------------------------------------------------
@@ -281,6 +348,22 @@ def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, tmp_path: Pa
         [{k: v for k, v in m.items() if k not in strip} for m in _metrics(straight)]
 
 
+def test_a_token_budget_trains_more_pairs_per_step_in_fewer_steps(trainer: Project):
+    result = trainer.run("pretrain", "--set", "pretrain.batch_tokens=40", expect=1)
+    assert result.output.strip().splitlines()[-1] == \
+        "error: pretrain.batch_tokens 40 holds 0 of the longest pairs (64 tokens); raise it to at least 64"
+    summaries = {}
+    for budget in (0, 16 * 64):  # 16 pairs per step; or 16 of the longest (64-token) pairs, more shorter ones
+        trainer.run("pretrain", "--set", f"pretrain.batch_tokens={budget}", "--set", "pretrain.steps=0")
+        summaries[budget] = json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    fixed, budgeted = summaries[0], summaries[16 * 64]
+    assert fixed["pairs_per_step"] == 16 and budgeted["pairs_per_step"] > 18
+    assert budgeted["steps_per_epoch"] < fixed["steps_per_epoch"]
+    assert budgeted["steps_done"] == budgeted["steps_per_epoch"]  # one epoch
+    assert budgeted["pad_fraction"] < 0.03  # measured 2.0% (fixed-size bucketing: 1.9%)
+    assert budgeted["loss"] < 20 and budgeted["valid_loss"] < 20
+
+
 def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(trainer: Project):
     trainer.run("pretrain")
     result = trainer.run("pretrain", "--set", "pretrain.steps=8")
@@ -347,8 +430,10 @@ def _torchrun(project: Project, *args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=240)
 
 
-def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_path: Path):
-    """DDP on gloo: 2 ranks × 8 pairs against 1 process × 16 pairs, the same global batches.
+@pytest.mark.parametrize("budget", [0, 16 * 64], ids=["16-pairs", "token-budget"])
+def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_path: Path, budget: int):
+    """DDP on gloo: 2 ranks × 8 pairs against 1 process × 16 pairs, the same global batches; or, with a
+    token budget, batches of 16-40 pairs that the ranks split unevenly when their count is odd.
 
     The loss is the same function of the same data (every micro-batch divides by the global masked
     count), dropout is off, so only float summation order differs (all-reduce of gradients, matmul
@@ -357,7 +442,8 @@ def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_p
     falls over these steps, so a wrong gradient scale or a rank training on the wrong data fails.
     The run stops at 8 steps and continues to 16, so resuming under torchrun is covered too.
     """
-    no_dropout = ["--set", "model.hidden_dropout=0", "--set", "model.attention_dropout=0"]
+    no_dropout = ["--set", "model.hidden_dropout=0", "--set", "model.attention_dropout=0",
+                  "--set", f"pretrain.batch_tokens={budget}"]
     single = Project(tmp_path / "single")
     shutil.copytree(trainer.root, single.root)
     for steps in (8, 16):

@@ -159,7 +159,8 @@ def _fast_step(model, batch) -> torch.Tensor:
     window = torch.zeros(len(STATS), dtype=torch.float64)
     loop = _Loop(cfg, _Dist(device="cpu"), model, model, build_optimizer(cfg, model, torch.device("cpu")),
                  LinearWarmupDecay(1e-3, 0, 10), None, None, window, None, 10)
-    loop._train_step(0, [batch], len(batch.mlm_labels))  # lr at step 0 of 10 without warm-up: 1e-3
+    # lr at step 0 of 10 without warm-up: 1e-3
+    loop._train_step(0, [batch], len(batch.mlm_labels), len(batch.nsp_labels))
     return window[:3]
 
 
