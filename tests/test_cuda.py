@@ -1,0 +1,75 @@
+"""On a CUDA GPU: the training paths a CPU run never takes. Skipped without one, so CI (no GPU) skips it.
+
+Run it on a GPU machine with ``python -m pytest tests/test_cuda.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertwb.config import load_config
+from bertwb.data import Batches
+from bertwb.model import BertConfig, BertForPreTraining
+from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer
+from conftest import Project
+from test_pretrain import _metrics, _stand_in, pairs_workspace, trainer  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_a_cuda_step_runs_in_bf16_and_its_bookkeeping_never_waits_for_the_gpu(monkeypatch: pytest.MonkeyPatch):
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=100, hidden_size=64, num_layers=2, num_heads=2,
+                                          intermediate_size=128)).to(device).train()
+    cfg = load_config(None, ["pretrain.batch_size=8"])
+    optimizer = build_optimizer(cfg, model, device)
+    assert optimizer.defaults.get("fused")  # the fused CUDA AdamW
+    batches = Batches(_stand_in(40), 8, seed=0, pad_multiple=8)
+    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
+    loop = _Loop(cfg, _Dist(device="cuda"), model, model, optimizer, LinearWarmupDecay(1e-3, 0, 10), batches, None,
+                 window, None, 10)
+
+    accumulate = _Loop._accumulate
+
+    def strict(*args, **kwargs):  # noqa: ANN002, ANN003
+        torch.cuda.set_sync_debug_mode("error")  # any host-device synchronisation raises
+        try:
+            return accumulate(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    monkeypatch.setattr(_Loop, "_accumulate", staticmethod(strict))
+
+    before = [t.detach().clone() for t in model.parameters()]
+    masked = pairs = tokens = 0
+    for step in range(3):
+        micro = batches.micro_batches(0, step)
+        assert all(b.input_ids.size(1) % 8 == 0 for b in micro)  # tensor cores like multiples of 8
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+        masked += sum(len(b.mlm_labels) for b in micro)
+        pairs += sum(len(b.nsp_labels) for b in micro)
+        tokens += sum(b.n_tokens for b in micro)
+    totals = dict(zip(STATS, window.tolist(), strict=True))
+    assert (totals["n_masked"], totals["n_pairs"], totals["n_tokens"]) == (masked, pairs, tokens)
+    assert torch.isfinite(window).all()
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    batch = batches.micro_batches(0, 3)[0].to(device)
+    with loop.autocast():
+        out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
+    assert out.mlm_logits.dtype == torch.bfloat16
+
+
+def test_pretrain_on_cuda_continues_a_run_and_exports_weights_cpu_reads(trainer: Project):  # noqa: F811
+    result = trainer.run("pretrain", "--device", "cuda", "--set", "pretrain.steps=6")
+    summary = json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["device"].startswith("cuda"), result.output
+    result = trainer.run("pretrain", "--device", "cuda", "--set", "pretrain.steps=12")
+    assert "(step 6 of 12)" in result.output
+    metrics = _metrics(trainer)
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert all(m["loss"] == m["loss"] and m["loss"] < 20 for m in metrics)  # finite, not diverged
+    result = trainer.run("evaluate", "--device", "cpu")  # GPU-trained weights, read back on the CPU
+    assert "mlm" in result.output.lower()
