@@ -110,7 +110,8 @@ class PretrainConfig:
     steps: int = _field(300, "Optimizer steps to train; 0 = pretrain.epochs passes over the train pairs. "
                         "Raising it continues a finished run.", min=0, cache=False)
     epochs: int = _field(1, "Passes over the train pairs when pretrain.steps is 0.", min=1, cache=False)
-    batch_size: int = _field(32, "Sequences per optimizer step, over all GPUs and accumulation steps.",
+    batch_size: int = _field(32, "Pairs per optimizer step, over all GPUs and accumulation steps (and per "
+                             "validation batch); pretrain.batch_tokens, when set, sizes training steps instead.",
                              min=1, max=1_000_000)
     batch_tokens: int = _field(0, "Token budget of a step instead of a fixed pair count: as many pairs of about "
                                "the same length as fit in this many padded tokens (short pairs make bigger "
