@@ -152,19 +152,16 @@ class Batches:
         parts = world_size * grad_accum
         if batch_tokens:
             longest = int(self._lengths.max()) if len(pairs) else 1
-            if batch_tokens // self._padded(longest) < parts:
+            width = round_up(longest, pad_multiple)
+            if batch_tokens // width < parts:
                 needed = (f", fewer than processes × pretrain.grad_accum = {world_size} × {grad_accum}"
                           if parts > 1 else "")
-                raise BertwbError(
-                    f"pretrain.batch_tokens {batch_tokens} holds {batch_tokens // self._padded(longest)} of the "
-                    f"longest pairs ({longest} tokens){needed}; raise it to at least {parts * self._padded(longest)}")
+                raise BertwbError(f"pretrain.batch_tokens {batch_tokens} holds {batch_tokens // width} of the longest "
+                                  f"pairs ({longest} tokens){needed}; raise it to at least {parts * width}")
             self._cuts = self._token_cuts()
         elif batch_size % parts:
             raise BertwbError(f"pretrain.batch_size {batch_size} is not divisible by processes × "
                               f"pretrain.grad_accum = {world_size} × {grad_accum}; pick a multiple")
-
-    def _padded(self, length: int | np.ndarray) -> int | np.ndarray:
-        return -(-length // self.pad_multiple) * self.pad_multiple
 
     def _token_cuts(self) -> np.ndarray:
         """Batch boundaries in the length-sorted split: each batch as many pairs as fit in the budget.
@@ -173,7 +170,7 @@ class Batches:
         last, underfull batch is dropped with ``drop_last``. Depends on the lengths only, not the epoch.
         Runs of equal width are cut many batches at a time, so the loop turns about twice per width.
         """
-        widths = self._padded(np.sort(self._lengths))
+        widths = round_up(np.sort(self._lengths), self.pad_multiple)
         run_end = np.searchsorted(widths, widths, side="right")  # where each pair's run of equal width ends
         n, cuts, start = len(widths), [0], 0
         while start < n:
@@ -239,10 +236,15 @@ class Batches:
         """Pairs in global batch ``batch_in_epoch`` of ``epoch``, over every rank."""
         return len(self.epoch_order(epoch)[batch_in_epoch])
 
+    def split(self, n_pairs: int) -> list[np.ndarray]:
+        """A global batch of ``n_pairs`` as every rank's micro-batches: ``world_size × grad_accum``
+        contiguous runs of slots (0 … n_pairs - 1), sizes differing by at most one; rank r has run
+        r × grad_accum onwards."""
+        return np.array_split(np.arange(n_pairs), self.world_size * self.grad_accum)
+
     def local_slots(self, epoch: int, batch_in_epoch: int) -> list[np.ndarray]:
         """This rank's micro-batches as slots (0 … pairs - 1) of the global batch."""
-        n = self.pairs_in_batch(epoch, batch_in_epoch)
-        parts = np.array_split(np.arange(n), self.world_size * self.grad_accum)
+        parts = self.split(self.pairs_in_batch(epoch, batch_in_epoch))
         return parts[self.rank * self.grad_accum:(self.rank + 1) * self.grad_accum]
 
     def micro_batches(self, epoch: int, batch_in_epoch: int) -> list[Batch]:
@@ -274,7 +276,7 @@ def collate(pairs: PairArrays, indices: np.ndarray, pad_multiple: int = 1) -> Ba
     """Pad the (statically masked) rows ``indices`` to the longest, rounded up to ``pad_multiple``."""
     starts = pairs.offsets[indices]
     lengths = pairs.offsets[indices + 1] - starts
-    width = int(-(-lengths.max() // pad_multiple) * pad_multiple)
+    width = int(round_up(lengths.max(), pad_multiple))
     columns = np.arange(width)
     real = columns[None, :] < lengths[:, None]  # (B, T)
     gather = np.where(real, starts[:, None] + columns[None, :], 0)
@@ -299,6 +301,11 @@ def collate(pairs: PairArrays, indices: np.ndarray, pad_multiple: int = 1) -> Ba
     )
 
 
+def round_up(length: int | np.ndarray, multiple: int) -> int | np.ndarray:
+    """``length`` rounded up to a multiple of ``multiple`` (the padded width of a row)."""
+    return -(-length // multiple) * multiple
+
+
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(s, s + c)`` for every (s, c), without a Python loop."""
     total = int(counts.sum())
@@ -313,12 +320,11 @@ def padding_fraction(batches: Batches, epoch: int = 0) -> float:
     lengths = batches.pairs.lengths
     pad = total = 0
     order = batches.epoch_order(epoch)
-    for index in range(len(order)):
-        row = order[index]
-        for slots in np.array_split(np.arange(len(row)), batches.world_size * batches.grad_accum):
+    for row in order:
+        for slots in batches.split(len(row)):
             if len(slots):
                 part = lengths[row[slots]]
-                width = -(-part.max() // batches.pad_multiple) * batches.pad_multiple
+                width = round_up(part.max(), batches.pad_multiple)
                 total += width * len(part)
                 pad += width * len(part) - part.sum()
     return float(pad / max(total, 1))

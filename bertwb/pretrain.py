@@ -232,16 +232,15 @@ def train(cfg: Config, plan: Plan, dist: _Dist, out_dir: Path | None = None) -> 
     run_dir = Path(plan.run_dir)
     train_pairs, meta, masking_rules = load_split(Path(plan.pairs_dir), "train")
     valid_pairs, _, _ = load_split(Path(plan.pairs_dir), "valid")
-    if not p.batch_tokens and len(train_pairs) < p.batch_size:
+    if not len(train_pairs) or (not p.batch_tokens and len(train_pairs) < p.batch_size):
         raise BertwbError(f"pretrain.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
-                          "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)")
+                          "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)"
+                          if len(train_pairs) else
+                          "the pairs stage left no train pairs; build more (pairs.dupe_factor, a bigger corpus)")
     pad_multiple = 8 if device.type == "cuda" else 1  # tensor cores like multiples of 8; CPU does not care
     batches = Batches(train_pairs, p.batch_size, p.seed, batch_tokens=p.batch_tokens, bucket_batches=p.bucket_batches,
                       world_size=dist.world_size, rank=dist.rank, grad_accum=p.grad_accum,
                       pad_multiple=pad_multiple, masking_rules=masking_rules)
-    if not batches.steps_per_epoch:
-        raise BertwbError(f"pretrain.batch_tokens {p.batch_tokens} is more than the {len(train_pairs)} train pairs "
-                          f"fill ({int(train_pairs.lengths.sum()):,} tokens); lower it or build more pairs")
     total_steps = p.steps or p.epochs * batches.steps_per_epoch
 
     torch.manual_seed(p.seed)
