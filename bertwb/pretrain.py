@@ -49,7 +49,9 @@ dropout overrides do). Its vocabulary must be the workspace's (``vocab.from_file
 tokenizer), and the identity of its weights is part of the stage key.
 
 **Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain``: every rank joins one
-process group (NCCL on CUDA, gloo on CPU). Only rank 0 takes the workspace lock and runs the
+process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group carries what the hosts
+agree on (each step's masked-token count and stop request, the plan, RNG states, barriers), so no
+step waits for the GPU to drain its queue before the host can go on. Only rank 0 takes the workspace lock and runs the
 engine (freshness, manifest, swap); it broadcasts the run plan, or ``None`` when the stage is
 fresh or fails early, and the other ranks train without touching the engine. Each rank reads its
 own share of every global batch; rank 0 logs, evaluates the reduced metrics and writes checkpoints
@@ -143,6 +145,7 @@ class _Dist:
     def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, device: str = "auto"):
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.device = resolve_device(device, local_rank)
+        self.control: Any = None  # the process group for host-side agreement; None: the default (gloo) group
 
     @classmethod
     def from_environment(cls, device: str) -> _Dist:
@@ -154,8 +157,13 @@ class _Dist:
         dist = cls(rank, world_size, local_rank, device)
         if dist.device.type == "cuda":
             torch.cuda.set_device(dist.device)
-        torch.distributed.init_process_group("nccl" if dist.device.type == "cuda" else "gloo",
-                                             rank=rank, world_size=world_size)
+        backend = "nccl" if dist.device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend, rank=rank, world_size=world_size)
+        if backend != "gloo":
+            # What the hosts must agree on (each step's masked-token count and stop request, the plan,
+            # RNG states) goes over gloo between the CPUs: through NCCL it would be a GPU tensor that the
+            # host must read back, which waits for all the GPU's queued work every step.
+            dist.control = torch.distributed.new_group(backend="gloo")
         return dist
 
     @property
@@ -163,27 +171,38 @@ class _Dist:
         return self.world_size > 1
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum a tensor on this process's device over all ranks, in place."""
         if self.enabled:
             torch.distributed.all_reduce(tensor)
         return tensor
 
+    def sum_on_host(self, values: list[float]) -> list[float]:
+        """Sum a few numbers over all ranks between the hosts, without touching the GPU."""
+        if not self.enabled:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64)
+        torch.distributed.all_reduce(tensor, group=self.control)
+        return tensor.tolist()
+
     def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (the others pass anything, usually None)."""
         if not self.enabled:
             return obj
         box = [obj]
-        torch.distributed.broadcast_object_list(box, src=0)
+        torch.distributed.broadcast_object_list(box, src=0, group=self.control)
         return box[0]
 
     def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
         if not self.enabled:
             return [obj]
         boxes: list[Any] = [None] * self.world_size
-        torch.distributed.all_gather_object(boxes, obj)
+        torch.distributed.all_gather_object(boxes, obj, group=self.control)
         return boxes
 
     def barrier(self) -> None:
         if self.enabled:
-            torch.distributed.barrier()
+            torch.distributed.barrier(group=self.control)
 
     def close(self) -> None:
         if self.enabled and torch.distributed.is_initialized():
@@ -524,10 +543,7 @@ class _Loop:
 
     def _agree(self, local_masked: int, stop: bool) -> tuple[int, bool]:
         """All ranks: the global masked-token count of this step, and whether any rank was asked to stop."""
-        if not self.dist.enabled:
-            return local_masked, stop
-        control = torch.tensor([local_masked, float(stop)], dtype=torch.float64, device=self.device)
-        total, stops = self.dist.all_reduce(control).tolist()
+        total, stops = self.dist.sum_on_host([local_masked, float(stop)])
         return int(total), stops > 0
 
     def _train_step(self, step: int, micro: list, n_masked: int, n_pairs: int) -> None:

@@ -6,6 +6,7 @@ Run it on a GPU machine with ``python -m pytest tests/test_cuda.py``.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from bertwb.config import load_config
 from bertwb.data import Batches
 from bertwb.model import BertConfig, BertForPreTraining
 from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer
-from conftest import Project
+from conftest import PYTHON, REPO, Project
 from test_pretrain import _metrics, _stand_in, pairs_workspace, trainer  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -73,3 +74,18 @@ def test_pretrain_on_cuda_continues_a_run_and_exports_weights_cpu_reads(trainer:
     assert all(m["loss"] == m["loss"] and m["loss"] < 20 for m in metrics)  # finite, not diverged
     result = trainer.run("evaluate", "--device", "cpu")  # GPU-trained weights, read back on the CPU
     assert "mlm" in result.output.lower()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_torchrun_on_two_gpus_trains_resumes_and_agrees_on_the_host(trainer: Project):  # noqa: F811
+    """NCCL for the gradients, the gloo group for what the hosts agree on; 6 steps, then on to 12."""
+    for steps in (6, 12):
+        result = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                 "-m", "bertwb", "pretrain", "--config", str(trainer.config), "--device", "cuda",
+                                 "--set", f"pretrain.steps={steps}"],
+                                cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert "processes = 2" in result.stderr and "(step 6 of 12)" in result.stderr
+    metrics = _metrics(trainer)
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert all(m["loss"] == m["loss"] and m["loss"] < 20 for m in metrics)  # finite, not diverged

@@ -456,3 +456,26 @@ def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_p
     differences = [abs(a["loss"] - b["loss"]) for a, b in zip(ddp, one, strict=True)]
     assert max(differences) < 1e-4, differences
     assert one[-1]["loss"] < one[0]["loss"]
+
+
+def _control_group_rank(rank: int, store: str, out: str) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    dist = _Dist(rank, 2, rank, "cpu")
+    dist.control = torch.distributed.new_group(backend="gloo")  # as a CUDA run adds next to NCCL
+    agreed = dist.sum_on_host([10 * (rank + 1), float(rank == 1)])
+    plan = dist.broadcast({"sent_by": rank})
+    gathered = dist.gather(f"rng of rank {rank}")
+    dist.barrier()
+    Path(out, f"{rank}.json").write_text(json.dumps({"agreed": agreed, "plan": plan, "gathered": gathered}))
+    dist.close()
+
+
+def test_ranks_agree_through_a_separate_host_group(tmp_path: Path):
+    """On CUDA the per-step agreement (masked count, stop request), plans, RNG states and barriers go
+    through a gloo group beside NCCL; this drives those calls through such a second group on 2 CPU ranks."""
+    torch.multiprocessing.spawn(_control_group_rank, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
+    for result in results:
+        assert result["agreed"] == [30.0, 1.0]  # 10 + 20 masked tokens; rank 1 asked to stop
+        assert result["plan"] == {"sent_by": 0}
+        assert result["gathered"] == ["rng of rank 0", "rng of rank 1"]
