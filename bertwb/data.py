@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -103,18 +103,23 @@ class Batch:
     n_tokens: int  # real (non-pad) tokens
     n_padded: int  # B*T, pad included
 
-    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=non_blocking)
-        return Batch(move(self.input_ids), move(self.token_type_ids), move(self.attention_mask),
-                     move(self.masked_positions), move(self.mlm_labels), move(self.nsp_labels),
-                     self.n_tokens, self.n_padded)
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """This batch on ``device``; a non-blocking copy to a GPU goes through pinned memory.
+
+        From ordinary (pageable) memory the host would wait while the driver stages every tensor; from
+        page-locked memory the copy is only queued, and the host goes on to prepare the next step.
+        """
+        source = self.pin_memory() if non_blocking and torch.device(device).type == "cuda" else self
+        return source._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        def pin(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.pin_memory()
-        return Batch(pin(self.input_ids), pin(self.token_type_ids), pin(self.attention_mask),
-                     pin(self.masked_positions), pin(self.mlm_labels), pin(self.nsp_labels),
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        def apply(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else fn(t)
+        return Batch(apply(self.input_ids), apply(self.token_type_ids), apply(self.attention_mask),
+                     apply(self.masked_positions), apply(self.mlm_labels), apply(self.nsp_labels),
                      self.n_tokens, self.n_padded)
 
 
