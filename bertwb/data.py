@@ -322,14 +322,17 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def padding_fraction(batches: Batches, epoch: int = 0) -> float:
     """Share of pad tokens over the epoch's micro-batches when padded to each one's longest row."""
-    lengths = batches.pairs.lengths
-    pad = total = 0
     order = batches.epoch_order(epoch)
-    for row in order:
-        for slots in batches.split(len(row)):
-            if len(slots):
-                part = lengths[row[slots]]
-                width = round_up(part.max(), batches.pad_multiple)
-                total += width * len(part)
-                pad += width * len(part) - part.sum()
-    return float(pad / max(total, 1))
+    parts = batches.world_size * batches.grad_accum
+    sizes = np.diff(order.offsets)[:, None]  # (batches, 1): pairs of each global batch
+    # `Batches.split` in bulk: a batch's first n % parts micro-batches hold n // parts + 1 pairs, the rest
+    # n // parts, each a contiguous run of the batch's rows, so all of them tile ``order.rows`` in order.
+    micro = (sizes // parts + (np.arange(parts) < sizes % parts)).ravel()
+    micro = micro[micro > 0]
+    if not len(micro):
+        return 0.0
+    lengths = batches.pairs.lengths[order.rows[order.offsets[0]:order.offsets[-1]]]
+    starts = np.cumsum(micro) - micro
+    widths = round_up(np.maximum.reduceat(lengths, starts), batches.pad_multiple)
+    total = int((widths * micro).sum())
+    return float((total - int(lengths.sum())) / total)
