@@ -1,17 +1,33 @@
-"""Pre-training throughput on one CUDA GPU: BERT-base, sequences of 128, bf16 autocast — tokens/s and MFU.
+"""Pre-training throughput on one CUDA GPU: BERT-base, sequences of 128, bf16 autocast — bertwb against
+transformers.BertForPreTraining side by side, tokens/s and MFU.
 
-Usage: ``python benchmarks/pretrain_gpu.py [--batch 256] [--steps 30] [--warmup 10] [--compile] [--no-append]``
+Usage: ``python benchmarks/pretrain_gpu.py [--batch 256] [--steps 30] [--warmup 10] [--compile] [--no-hf]
+[--no-append]``
 
-Times the training loop's own step, ``bertwb.pretrain._Loop._train_step`` (``BertForPreTraining`` with
-the MLM head at masked positions, bf16 autocast, TF32, the fused AdamW of ``build_optimizer``,
-clipping), on synthetic pairs with the length profile of ``create_pretraining_data`` (90% of 128
-tokens, 10% uniform in [5, 128]) and 15% masking (at most 20), collation and the host-to-device copy
-included. Data is synthetic so the script needs no workspace; throughput does not depend on token
-values. ``--device cpu --preset tiny --no-append`` runs the same code on a CPU, as a smoke test.
+Rows, each timed over the same steps of the same data in one run:
+
+* bertwb: the training loop's own step, ``bertwb.pretrain._Loop._train_step`` (``BertForPreTraining``
+  with the MLM head at masked positions, bf16 autocast, TF32, the fused AdamW of ``build_optimizer``,
+  clipping), on the loop's length-bucketed batches (rows padded to a multiple of 8).
+* bertwb with a token budget (``pretrain.batch_tokens`` = batch × 128): as many length-sorted pairs a
+  step as fit in that many padded tokens.
+* bertwb with ``--compile``: the first row's step through ``torch.compile(dynamic=True)`` (only when
+  asked: compiling takes minutes).
+* Hugging Face (skipped with ``--no-hf`` or without transformers): ``BertForPreTraining`` with
+  ``attn_implementation="sdpa"``, random batches padded to the longest row as
+  ``DataCollatorForLanguageModeling`` pads them, its full-vocabulary MLM head, the same bf16 autocast,
+  TF32, fused AdamW and clipping.
+
+Every row: collation and the host-to-device copy included; tokens/s counts real (non-pad) tokens.
+Data: synthetic pairs with the length profile of ``create_pretraining_data`` (90% of 128 tokens, 10%
+uniform in [5, 128]) and 15% masking (at most 20); throughput does not depend on token values, so the
+script needs no workspace. ``--device cpu --preset tiny --no-append`` runs the same code on a CPU, as a
+smoke test.
 
 FLOPs (written down, counted on real tokens only, as ``bertwb.pretrain.useful_flops_per_pair``):
 training = 3 × forward; forward per pair of length T with n masked tokens =
-T · L · (24·H² + 4·T·H) + n · (2·H² + 2·H·V) + 2·H² + 4·H, with L=12, H=768, V=30522, I=4H.
+T · L · (24·H² + 4·T·H) + n · (2·H² + 2·H·V) + 2·H² + 4·H, with L=12, H=768, V=30522, I=4H. The same
+useful FLOPs count for the Hugging Face row (its extra work on padding and unmasked tokens is waste).
 MFU = useful FLOP/s ÷ the GPU's dense bf16 peak (H100 SXM 989 TFLOP/s, H200 989, A100 312; pass
 ``--peak-tflops`` for others). Exits with a clear message and code 2 when no CUDA GPU is visible.
 """
@@ -31,8 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, PairArrays  # noqa: E402
-from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
+from bertwb.data import Batches, PairArrays, collate  # noqa: E402
+from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict  # noqa: E402
 from _common import append_report  # noqa: E402
 from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
                              useful_flops_per_pair)
@@ -53,12 +69,97 @@ def synthetic_pairs(n: int, seq: int = 128, vocab: int = 30522, seed: int = 0) -
     return PairArrays(tokens, offsets, lengths // 2, rng.integers(0, 2, n), positions, masked_ids, mask_offsets)
 
 
+def bench_bertwb(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, device: torch.device,
+                 batch_tokens: int = 0, compile: bool = False) -> dict:
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).to(device).train()
+    step_model = torch.compile(model, dynamic=True) if compile else model
+    cfg = Config()
+    cfg.pretrain.batch_size, cfg.pretrain.batch_tokens, cfg.pretrain.lr = args.batch, batch_tokens, 1e-4
+    total = args.warmup + args.steps
+    batches = Batches(pairs, args.batch, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches,
+                      pad_multiple=8 if device.type == "cuda" else 1)
+    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
+    loop = _Loop(cfg, _Dist(device=str(device)), model, step_model, build_optimizer(cfg, model, device),
+                 LinearWarmupDecay(1e-4, 0, total), batches, None, window, Path(tempfile.gettempdir()), total)
+    timed = []
+    started = 0.0
+    for step in range(total):
+        if step == args.warmup:
+            _synchronize(device)
+            started = time.perf_counter()
+        micro = batches.micro_batches(0, step)
+        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+        if step >= args.warmup:
+            timed.append(batches.epoch_order(0)[step])
+    _synchronize(device)
+    return _rates(config, pairs, timed, time.perf_counter() - started, args.steps)
+
+
+def bench_hf(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, device: torch.device) -> dict:
+    import transformers
+
+    torch.manual_seed(0)
+    hf_config = transformers.BertConfig(**hf_config_dict(config), attn_implementation="sdpa")
+    model = transformers.BertForPreTraining(hf_config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the Trainer's default optim
+    random_batches = Batches(pairs, args.batch, seed=0, bucket_batches=1)  # the Trainer's random sampler
+    timed = []
+    padded = 0
+    started = 0.0
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            _synchronize(device)
+            started = time.perf_counter()
+        indices = random_batches.epoch_order(0)[step]
+        batch = collate(pairs, indices)  # the padded layout DataCollatorForLanguageModeling makes
+        B, T = batch.input_ids.shape
+        labels = torch.full((B * T,), -100, dtype=torch.long)
+        labels[batch.masked_positions] = batch.mlm_labels
+        mask = batch.attention_mask if batch.attention_mask is not None else torch.ones(B, T, dtype=torch.long)
+        inputs = {"input_ids": batch.input_ids, "token_type_ids": batch.token_type_ids, "attention_mask": mask,
+                  "labels": labels.view(B, T), "next_sentence_label": batch.nsp_labels}
+        inputs = {k: v.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else v
+                  for k, v in inputs.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= args.warmup:
+            timed.append(indices)
+            padded += batch.n_padded
+    _synchronize(device)
+    rates = _rates(config, pairs, timed, time.perf_counter() - started, args.steps)
+    rates["pad_fraction"] = 1 - rates["tokens"] / padded
+    rates["version"] = transformers.__version__
+    return rates
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _rates(config: BertConfig, pairs: PairArrays, timed: list[np.ndarray], elapsed: float, steps: int) -> dict:
+    """Tokens/s and useful FLOP/s of the pairs of the timed steps (real tokens only)."""
+    indices = np.concatenate(timed)
+    lengths = pairs.offsets[indices + 1] - pairs.offsets[indices]
+    counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
+    flops = sum(useful_flops_per_pair(config, int(t), int(m)) for t, m in zip(lengths, counts, strict=True))
+    tokens = float(lengths.sum())
+    return {"tokens": tokens, "tokens_per_s": tokens / elapsed, "flops_per_s": flops / elapsed,
+            "ms_per_step": 1000 * elapsed / steps, "pairs_per_step": len(indices) / steps}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="Add a row with torch.compile (takes minutes).")
+    parser.add_argument("--no-hf", action="store_true", help="Leave out the Hugging Face row.")
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--no-append", action="store_true")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu, for a smoke test of the script.")
@@ -69,57 +170,54 @@ def main() -> None:
               "(CPU numbers: benchmarks/pretrain_cpu.py)", file=sys.stderr)
         sys.exit(2)
 
-    dist = _Dist(device=args.device)
-    device = dist.device
+    device = _Dist(device=args.device).device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     torch.backends.cuda.matmul.allow_tf32 = True  # as pretrain.train does on CUDA
     torch.backends.cudnn.allow_tf32 = True
     config = BertConfig.from_preset(args.preset, 30522)
-    torch.manual_seed(0)
-    model = BertForPreTraining(config).to(device).train()
-    step_model = torch.compile(model, dynamic=True) if args.compile else model
-    cfg = Config()
-    cfg.pretrain.batch_size, cfg.pretrain.lr = args.batch, 1e-4
-    total = args.warmup + args.steps
-    pairs = synthetic_pairs(args.batch * total)
-    batches = Batches(pairs, args.batch, seed=0, bucket_batches=cfg.pretrain.bucket_batches,
-                      pad_multiple=8 if device.type == "cuda" else 1)
-    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
-    loop = _Loop(cfg, dist, model, step_model, build_optimizer(cfg, model, device), LinearWarmupDecay(1e-4, 0, total),
-                 batches, None, window, Path(tempfile.gettempdir()), total)
+    # enough pairs for every row's steps: a token budget takes more of the short ones per step
+    pairs = synthetic_pairs(args.batch * (args.warmup + args.steps) * 2)
+    rows = [("bertwb", bench_bertwb(args, config, pairs, device), "length bucketing, MLM head at masked tokens"),
+            (f"bertwb, `batch_tokens: {args.batch * 128}`",
+             bench_bertwb(args, config, pairs, device, batch_tokens=args.batch * 128), "")]
+    rows[1] = (rows[1][0], rows[1][1], f"as above; {rows[1][1]['pairs_per_step']:.1f} pairs a step on average")
+    if args.compile:
+        rows.append(("bertwb, `pretrain.compile`", bench_bertwb(args, config, pairs, device, compile=True),
+                     "torch.compile(dynamic=True) of the first row"))
+    hf = None
+    if not args.no_hf:
+        try:
+            hf = bench_hf(args, config, pairs, device)
+        except ImportError:
+            print("transformers is not installed: no Hugging Face row (pip install -e '.[hf]')", file=sys.stderr)
+    if hf is not None:
+        rows.append((f"transformers {hf['version']} BertForPreTraining (sdpa)", hf,
+                     f"random batches padded to the longest ({100 * hf['pad_fraction']:.1f}% pad), dense MLM head"))
 
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    def mfu(r: dict) -> str:
+        return f"{100 * r['flops_per_s'] / (peak * 1e12):.1f}%" if peak else "n/a"
 
-    tokens = flops = 0.0
-    for step in range(total):
-        if step == args.warmup:
-            synchronize()
-            started = time.perf_counter()
-        micro = batches.micro_batches(0, step)
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), sum(len(b.nsp_labels) for b in micro))
-        if step >= args.warmup:
-            indices = batches.epoch_order(0)[step]
-            lengths = pairs.offsets[indices + 1] - pairs.offsets[indices]
-            counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
-            tokens += lengths.sum()
-            flops += sum(useful_flops_per_pair(config, int(t), int(m)) for t, m in zip(lengths, counts, strict=True))
-    synchronize()
-    elapsed = time.perf_counter() - started
-    compiled = " --compile" if args.compile else ""
-    mfu = f"{100 * flops / elapsed / (peak * 1e12):.1f}%" if peak else "n/a (pass --peak-tflops)"
+    table = "\n".join(f"| {label} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | "
+                      f"{r['flops_per_s'] / 1e12:,.1f} | {mfu(r)} | {notes} |" for label, r, notes in rows)
+    ratio = (f"\n* Speed-up: **{rows[0][1]['tokens_per_s'] / hf['tokens_per_s']:.2f}×** Hugging Face's tokens/s."
+             if hf is not None else "")
+    precision = "bf16 autocast, TF32" if device.type == "cuda" else "fp32 (a CPU smoke test)"
+    options = "".join(f" {flag}" for flag, on in (("--compile", args.compile), ("--no-hf", args.no_hf)) if on)
     report = f"""
 ## Pre-training throughput, GPU — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
-Script: `python benchmarks/pretrain_gpu.py --batch {args.batch} --steps {args.steps}{compiled}`.
+Script: `python benchmarks/pretrain_gpu.py --batch {args.batch} --steps {args.steps} --warmup {args.warmup}{options}`.
 GPU: {name}, torch {torch.__version__}. Preset {args.preset} (L{config.num_layers} H{config.hidden_size} \
-A{config.num_heads}, V 30522), sequences ≤ 128, bf16 autocast,
-fused AdamW, synthetic pairs with create_pretraining_data's length profile.
+A{config.num_heads}, V 30522), sequences ≤ 128, {precision}, fused AdamW + clipping, batch {args.batch},
+synthetic pairs with create_pretraining_data's length profile; {args.steps} timed steps after {args.warmup} warm-up
+steps each.
+MFU: useful FLOP/s over {peak or '?'} TFLOP/s dense bf16.
 
-* {tokens / elapsed:,.0f} tokens/s, {elapsed / args.steps * 1000:.1f} ms/step, batch {args.batch}.
-* Useful {flops / elapsed / 1e12:,.1f} TFLOP/s; MFU {mfu} of {peak or '?'} TFLOP/s dense bf16.
+| | tokens/s | ms/step | useful TFLOP/s | MFU | notes |
+|---|---|---|---|---|---|
+{table}
+{ratio}
 """
     print(report)
     if not args.no_append:

@@ -1,0 +1,38 @@
+"""The GPU benchmark script, run the way a GPU session will run it, on the CPU (tiny preset) so it cannot
+rot unnoticed between sessions that have a GPU. Throughput itself is measured by the benchmarks, not here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import torch
+
+from conftest import PYTHON, REPO
+
+SCRIPT = str(REPO / "benchmarks" / "pretrain_gpu.py")
+
+
+def test_the_gpu_benchmark_compares_bertwb_with_hugging_face_side_by_side():
+    pytest.importorskip("transformers")
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, SCRIPT, "--device", "cpu", "--preset", "tiny", "--batch", "8", "--steps", "2",
+                             "--warmup", "1", "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and not line.startswith("| |")]
+    assert len(rows) == 3, result.stdout
+    assert rows[0].startswith("| bertwb | ") and rows[1].startswith("| bertwb, `batch_tokens: 1024` | ")
+    assert rows[2].startswith("| transformers ") and "BertForPreTraining (sdpa)" in rows[2]
+    for row in rows:
+        tokens_per_s = float(row.split(" | ")[1].replace(",", ""))
+        assert tokens_per_s > 0
+    assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* Hugging Face's tokens/s", result.stdout)
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where no GPU is visible")
+def test_the_gpu_benchmark_says_it_needs_a_gpu_when_none_is_visible():
+    result = subprocess.run([PYTHON, SCRIPT, "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "needs a CUDA GPU and none is visible" in result.stderr
