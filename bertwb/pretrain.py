@@ -51,12 +51,12 @@ tokenizer), and the identity of its weights is part of the stage key.
 **Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain``: every rank joins one
 process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group carries what the hosts
 agree on (each step's masked-token count and stop request, the plan, RNG states, barriers), so no
-step waits for the GPU to drain its queue before the host can go on. Only rank 0 takes the workspace lock and runs the
-engine (freshness, manifest, swap); it broadcasts the run plan, or ``None`` when the stage is
-fresh or fails early, and the other ranks train without touching the engine. Each rank reads its
-own share of every global batch; rank 0 logs, evaluates the reduced metrics and writes checkpoints
-(holding every rank's RNG state), and all ranks meet at a barrier after each checkpoint. The
-workspace must be on storage every rank can read.
+step waits for the GPU to drain its queue before the host can go on. Only rank 0 takes the
+workspace lock and runs the engine (freshness, manifest, swap); it broadcasts the run plan, or
+``None`` when the stage is fresh or fails early, and the other ranks train without touching the
+engine. Each rank reads its own share of every global batch; rank 0 logs, evaluates the reduced
+metrics and writes checkpoints (holding every rank's RNG state), and all ranks meet at a barrier
+after each checkpoint. The workspace must be on storage every rank can read.
 """
 
 from __future__ import annotations
