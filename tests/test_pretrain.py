@@ -128,6 +128,23 @@ def test_length_bucketing_cuts_padding():
     assert random_batches > 0.25 and bucketed < random_batches / 4, (random_batches, bucketed)
 
 
+@pytest.mark.parametrize("options", [{"batch_size": 12}, {"batch_size": 0, "batch_tokens": 400},
+                                     {"batch_size": 12, "bucket_batches": 1, "drop_last": False}],
+                         ids=["12-pairs", "token-budget", "2-pair-remainder"])
+def test_padding_fraction_is_the_pad_share_of_the_micro_batches_every_rank_trains_on(options: dict):
+    """2 ranks × 3 accumulation steps, rows padded to multiples of 8: the bulk count against collated batches."""
+    pairs = _stand_in(302)  # with drop_last=False the last batch has 2 pairs: 4 of its 6 micro-batches are empty
+    split = {"world_size": 2, "grad_accum": 3, "pad_multiple": 8}
+    batches = Batches(pairs, seed=1, **options, **split)
+    ranks = [Batches(pairs, seed=1, rank=r, **options, **split) for r in range(2)]
+    padded = real = 0
+    for step in range(batches.steps_per_epoch):
+        for micro in (b for r in ranks for b in r.micro_batches(1, step)):
+            padded, real = padded + micro.n_padded, real + micro.n_tokens
+    assert padding_fraction(batches, 1) == pytest.approx(1 - real / padded, abs=1e-12)
+    assert 0 < padding_fraction(batches, 1) < 0.5
+
+
 def test_token_budget_fills_each_batch_and_keeps_the_epoch_length():
     pairs = _stand_in(400)  # lengths 8-40
     budget = 160  # 4 rows of 40 tokens, 20 of 8
