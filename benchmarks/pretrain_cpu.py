@@ -50,9 +50,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, collate, load_split, padding_fraction  # noqa: E402
+from bertwb.data import Batches, load_split, padding_fraction  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
+from _hf import hf_batch  # noqa: E402
 from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
                              useful_flops_per_pair)
 from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
@@ -130,17 +131,8 @@ def bench_hf(pairs, steps: int, warmup: int) -> dict:
     tokens = elapsed = 0.0
     for step in range(warmup + steps):
         started = time.perf_counter()
-        indices = random_batches.epoch_order(0)[step]
-        batch = collate(pairs, indices)  # the padded layout DataCollatorForLanguageModeling makes
-        B, T = batch.input_ids.shape
-        labels = torch.full((B * T,), -100, dtype=torch.long)
-        labels[batch.masked_positions] = batch.mlm_labels
-        attention_mask = batch.attention_mask
-        if attention_mask is None:
-            attention_mask = torch.ones(B, T, dtype=torch.long)
-        out = model(input_ids=batch.input_ids, token_type_ids=batch.token_type_ids, attention_mask=attention_mask,
-                    labels=labels.view(B, T), next_sentence_label=batch.nsp_labels)
-        out.loss.backward()
+        batch, inputs = hf_batch(pairs, random_batches.epoch_order(0)[step])
+        model(**inputs).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

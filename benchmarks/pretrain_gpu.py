@@ -47,9 +47,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, PairArrays, collate  # noqa: E402
+from bertwb.data import Batches, PairArrays  # noqa: E402
 from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict  # noqa: E402
 from _common import append_report  # noqa: E402
+from _hf import hf_batch  # noqa: E402
 from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
                              useful_flops_per_pair)
 
@@ -112,13 +113,7 @@ def bench_hf(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, de
             _synchronize(device)
             started = time.perf_counter()
         indices = random_batches.epoch_order(0)[step]
-        batch = collate(pairs, indices)  # the padded layout DataCollatorForLanguageModeling makes
-        B, T = batch.input_ids.shape
-        labels = torch.full((B * T,), -100, dtype=torch.long)
-        labels[batch.masked_positions] = batch.mlm_labels
-        mask = batch.attention_mask if batch.attention_mask is not None else torch.ones(B, T, dtype=torch.long)
-        inputs = {"input_ids": batch.input_ids, "token_type_ids": batch.token_type_ids, "attention_mask": mask,
-                  "labels": labels.view(B, T), "next_sentence_label": batch.nsp_labels}
+        batch, inputs = hf_batch(pairs, indices)
         inputs = {k: v.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else v
                   for k, v in inputs.items()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
