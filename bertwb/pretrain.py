@@ -61,6 +61,7 @@ after each checkpoint. The workspace must be on storage every rank can read.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -158,6 +159,12 @@ class _Dist:
         if dist.device.type == "cuda":
             torch.cuda.set_device(dist.device)
         backend = "nccl" if dist.device.type == "cuda" else "gloo"
+        # DDP imports torch._dynamo. Imported after the process group exists, dynamo keeps references
+        # to it (torch 2.13), so destroy_process_group cannot free the group and its worker threads
+        # live on into interpreter shutdown. There a worker releasing the last barrier's tensors
+        # needs the GIL, is killed waiting for it and aborts the process (SIGABRT after a good run,
+        # a few times in 100 torchrun runs here). Imported first, dynamo keeps nothing and the group closes.
+        importlib.import_module("torch._dynamo")
         torch.distributed.init_process_group(backend, rank=rank, world_size=world_size)
         if backend != "gloo":
             # What the hosts must agree on (each step's masked-token count and stop request, the plan,

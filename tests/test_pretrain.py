@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -496,3 +498,40 @@ def test_ranks_agree_through_a_separate_host_group(tmp_path: Path):
         assert result["agreed"] == [30.0, 1.0]  # 10 + 20 masked tokens; rank 1 asked to stop
         assert result["plan"] == {"sent_by": 0}
         assert result["gathered"] == ["rng of rank 0", "rng of rank 1"]
+
+
+def _gloo_threads() -> list[str]:
+    tasks = Path("/proc/self/task")
+    return sorted(name for name in ((t / "comm").read_text().strip() for t in tasks.iterdir()) if "gloo" in name)
+
+
+def _close_rank(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                      LOCAL_RANK=str(rank))
+    dynamo_before = "torch._dynamo" in sys.modules  # imported already, the test would prove nothing
+    dist = _Dist.from_environment("cpu")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))  # imports torch._dynamo
+    model(torch.ones(2, 4)).sum().backward()
+    dist.barrier()
+    del model
+    open_threads = _gloo_threads()
+    dist.close()
+    Path(out, f"{rank}.json").write_text(json.dumps(
+        {"dynamo_before": dynamo_before, "open": open_threads, "closed": _gloo_threads()}))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
+def test_closing_the_process_group_stops_its_threads(tmp_path: Path):
+    """A process group that outlived ``close`` kept gloo worker threads into interpreter shutdown, where
+    one releasing the last barrier's tensors waited for the GIL, was killed and aborted the rank
+    (SIGABRT after a good torchrun run, a few times in 100). DDP, as training builds it, then close: no gloo
+    thread may be left."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    torch.multiprocessing.spawn(_close_rank, args=(port, str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert not result["dynamo_before"]
+        assert result["open"], "the open group's gloo threads should be visible"
+        assert result["closed"] == [], result
