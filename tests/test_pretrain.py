@@ -477,6 +477,39 @@ def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_p
     assert one[-1]["loss"] < one[0]["loss"]
 
 
+def test_ctrl_c_under_torchrun_checkpoints_once_and_the_next_torchrun_resumes(trainer: Project):
+    """A terminal's Ctrl-C reaches torchrun and both ranks; they agree to stop at the same step, rank 0
+    writes one checkpoint holding both ranks' state, and the group closes cleanly; a new torchrun
+    continues from that step."""
+    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertwb",
+               "pretrain", "--config", str(trainer.config),
+               "--set", "pretrain.steps=100000", "--set", "pretrain.checkpoint_every=100000"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)  # its own process group, as a terminal's foreground job
+    runs = trainer.workspace / "pretrain-runs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until it trains
+        metrics = list(runs.glob("*/metrics.jsonl"))
+        if metrics and metrics[0].read_text().count("\n") >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets SIGINT
+    output, _ = process.communicate(timeout=90)
+    checkpoints = list_checkpoints(next(runs.iterdir()))
+    assert len(checkpoints) == 1, output
+    step = int(checkpoints[0].name.split("-")[1])
+    assert step >= 3 and f"interrupted: checkpoint at step {step:,} written" in output, output
+    assert "terminate called" not in output and "SIGABRT" not in output, output
+    state = json.loads((checkpoints[0] / "state.json").read_text())
+    assert state["step"] == step and state["world_size"] == 2
+    assert not (trainer.workspace / "manifests" / "pretrain.json").exists()  # the stage did not finish
+
+    result = _torchrun(trainer, "--set", f"pretrain.steps={step + 2}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"(step {step} of {step + 2})" in result.stderr
+    assert [m["step"] for m in _metrics(trainer)][-2:] == [step + 1, step + 2]
+
+
 def _control_group_rank(rank: int, store: str, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     dist = _Dist(rank, 2, rank, "cpu")
