@@ -419,17 +419,22 @@ def test_corrupt_checkpoint_is_reported_and_the_previous_one_used(trainer: Proje
     assert "(step 5 of 12)" in result.output
 
 
+def _wait_until_it_trains(runs: Path, steps: int = 3) -> None:
+    """Wait (at most 60 s) until a training subprocess has logged ``steps`` steps under ``runs``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        metrics = list(runs.glob("*/metrics.jsonl"))
+        if metrics and metrics[0].read_text().count("\n") >= steps:
+            return
+        time.sleep(0.2)
+
+
 def test_sigint_to_a_training_process_leaves_a_checkpoint_and_exit_code_130(trainer: Project):
     command = [PYTHON, "-m", "bertwb", "pretrain", "--config", str(trainer.config),
                "--set", "pretrain.steps=100000", "--set", "pretrain.checkpoint_every=100000"]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     runs = trainer.workspace / "pretrain-runs"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until it trains
-        metrics = list(runs.glob("*/metrics.jsonl"))
-        if metrics and metrics[0].read_text().count("\n") >= 3:
-            break
-        time.sleep(0.2)
+    _wait_until_it_trains(runs)
     environ = Path(f"/proc/{process.pid}/environ")
     if memory.is_glibc() and environ.exists():  # the same process, re-executed with glibc's tcache off
         assert "GLIBC_TUNABLES=glibc.malloc.tcache_count=0" in environ.read_bytes().decode().split("\0")
@@ -443,10 +448,14 @@ def test_sigint_to_a_training_process_leaves_a_checkpoint_and_exit_code_130(trai
     assert not (trainer.workspace / "manifests" / "pretrain.json").exists()  # the stage did not finish
 
 
+def _torchrun_command(project: Project, *args: str) -> list[str]:
+    """``torchrun --standalone --nproc-per-node 2 -m bertwb pretrain --config PROJECT ARGS...``"""
+    return [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "bertwb", "pretrain", "--config", str(project.config), *args]
+
+
 def _torchrun(project: Project, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "bertwb", "pretrain", "--config", str(project.config), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    return subprocess.run(_torchrun_command(project, *args), cwd=REPO, capture_output=True, text=True, timeout=240)
 
 
 @pytest.mark.parametrize("budget", [0, 16 * 64], ids=["16-pairs", "token-budget"])
@@ -481,18 +490,11 @@ def test_ctrl_c_under_torchrun_checkpoints_once_and_the_next_torchrun_resumes(tr
     """A terminal's Ctrl-C reaches torchrun and both ranks; they agree to stop at the same step, rank 0
     writes one checkpoint holding both ranks' state, and the group closes cleanly; a new torchrun
     continues from that step."""
-    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertwb",
-               "pretrain", "--config", str(trainer.config),
-               "--set", "pretrain.steps=100000", "--set", "pretrain.checkpoint_every=100000"]
+    command = _torchrun_command(trainer, "--set", "pretrain.steps=100000", "--set", "pretrain.checkpoint_every=100000")
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)  # its own process group, as a terminal's foreground job
     runs = trainer.workspace / "pretrain-runs"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until it trains
-        metrics = list(runs.glob("*/metrics.jsonl"))
-        if metrics and metrics[0].read_text().count("\n") >= 3:
-            break
-        time.sleep(0.2)
+    _wait_until_it_trains(runs)
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets SIGINT
     output, _ = process.communicate(timeout=90)
     checkpoints = list_checkpoints(next(runs.iterdir()))
@@ -502,6 +504,8 @@ def test_ctrl_c_under_torchrun_checkpoints_once_and_the_next_torchrun_resumes(tr
     assert "terminate called" not in output and "SIGABRT" not in output, output
     state = json.loads((checkpoints[0] / "state.json").read_text())
     assert state["step"] == step and state["world_size"] == 2
+    rng = torch.load(checkpoints[0] / "trainer.pt", map_location="cpu", weights_only=True)["rng"]
+    assert len(rng) == 2  # each rank's generator states, so both resume their dropout streams
     assert not (trainer.workspace / "manifests" / "pretrain.json").exists()  # the stage did not finish
 
     result = _torchrun(trainer, "--set", f"pretrain.steps={step + 2}")
