@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bertwb.data import Batch, PairArrays, collate
+from bertwb.data.pair_batches import PairArrays, PairBatch, collate
 
 
-def hf_batch(pairs: PairArrays, indices: np.ndarray) -> tuple[Batch, dict[str, torch.Tensor]]:
+def hf_batch(pairs: PairArrays, indices: np.ndarray) -> tuple[PairBatch, dict[str, torch.Tensor]]:
     """The pairs ``indices`` padded to their longest row, as ``DataCollatorForLanguageModeling`` pads them,
     and the keyword arguments of ``BertForPreTraining``: dense MLM labels, -100 where nothing is masked."""
     batch = collate(pairs, indices)

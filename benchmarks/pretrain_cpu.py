@@ -13,7 +13,7 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
   ``bertwb pretrain`` calls on CPU) and runs without its per-thread cache (the script re-executes
   itself with ``GLIBC_TUNABLES`` as ``bertwb pretrain`` does); both are process-wide, so Hugging
   Face runs with them too.
-* bertwb: the training loop's own step, ``_Loop._train_step`` (loss, backward, clipping, the
+* bertwb: the trainer's own step, ``Trainer.train_step`` (collation, loss, backward, clipping, the
   optimizer of ``build_optimizer``), on the loop's length-bucketed batches padded to the longest
   row, MLM head at masked positions only.
 * Hugging Face: ``attn_implementation="sdpa"``, random batches padded to the longest row as
@@ -24,7 +24,7 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
 * Peak: the best of a few 2048³ fp32 ``torch.mm`` calls, as FLOP/s.
 * bertwb with a token budget (``pretrain.batch_tokens`` = 32 × 128): the same loop on batches of as
   many length-sorted pairs as fit in 4,096 padded tokens (32 of the longest, more of the shorter ones).
-* Useful FLOP/s (bertwb): ``bertwb.pretrain.useful_flops_per_pair`` summed over the pairs trained,
+* Useful FLOP/s (bertwb): ``bertwb.tasks.pretraining.useful_flops_per_pair`` summed over the pairs trained,
   i.e. 3 × forward matmul FLOPs on real tokens: per token and layer 24·H² + 4·T·H (T = the pair's
   length), the MLM head 2·H² + 2·H·V at masked tokens only, the pooler/NSP once; divided by time.
 
@@ -50,12 +50,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, load_split, padding_fraction  # noqa: E402
-from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
+from bertwb.data.batching import Batches  # noqa: E402
+from bertwb.data.pair_batches import load_split  # noqa: E402
+from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_model  # noqa: E402
 from _hf import hf_batch  # noqa: E402
-from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
-                             useful_flops_per_pair)
+from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
+from bertwb.train.trainer import Trainer  # noqa: E402
 from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
 
 SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
@@ -89,21 +90,18 @@ def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
     model = BertForPreTraining(config).train()
     cfg = Config()
     cfg.pretrain.batch_size, cfg.pretrain.batch_tokens, cfg.pretrain.lr = BATCH, batch_tokens, 1e-4
-    optimizer = build_optimizer(cfg, model, torch.device("cpu"))
+    cfg.pretrain.warmup_steps, cfg.pretrain.device = 0, "cpu"
     batches = Batches(pairs, BATCH, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches)
-    window = torch.zeros(len(STATS), dtype=torch.float64)
-    loop = _Loop(cfg, _Dist(device="cpu"), model, model, optimizer, LinearWarmupDecay(1e-4, 0, warmup + steps),
-                 batches, None, window, Path(tempfile.gettempdir()), warmup + steps)
+    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=warmup + steps)
     tokens = flops = elapsed = 0.0
     pairs_trained = 0
     for step in range(warmup + steps):
         started = time.perf_counter()
-        micro = batches.micro_batches(0, step)  # collation is timed too: it is part of the loop
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+        trainer.train_step(step)  # collation is timed too: it is part of the step
         if step >= warmup:
             elapsed += time.perf_counter() - started
-            pairs_trained += batches.pairs_in_batch(0, step)
-            for batch in micro:
+            pairs_trained += batches.examples_in_batch(0, step)
+            for batch in batches.micro_batches(0, step):
                 lengths = (batch.attention_mask.sum(1) if batch.attention_mask is not None
                            else torch.full((len(batch.nsp_labels),), batch.input_ids.size(1))).tolist()
                 counts = np.bincount((batch.masked_positions // batch.input_ids.size(1)).numpy(),
@@ -112,7 +110,7 @@ def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
                 flops += sum(useful_flops_per_pair(config, int(n), int(m))
                              for n, m in zip(lengths, counts, strict=True))
     return {"tokens_per_s": tokens / elapsed, "useful_flops": flops / elapsed, "s_per_step": elapsed / steps,
-            "pad_fraction": padding_fraction(batches), "pairs_per_step": pairs_trained / steps,
+            "pad_fraction": batches.padding_fraction(), "pairs_per_step": pairs_trained / steps,
             "steps_per_epoch": batches.steps_per_epoch}
 
 
@@ -166,7 +164,7 @@ def main() -> None:
     host = machine()
     workdir = Path(tempfile.mkdtemp(prefix="bertwb-bench-"))
     try:
-        pairs, _, _ = load_split(build_pairs(workdir), "train")
+        pairs, _ = load_split(build_pairs(workdir), "train")
         peak = matmul_peak()
         ours = bench_bertwb(pairs, args.steps, args.warmup)
         budgeted = bench_bertwb(pairs, args.steps, args.warmup, batch_tokens=BATCH * SEQ)

@@ -6,7 +6,7 @@ Usage: ``python benchmarks/pretrain_gpu.py [--batch 256] [--steps 30] [--warmup 
 
 Rows, each timed over the same steps of the same data in one run:
 
-* bertwb: the training loop's own step, ``bertwb.pretrain._Loop._train_step`` (``BertForPreTraining``
+* bertwb: the trainer's own step, ``bertwb.train.trainer.Trainer.train_step`` (``BertForPreTraining``
   with the MLM head at masked positions, bf16 autocast, TF32, the fused AdamW of ``build_optimizer``,
   clipping), on the loop's length-bucketed batches (rows padded to a multiple of 8).
 * bertwb with a token budget (``pretrain.batch_tokens`` = batch × 128): as many length-sorted pairs a
@@ -24,7 +24,7 @@ uniform in [5, 128]) and 15% masking (at most 20); throughput does not depend on
 script needs no workspace. ``--device cpu --preset tiny --no-append`` runs the same code on a CPU, as a
 smoke test.
 
-FLOPs (written down, counted on real tokens only, as ``bertwb.pretrain.useful_flops_per_pair``):
+FLOPs (written down, counted on real tokens only, as ``bertwb.tasks.pretraining.useful_flops_per_pair``):
 training = 3 × forward; forward per pair of length T with n masked tokens =
 T · L · (24·H² + 4·T·H) + n · (2·H² + 2·H·V) + 2·H² + 4·H, with L=12, H=768, V=30522, I=4H. The same
 useful FLOPs count for the Hugging Face row (its extra work on padding and unmasked tokens is waste).
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,12 +46,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, PairArrays  # noqa: E402
-from bertwb.model import BertConfig, BertForPreTraining, hf_config_dict  # noqa: E402
+from bertwb.data.batching import Batches  # noqa: E402
+from bertwb.data.pair_batches import PairArrays  # noqa: E402
+from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
+from bertwb.model.hf_names import hf_config_dict  # noqa: E402
+from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
+from bertwb.train.device import resolve_device  # noqa: E402
+from bertwb.train.trainer import Trainer  # noqa: E402
 from _common import append_report  # noqa: E402
 from _hf import hf_batch  # noqa: E402
-from bertwb.pretrain import (STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer,  # noqa: E402
-                             useful_flops_per_pair)
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
@@ -73,24 +75,22 @@ def synthetic_pairs(n: int, seq: int = 128, vocab: int = 30522, seed: int = 0) -
 def bench_bertwb(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, device: torch.device,
                  batch_tokens: int = 0, compile: bool = False) -> dict:
     torch.manual_seed(0)
-    model = BertForPreTraining(config).to(device).train()
-    step_model = torch.compile(model, dynamic=True) if compile else model
+    model = BertForPreTraining(config).train()
     cfg = Config()
-    cfg.pretrain.batch_size, cfg.pretrain.batch_tokens, cfg.pretrain.lr = args.batch, batch_tokens, 1e-4
+    p = cfg.pretrain
+    p.batch_size, p.batch_tokens, p.lr, p.warmup_steps, p.compile = args.batch, batch_tokens, 1e-4, 0, compile
+    p.device = str(device)
     total = args.warmup + args.steps
-    batches = Batches(pairs, args.batch, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches,
+    batches = Batches(pairs, args.batch, seed=0, batch_tokens=batch_tokens, bucket_batches=p.bucket_batches,
                       pad_multiple=8 if device.type == "cuda" else 1)
-    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
-    loop = _Loop(cfg, _Dist(device=str(device)), model, step_model, build_optimizer(cfg, model, device),
-                 LinearWarmupDecay(1e-4, 0, total), batches, None, window, Path(tempfile.gettempdir()), total)
+    trainer = Trainer(p, PretrainingObjective(), model, batches, total_steps=total)
     timed = []
     started = 0.0
     for step in range(total):
         if step == args.warmup:
             _synchronize(device)
             started = time.perf_counter()
-        micro = batches.micro_batches(0, step)
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+        trainer.train_step(step)
         if step >= args.warmup:
             timed.append(batches.epoch_order(0)[step])
     _synchronize(device)
@@ -165,7 +165,7 @@ def main() -> None:
               "(CPU numbers: benchmarks/pretrain_cpu.py)", file=sys.stderr)
         sys.exit(2)
 
-    device = _Dist(device=args.device).device
+    device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     torch.backends.cuda.matmul.allow_tf32 = True  # as pretrain.train does on CUDA

@@ -33,10 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb.config import Config  # noqa: E402
-from bertwb.data import Batches, load_split  # noqa: E402
-from bertwb.model import BertConfig, BertForPreTraining  # noqa: E402
-from bertwb.memory import TCACHE_OFF, keep_freed_memory  # noqa: E402
-from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer  # noqa: E402
+from bertwb.data.batching import Batches  # noqa: E402
+from bertwb.data.pair_batches import load_split  # noqa: E402
+from bertwb.memory import TCACHE_OFF  # noqa: E402
+from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
+from bertwb.tasks.pretraining import PretrainingObjective  # noqa: E402
+from bertwb.train import trainer as trainer_module  # noqa: E402
+from bertwb.train.trainer import Trainer  # noqa: E402
 from _common import append_report  # noqa: E402
 from pretrain_cpu import BATCH, SHAPE, VOCAB, build_pairs, machine  # noqa: E402
 
@@ -64,23 +67,19 @@ def heap_mb() -> tuple[int, int]:
 
 def train(pairs_dir: Path, steps: int, keep: bool) -> dict:
     """One run in this process: RSS every EVERY steps, the heap at the end, s/step."""
-    if keep:
-        keep_freed_memory()
-    pairs, _, _ = load_split(pairs_dir, "train")
+    pairs, _ = load_split(pairs_dir, "train")
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig(vocab_size=VOCAB, **SHAPE)).train()
     cfg = Config()
-    cfg.pretrain.batch_size, cfg.pretrain.lr = BATCH, 1e-4
-    optimizer = build_optimizer(cfg, model, torch.device("cpu"))
+    cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.pretrain.warmup_steps, cfg.pretrain.device = BATCH, 1e-4, 0, "cpu"
     batches = Batches(pairs, BATCH, seed=0, bucket_batches=cfg.pretrain.bucket_batches)
-    window = torch.zeros(len(STATS), dtype=torch.float64)
-    loop = _Loop(cfg, _Dist(device="cpu"), model, model, optimizer, LinearWarmupDecay(1e-4, 0, steps),
-                 batches, None, window, Path(tempfile.gettempdir()), steps)
+    if not keep:  # the trainer keeps freed memory on CPU; this side measures glibc as it comes
+        trainer_module.keep_freed_memory = lambda: False
+    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=steps)
     readings = []
     started = time.perf_counter()
     for step in range(steps):
-        micro = batches.micro_batches(*divmod(step, batches.steps_per_epoch))
-        loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), sum(len(b.nsp_labels) for b in micro))
+        trainer.train_step(step)
         if (step + 1) % EVERY == 0:
             readings.append(rss_mb())
     live, free = heap_mb()

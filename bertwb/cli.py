@@ -8,7 +8,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, engine, memory, ui
+from bertwb import __version__, engine, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
 from bertwb.errors import BertwbError
@@ -60,12 +60,12 @@ class _Group(click.Group):
             ctx.exit(1)
 
 
-def _common(func: Callable) -> Callable:
-    """--config, --set and --workdir, shared by every command that reads the config."""
+def _config_options(func: Callable) -> Callable:
+    """--config, --set and --workdir: taken by the group (before the command) and by every command."""
     func = click.option("--workdir", type=click.Path(file_okay=False), default=None,
                         help="Workspace directory (overrides workspace.dir).")(func)
     func = click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-                        help="Override a config value; repeatable.")(func)
+                        help="Override a config value (any depth: finetune.tasks.NAME.lr=3e-5); repeatable.")(func)
     func = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                         help="Config file (default: ./bertwb.yaml).")(func)
     return func
@@ -77,39 +77,43 @@ _checkpoint_option = click.option(
 
 
 def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> tuple[Config, Workspace]:
-    cfg = load_config(config_path, list(overrides), workdir)
+    """The config and workspace; what the group got before the command applies unless the command overrides it."""
+    group = click.get_current_context().find_root().params
+    cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
+                      workdir or group.get("workdir"))
     return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="bertwb")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-def cli(debug: bool) -> None:
+@_config_options
+def cli(debug: bool, config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
     """bertwb: turn a raw text corpus into a trained BERT, one cached stage at a time."""
 
 
-def _stage_command(name: str, help_text: str) -> None:
-    @cli.command(name, help=help_text)
-    @_common
+def _stage_command(name: str) -> None:
+    """``bertwb NAME``: run one data stage (its help is the stage's own one line)."""
+    @cli.command(name, help=stages.get(name, Config()).help)
+    @_config_options
     @click.option("--force", is_flag=True, help="Run even when the stage is fresh.")
     def command(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool) -> None:
         cfg, ws = _load(config_path, overrides, workdir)
         engine.run_pipeline(cfg, ws, [name], force=force)
 
 
-_stage_command("ingest", "Read the corpus into the documents and sentences tables.")
-_stage_command("vocab", "Train (or load) the WordPiece vocabulary and tokenise every sentence.")
-_stage_command("pairs", "Build masked-LM + next-sentence pairs from the tokenised documents.")
+for _name in ("ingest", "vocab", "pairs"):
+    _stage_command(_name)
 
 
 @cli.command()
-@_common
+@_config_options
 @click.option("--force", is_flag=True, help="Train from scratch even when the stage is fresh or a run can resume.")
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides pretrain.device).")
 def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
              device: str | None) -> None:
     """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
-    from bertwb import pretrain as pretrain_stage  # torch loads only for the commands that need it
+    from bertwb.stages import pretrain as pretrain_stage
 
     cfg, ws = _load(config_path, overrides, workdir)
     if device is not None:
@@ -118,7 +122,7 @@ def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 
 
 @cli.command()
-@_common
+@_config_options
 @_checkpoint_option
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides evaluate.device).")
 @click.option("--force", is_flag=True, help="Evaluate again even when the result is fresh.")
@@ -126,7 +130,7 @@ def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
              device: str | None, force: bool, as_json: bool) -> None:
     """MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached)."""
-    from bertwb import evaluate as evaluate_stage
+    from bertwb.stages import evaluate as evaluate_stage
 
     cfg, ws = _load(config_path, overrides, workdir)
     cfg.evaluate.checkpoint = checkpoint or cfg.evaluate.checkpoint
@@ -164,7 +168,7 @@ def _predictor_options(func: Callable) -> Callable:
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
     func = click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")(func)
     func = _checkpoint_option(func)
-    return _common(func)
+    return _config_options(func)
 
 
 @cli.command("fill-mask")
@@ -209,7 +213,7 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 
 @cli.command()
-@_common
+@_config_options
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,
               help="hf: a folder transformers' from_pretrained loads.")
@@ -218,17 +222,17 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, out: str, fmt: str,
            checkpoint: str | None, force: bool) -> None:
     """Write a checkpoint and its tokenizer to OUT in Hugging Face format (weights, config, tokenizer)."""
-    from bertwb import hf, modelio
+    from bertwb.model import hf, modeldir
 
     cfg, ws = _load(config_path, overrides, workdir)
-    model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
-    written = hf.export_hf(model_dir, modelio.load_tokenizer(model_dir, ws), Path(out), force)
+    model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
+    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force)
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
 
 @cli.command("import-hf")
-@_common
+@_config_options
 @click.argument("source", type=click.Path(file_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Where to write the bertwb model (default: WORKSPACE/imports/<name of SOURCE>).")
@@ -237,7 +241,7 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
               out: str | None, force: bool) -> None:
     """Convert a Hugging Face BERT folder into a bertwb model: BertModel, BertForPreTraining, BertForMaskedLM, or a
     fine-tuned BertForSequenceClassification, BertForTokenClassification or BertForQuestionAnswering (head kept)."""
-    from bertwb import hf
+    from bertwb.model import hf
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
@@ -274,20 +278,19 @@ def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
 
 
 @cli.command()
-@_common
+@_config_options
 @click.option("--force", is_flag=True, help="Run every stage, fresh or not.")
-@click.option("--until", type=click.Choice(list(engine.STAGES)), default=None, help="Last stage to run.")
+@click.option("--until", type=click.Choice(stages.names()), default=None, help="Last stage to run.")
 def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
         until: str | None) -> None:
     """Run the pipeline, skipping every stage that is fresh."""
     cfg, ws = _load(config_path, overrides, workdir)
-    names = list(engine.STAGES)
-    stages = names[: names.index(until) + 1] if until else names
-    engine.run_pipeline(cfg, ws, stages, force=force)
+    names = stages.names()
+    engine.run_pipeline(cfg, ws, names[: names.index(until) + 1] if until else names, force=force)
 
 
 @cli.command()
-@_common
+@_config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, as_json: bool) -> None:
     """Show each stage: fresh, stale (and why) or missing, with key, size and times."""
@@ -304,7 +307,7 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
 
 @cli.command()
-@_common
+@_config_options
 @click.argument("query", required=False)
 @click.option("-f", "--file", "sql_file", type=click.Path(dir_okay=False), help="Read the query from a .sql file.")
 @click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)

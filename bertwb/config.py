@@ -1,15 +1,22 @@
 """Typed configuration: one dataclass per section of ``bertwb.yaml``, validated on load.
 
-Every field carries a one-line doc (``doc``), an optional range (``min``/``max``) and whether it
-changes a stage's outputs (``cache=False`` for knobs such as thread counts, which are left out of
-the stage key). Unknown keys, wrong types and out-of-range values raise ``BertwbError`` naming the
-file, line and key, with a "did you mean" for misspelt keys.
+Every field carries a one-line doc, an optional range (``min``/``max``) and whether it changes a
+stage's outputs (``cache=False`` for how-to-compute knobs such as devices and thread counts, which
+stay out of the stage key). A section may hold *named sub-sections*: a field typed
+``dict[str, SomeSection]`` (``finetune.tasks.<name>``), each entry validated as a section of its own;
+with ``inherit=True`` an entry starts from its parent section's values for the fields they share, so
+settings common to pretrain and every fine-tuning task are declared once (`TrainingConfig`) and a
+task overrides only what differs. ``--set a.b.c=value`` reaches any depth.
+
+Unknown keys (with a "did you mean"), duplicate keys, wrong types, out-of-range values, NaN and
+infinities raise ``BertwbError`` naming the file and line, or the ``--set`` that gave the value.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -24,12 +31,18 @@ DEFAULT_CONFIG_NAME = "bertwb.yaml"
 
 
 def _field(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
-           cache: bool = True) -> Any:
+           cache: bool = True, inherit: bool = False) -> Any:
     """A config field with its doc, range and whether it belongs in the stage key."""
-    meta = {"doc": doc, "min": min, "max": max, "cache": cache}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
+    meta = {"doc": doc, "min": min, "max": max, "cache": cache, "inherit": inherit}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _redefault(section: type, name: str, default: Any) -> Any:
+    """``section``'s field ``name`` (doc, range, cache) with another default, for a section that shares it."""
+    meta = next(f for f in dataclasses.fields(section) if f.name == name).metadata
+    return _field(default, meta["doc"], min=meta["min"], max=meta["max"], cache=meta["cache"])
 
 
 @dataclass
@@ -106,40 +119,56 @@ class ModelConfig:
 
 
 @dataclass
-class PretrainConfig:
-    steps: int = _field(300, "Optimizer steps to train; 0 = pretrain.epochs passes over the train pairs. "
+class TrainingConfig:
+    """What every training stage shares: the loop, the optimizer and schedule, batching, checkpoints."""
+
+    steps: int = _field(300, "Optimizer steps to train; 0 = `epochs` passes over the training data. "
                         "Raising it continues a finished run.", min=0, cache=False)
-    epochs: int = _field(1, "Passes over the train pairs when pretrain.steps is 0.", min=1, cache=False)
-    batch_size: int = _field(32, "Pairs per optimizer step, over all GPUs and accumulation steps (and per "
-                             "validation batch); pretrain.batch_tokens, when set, sizes training steps instead.",
+    epochs: int = _field(1, "Passes over the training data when steps is 0.", min=1, cache=False)
+    batch_size: int = _field(32, "Examples per optimizer step, over all GPUs and accumulation steps (and per "
+                             "validation batch); batch_tokens, when set, sizes training steps instead.",
                              min=1, max=1_000_000)
-    batch_tokens: int = _field(0, "Token budget of a step instead of a fixed pair count: as many pairs of about "
-                               "the same length as fit in this many padded tokens (short pairs make bigger "
-                               "batches, so every step does about the same work); 0 = pretrain.batch_size pairs.",
+    batch_tokens: int = _field(0, "Token budget of a step instead of a fixed example count: as many examples of "
+                               "about the same length as fit in this many padded tokens (short ones make bigger "
+                               "batches, so every step does about the same work); 0 = batch_size examples.",
                                min=0, max=100_000_000)
     grad_accum: int = _field(1, "Micro-batches per optimizer step on each process (saves memory).",
                              min=1, max=4096)
     optimizer: Literal["adamw", "lamb"] = _field("adamw", "adamw (decoupled decay) or lamb (You et al. 2019).")
     lr: float = _field(1e-3, "Peak learning rate, reached at the end of the warm-up.", min=0.0, max=1.0)
-    warmup_steps: int = _field(30, "Steps of linear warm-up from 0 to pretrain.lr.", min=0)
+    warmup_steps: int = _field(30, "Steps of linear warm-up from 0 to lr (0: warmup_fraction decides).", min=0)
+    warmup_fraction: float = _field(0.0, "Warm-up as a share of all steps, when warmup_steps is 0.",
+                                    min=0.0, max=1.0)
     weight_decay: float = _field(0.01, "Decoupled weight decay; never on biases and LayerNorm.", min=0.0, max=1.0)
     adam_beta1: float = _field(0.9, "First-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
     adam_beta2: float = _field(0.999, "Second-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
     adam_eps: float = _field(1e-6, "Epsilon of AdamW/LAMB.", min=0.0, max=1.0)
-    max_grad_norm: float = _field(1.0, "Clip the global gradient norm to this; 0 disables clipping.", min=0.0)
-    bucket_batches: int = _field(50, "Length bucketing: sort this many batches' worth of pairs by length, "
+    max_grad_norm: float = _field(1.0, "Clip the global gradient norm to this; 0 disables clipping.",
+                                  min=0.0, max=1e6)
+    bucket_batches: int = _field(50, "Length bucketing: sort this many batches' worth of examples by length, "
                                  "so each batch pads little; 1 = no bucketing.", min=1, max=100_000)
     seed: int = _field(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0)
     device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
-    compile: bool = _field(False, "torch.compile the model (CUDA only; slower start, faster steps).",
-                           cache=False)
+    precision: Literal["auto", "fp32", "bf16"] = _field(
+        "auto", "Matmul precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, or bf16 autocast on any "
+        "device.", cache=False)
+    compile: bool = _field(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
+                           "slower on CPU).", cache=False)
+    cpu_fast_paths: bool = _field(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
+                                  "(the same math, ~1.2-3x faster pieces); false: plain PyTorch.", cache=False)
     log_every: int = _field(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
-    eval_every: int = _field(100, "Steps between validation passes; 0 = only at the end.", min=0, cache=False)
-    eval_batches: int = _field(20, "Validation batches per pass (0 = the whole valid split).", min=0,
+    eval_every: int = _field(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
+                             min=0, cache=False)
+    eval_batches: int = _field(20, "Validation batches per pass (0 = the whole validation split).", min=0,
                                cache=False)
     checkpoint_every: int = _field(100, "Steps between checkpoints; one is also written at the end and "
                                    "on Ctrl-C/SIGTERM.", min=1, cache=False)
     keep_checkpoints: int = _field(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
+
+
+@dataclass
+class PretrainConfig(TrainingConfig):
+    """pretrain: the shared training settings at their pre-training defaults."""
 
 
 @dataclass
@@ -175,33 +204,41 @@ class Config:
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
 
-    def section(self, name: str) -> Any:
-        return getattr(self, name)
+    def section(self, path: str) -> Any:
+        """The section at a dotted path: ``"pairs"``, or a named sub-section ``"finetune.tasks.sst"``."""
+        node: Any = self
+        for part in path.split("."):
+            node = node[part] if isinstance(node, dict) else getattr(node, part)
+        return node
 
     def resolve(self, relative: str) -> Path:
         """A path from the config, resolved against the config file's directory."""
         path = Path(relative).expanduser()
         return path if path.is_absolute() else self.base_dir / path
 
-    def cache_params(self, section: str) -> dict[str, Any]:
-        """The fields of ``section`` that change a stage's outputs, for the stage key."""
-        sec = self.section(section)
-        return {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec) if f.metadata.get("cache", True)}
+    def cache_params(self, path: str) -> dict[str, Any]:
+        """The values of the section at ``path`` that change a stage's outputs, for the stage key.
+
+        Named sub-sections are left out: each is the key of a stage instance of its own.
+        """
+        sec = self.section(path)
+        hints = typing.get_type_hints(type(sec))
+        return {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
+                if f.metadata.get("cache", True) and not _is_subsections(hints[f.name])}
 
 
-def field_docs(section: str) -> dict[str, str]:
-    """Field name → one-line doc for a section (used by ``bertwb init`` and the README)."""
-    return {f.name: f.metadata["doc"] for f in dataclasses.fields(SECTIONS[section])}
+Lines = dict[tuple[str, ...], int]  # key path -> line in the YAML file; 0 = given by --set
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (), workdir: str | None = None) -> Config:
     """Read, merge and validate the configuration.
 
     ``path`` defaults to ``./bertwb.yaml`` when it exists, else the built-in defaults. ``overrides``
-    are ``section.key=value`` strings applied on top. ``workdir`` replaces ``workspace.dir``.
+    are ``section.key=value`` strings (any depth: ``finetune.tasks.sst.lr=3e-5``) applied on top.
+    ``workdir`` replaces ``workspace.dir``.
     """
     raw: dict[str, Any] = {}
-    lines: dict[tuple[str, ...], int] = {}
+    lines: Lines = {}
     cfg_path: Path | None = None
     if path is None and Path(DEFAULT_CONFIG_NAME).exists():
         path = DEFAULT_CONFIG_NAME
@@ -211,16 +248,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
             raise BertwbError(f"{cfg_path}: config file not found; pass --config FILE or run `bertwb init`")
         raw, lines = _read_yaml(cfg_path)
     where = str(cfg_path) if cfg_path else "config"
-
     for item in overrides:
-        key, sep, value = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or len(parts) != 2 or not all(parts):
-            raise BertwbError(f"--set {item!r}: expected section.key=value, e.g. --set vocab.vocab_size=4096")
-        raw.setdefault(parts[0], {})
-        if isinstance(raw[parts[0]], dict):
-            raw[parts[0]][parts[1]] = yaml.safe_load(value) if value.strip() else None
-        lines[tuple(parts)] = 0  # 0 marks "from --set"
+        _apply_override(raw, lines, item)
 
     cfg = Config(path=cfg_path.resolve() if cfg_path else None,
                  base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd())
@@ -230,23 +259,60 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
                               + f"unknown section '{section_name}'{_suggest(section_name, SECTIONS)}")
         if values is None:
             continue
-        if not isinstance(values, dict):
-            raise BertwbError(_locate(where, lines, (section_name,))
-                              + f"section '{section_name}' must be a mapping of key: value")
-        setattr(cfg, section_name, _build_section(section_name, values, where, lines))
+        setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines))
     if workdir is not None:
         cfg.workspace.dir = str(Path(workdir).resolve())
     return cfg
 
 
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """Parse YAML and remember the line of every section and key, for error messages."""
+def _apply_override(raw: dict[str, Any], lines: Lines, item: str) -> None:
+    """``a.b.c=value`` into the raw mapping; every key of the path is marked as given by --set."""
+    key, sep, value = item.partition("=")
+    parts = tuple(part.strip() for part in key.split("."))
+    if not sep or len(parts) < 2 or not all(parts):
+        raise BertwbError(f"--set {item!r}: expected section.key=value, e.g. --set vocab.vocab_size=4096")
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        lines.setdefault(parts[:depth + 1], 0)
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    try:
+        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        raise BertwbError(f"--set {item!r}: the value is not valid YAML; quote strings with spaces") from None
+    lines[parts] = 0
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"line {line}: key '{key}' is given twice (first at line {seen[key]}); "
+                                    "keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], Lines]:
+    """Parse YAML and remember the line of every key at every depth, for error messages."""
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except UnicodeDecodeError:
         raise BertwbError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    except _DuplicateKey as exc:
+        raise BertwbError(f"{path} {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""
@@ -256,17 +322,20 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
         return {}, {}
     if not isinstance(data, dict):
         raise BertwbError(f"{path}: expected a mapping of sections (ingest:, vocab:, ...) at the top level")
-    lines: dict[tuple[str, ...], int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            lines[(key_node.value,)] = key_node.start_mark.line + 1
-            if isinstance(value_node, yaml.MappingNode):
-                for sub_key, _ in value_node.value:
-                    lines[(key_node.value, sub_key.value)] = sub_key.start_mark.line + 1
+    lines: Lines = {}
+
+    def walk(mapping: yaml.Node, prefix: tuple[str, ...]) -> None:
+        if isinstance(mapping, yaml.MappingNode):
+            for key_node, value_node in mapping.value:
+                key = prefix + (str(key_node.value),)
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key)
+
+    walk(node, ())
     return data, lines
 
 
-def _locate(where: str, lines: dict[tuple[str, ...], int], key: tuple[str, ...]) -> str:
+def _locate(where: str, lines: Lines, key: tuple[str, ...]) -> str:
     line = lines.get(key)
     if line == 0:
         return f"--set {'.'.join(key)}: "
@@ -274,22 +343,61 @@ def _locate(where: str, lines: dict[tuple[str, ...], int], key: tuple[str, ...])
 
 
 def _suggest(name: str, choices: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(choices)}"
+    choices = list(choices)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(choices) or 'none'}"
 
 
-def _build_section(section: str, values: dict[str, Any], where: str,
-                   lines: dict[tuple[str, ...], int]) -> Any:
-    cls = SECTIONS[section]
+def _is_subsections(hint: Any) -> bool:
+    """Whether a field's type is ``dict[str, <section dataclass>]`` (named sub-sections)."""
+    return typing.get_origin(hint) is dict and dataclasses.is_dataclass(typing.get_args(hint)[1])
+
+
+def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lines,
+           inherited: dict[str, Any] | None = None) -> Any:
+    """The section dataclass ``cls`` from a raw mapping found at ``path``."""
+    name = ".".join(path)
+    if not isinstance(values, dict):
+        raise BertwbError(_locate(where, lines, path) + f"section '{name}' must be a mapping of key: value")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
-    kwargs = {}
+    kwargs = dict(inherited or {})
     for key, value in values.items():
-        prefix = _locate(where, lines, (section, str(key)))
+        key_path = path + (str(key),)
+        prefix = _locate(where, lines, key_path)
         if key not in fields:
-            raise BertwbError(prefix + f"unknown key '{section}.{key}'{_suggest(str(key), fields)}")
-        kwargs[key] = _coerce(value, hints[key], fields[key], f"{section}.{key}", prefix)
+            raise BertwbError(prefix + f"unknown key '{'.'.join(key_path)}'{_suggest(str(key), fields)}")
+        hint = hints[key]
+        if _is_subsections(hint):
+            kwargs[key] = _build_named(hint, values, key, key_path, where, lines, fields[key], cls)
+        else:
+            kwargs[key] = _coerce(value, hint, fields[key], ".".join(key_path), prefix)
     return cls(**kwargs)
+
+
+def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple[str, ...], where: str,
+                 lines: Lines, f: dataclasses.Field, owner: type) -> dict[str, Any]:
+    """Named sub-sections (``finetune.tasks.<name>``), each starting from its parent's shared values."""
+    entries = parent_values[key]
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        raise BertwbError(_locate(where, lines, path) + f"'{'.'.join(path)}' must be a mapping of names to "
+                          "sections")
+    entry_cls = typing.get_args(hint)[1]
+    shared: dict[str, Any] = {}
+    if f.metadata.get("inherit"):
+        entry_fields = {g.name for g in dataclasses.fields(entry_cls)}
+        parent = _build(owner, {k: v for k, v in parent_values.items() if k != key}, path[:-1], where, lines)
+        shared = {g.name: getattr(parent, g.name) for g in dataclasses.fields(owner)
+                  if g.name in entry_fields and g.name != key}
+    built = {}
+    for name, values in entries.items():
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise BertwbError(_locate(where, lines, path + (str(name),))
+                              + f"'{name}' is not a usable name under {'.'.join(path)}; use letters, digits, - and _")
+        built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
+    return built
 
 
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:
@@ -326,6 +434,8 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
             value = float(value)
         except (TypeError, ValueError):
             raise BertwbError(prefix + f"{name} must be a number, got {value!r}") from None
+        if not math.isfinite(value):
+            raise BertwbError(prefix + f"{name} must be a finite number, got {value!r}")
     elif hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise BertwbError(prefix + f"{name} must be a string, got {value!r}")

@@ -1,4 +1,4 @@
-"""The stage engine: keys, manifests, freshness, atomic commits.
+"""The stage engine: keys, manifests, freshness, atomic commits, for any stage (:mod:`bertwb.stage`).
 
 A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
 config fields it reads, its upstream stages' keys and a fingerprint of what it reads from outside
@@ -11,83 +11,22 @@ DuckDB transaction, the directory by rename) and writes the manifest last.
 from __future__ import annotations
 
 import hashlib
-import importlib
-from importlib import metadata
 import json
-import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from bertwb import __version__, ui
+from bertwb import __version__, stages, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.workspace import Workspace
+from bertwb.stage import Build, Stage
+from bertwb.workspace import Workspace, building
 
 MANIFEST_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """What the engine needs to know about a stage; its work lives in ``bertwb.<name>.run``."""
-
-    name: str
-    version: int  # bump when the stage's outputs change for the same inputs and params
-    sections: tuple[str, ...]  # config sections whose cache fields enter the key
-    deps: tuple[str, ...] = ()
-    tables: tuple[str, ...] = ()
-    has_files: bool = False
-    # Freshness hooks, "module:function" in bertwb, imported only when asked, so that `bertwb status`
-    # does not import torch: fingerprint(cfg, ws) -> identities of what the stage reads from outside
-    # the workspace's stages; behind(cfg, manifest) -> why a stage whose key matches is still stale.
-    fingerprint: str = ""
-    behind: str = ""
-
-    def module(self) -> Any:
-        return importlib.import_module(f"bertwb.{self.name}")
-
-
-def _hook(ref: str) -> Any:
-    """The function a StageSpec hook names ("module:function" in the bertwb package)."""
-    module, function = ref.split(":")
-    return getattr(importlib.import_module(f"bertwb.{module}"), function)
-
-
-STAGES: dict[str, StageSpec] = {spec.name: spec for spec in [
-    StageSpec("ingest", 1, ("ingest",), tables=("documents", "sentences"), fingerprint="ingest:fingerprint_inputs"),
-    StageSpec("vocab", 2, ("vocab",), deps=("ingest",), tables=("vocab", "tokens"), has_files=True),
-    StageSpec("pairs", 1, ("pairs",), deps=("vocab",), tables=("pairs",), has_files=True),
-    StageSpec("pretrain", 1, ("model", "pretrain"), deps=("pairs",), has_files=True,
-              fingerprint="checkpoints:init_from_weights", behind="checkpoints:steps_behind"),
-    # evaluate reads a checkpoint, not the pretrain stage: any checkpoint (mid-run, imported) can be
-    # evaluated, and the checkpoint's identity is its input fingerprint
-    StageSpec("evaluate", 1, ("evaluate",), deps=("pairs",), has_files=True,
-              fingerprint="checkpoints:evaluated_weights"),
-]}
-
-
-@dataclass
-class Build:
-    """Handed to a stage's ``run``: where to write, and the database connection."""
-
-    workspace: Workspace
-    spec: StageSpec
-    con: duckdb.DuckDBPyConnection
-    out_dir: Path  # temporary; swapped in as workspace/<stage>/ on success
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
-
-    def table(self, name: str) -> str:
-        """The temporary name to build table ``name`` under."""
-        if name not in self.spec.tables:
-            raise ValueError(f"stage {self.spec.name} does not declare table {name}")
-        return f"{name}__new"
-
-    def upstream_dir(self, stage: str) -> Path:
-        return self.workspace.stage_dir(stage)
 
 
 @dataclass
@@ -101,57 +40,54 @@ class State:
     manifest: dict[str, Any] | None
 
 
-def stage_key(spec: StageSpec, cfg: Config, ws: Workspace, inputs: list[dict[str, Any]]) -> tuple[str, dict]:
+def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, Any]]) -> tuple[str, dict]:
     """The stage's key and the parts hashed into it."""
     parts = {
-        "stage": spec.name,
-        "version": spec.version,
-        "params": {section: cfg.cache_params(section) for section in spec.sections},
-        "deps": {dep: (ws.read_manifest(dep) or {}).get("key") for dep in spec.deps},
+        "stage": stage.name,
+        "version": stage.version,
+        "params": {section: cfg.cache_params(section) for section in stage.sections},
+        "deps": {dep: (ws.read_manifest(dep) or {}).get("key") for dep in stage.deps},
         "inputs": inputs,
     }
     canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest(), parts
 
 
-def input_fingerprints(spec: StageSpec, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+def input_fingerprints(stage: Stage, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """Identities of what a stage reads from outside the workspace's stages (files, checkpoints)."""
-    return _hook(spec.fingerprint)(cfg, ws) if spec.fingerprint else []
+    return stage.fingerprint(cfg, ws) if stage.fingerprint else []
 
 
-def check(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
+def current_key(name: str, cfg: Config, ws: Workspace) -> str:
+    """The key stage ``name`` has under the current config and upstream manifests."""
+    stage = stages.get(name, cfg)
+    return stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
+
+
+def check(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
           inputs: list[dict[str, Any]] | None = None) -> State:
     """Compare the stage's manifest with the current config, upstream keys and outputs."""
-    spec = STAGES[name]
+    name = stage.name
     manifest = ws.read_manifest(name)
-    for dep in spec.deps:
-        dep_state = check(dep, cfg, ws, con)
+    for dep in stage.deps:
+        dep_state = check(stages.get(dep, cfg), cfg, ws, con)
         if dep_state.state != "fresh":
             return State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
                          None, manifest)
     if inputs is None:
-        inputs = input_fingerprints(spec, cfg, ws)
-    key, parts = stage_key(spec, cfg, ws, inputs)
+        inputs = input_fingerprints(stage, cfg, ws)
+    key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)
     if manifest.get("key") == key:
         missing = _missing_output(manifest, ws, con)
         if missing:
             return State(name, "stale", f"output missing: {missing}", key, manifest)
-        behind = _stale_reason(spec, cfg, manifest)
+        behind = stage.behind(cfg, manifest) if stage.behind else None
         if behind:
             return State(name, "stale", behind, key, manifest)
         return State(name, "fresh", f"key {key[:8]}", key, manifest)
     return State(name, "stale", _why_changed(manifest, parts), key, manifest)
-
-
-def _stale_reason(spec: StageSpec, cfg: Config, manifest: dict[str, Any]) -> str | None:
-    """A stage's ``behind`` hook: stale despite a matching key, and why (None: it is fresh).
-
-    For settings kept out of the key that a rerun extends rather than redoes (pretrain: more steps
-    continue a finished run). Only asked when the key matches, so it costs nothing otherwise.
-    """
-    return _hook(spec.behind)(cfg, manifest) if spec.behind else None
 
 
 def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
@@ -212,17 +148,17 @@ def _existing_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> se
         return None
 
 
-def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,
-              force: bool = False) -> dict[str, Any] | None:
+def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection, force: bool = False,
+              runtime: Any = None) -> dict[str, Any] | None:
     """Run one stage unless fresh; return its summary, or None when skipped. Caller holds the lock."""
-    spec = STAGES[name]
-    for dep in spec.deps:
-        dep_state = check(dep, cfg, ws, con)
+    name = stage.name
+    for dep in stage.deps:
+        dep_state = check(stages.get(dep, cfg), cfg, ws, con)
         if dep_state.state != "fresh":
             raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
                               f"run `bertwb {dep}` or `bertwb run` first")
-    inputs = input_fingerprints(spec, cfg, ws)
-    state = check(name, cfg, ws, con, inputs)
+    inputs = input_fingerprints(stage, cfg, ws)
+    state = check(stage, cfg, ws, con, inputs)
     if state.state == "fresh" and not force:
         ui.stage_line(name, f"fresh ({state.reason}), skipped")
         return None
@@ -230,36 +166,32 @@ def run_stage(name: str, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnect
     ui.stage_line(name, f"running ({why})")
 
     started = time.time()
-    build = Build(ws, spec, con, ws.new_tmp_dir(name), inputs, forced=force)
-    _drop_tables(con, [build.table(t) for t in spec.tables])
+    key, parts = stage_key(stage, cfg, ws, inputs)
+    new_tables = [f"{table}__new" for table in stage.tables]
+    _drop_tables(con, new_tables)
     try:
-        summary = spec.module().run(cfg, build)
-        _commit_tables(con, spec, getattr(spec.module(), "VIEWS", []))
-        if spec.has_files:
-            ws.swap_in(name, build.out_dir)
+        with building(ws.stage_dir(name), keep=stage.has_files) as out_dir:
+            build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime)
+            summary = stage.run(cfg, build)
+            _commit_tables(con, stage)
     except BaseException:
-        _drop_tables(con, [build.table(t) for t in spec.tables])
-        shutil.rmtree(build.out_dir, ignore_errors=True)
+        _drop_tables(con, new_tables)
         raise
-    if not spec.has_files:
-        build.out_dir.rmdir()
     finished = time.time()
-    key, parts = stage_key(spec, cfg, ws, inputs)
     ws.write_manifest(name, {
         "format": MANIFEST_FORMAT,
         "stage": name,
         "key": key,
         **parts,
         "config": str(cfg.path) if cfg.path else None,
-        "outputs": _outputs(spec, ws, con),
+        "outputs": _outputs(stage, ws, con),
         "started_at": _iso(started),
         "finished_at": _iso(finished),
         "duration_s": round(finished - started, 3),
         "versions": _versions(),
         "summary": summary,
     })
-    report = getattr(spec.module(), "report", None)  # a stage may print its summary its own way
-    report(summary) if report is not None else ui.summary(name, summary)
+    stage.report(summary) if stage.report is not None else ui.summary(name, summary)
     ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
     return summary
 
@@ -269,14 +201,16 @@ def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
         con.execute(f'drop table if exists "{table}"')
 
 
-def _commit_tables(con: duckdb.DuckDBPyConnection, spec: StageSpec, views: list[str]) -> None:
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage) -> None:
     """Swap every ``t__new`` in for ``t`` and (re)create the stage's views, in one transaction."""
+    if not stage.tables and not stage.views:
+        return
     con.execute("begin transaction")
     try:
-        for table in spec.tables:
+        for table in stage.tables:
             con.execute(f'drop table if exists "{table}"')
             con.execute(f'alter table "{table}__new" rename to "{table}"')
-        for view in views:
+        for view in stage.views:
             con.execute(view)
         con.execute("commit")
     except BaseException:
@@ -285,12 +219,12 @@ def _commit_tables(con: duckdb.DuckDBPyConnection, spec: StageSpec, views: list[
     con.execute("checkpoint")
 
 
-def _outputs(spec: StageSpec, ws: Workspace, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+def _outputs(stage: Stage, ws: Workspace, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     files = {}
-    if spec.has_files:
-        stage_dir = ws.stage_dir(spec.name)
+    if stage.has_files:
+        stage_dir = ws.stage_dir(stage.name)
         files = {str(p.relative_to(ws.root)): p.stat().st_size for p in sorted(stage_dir.rglob("*")) if p.is_file()}
-    tables = {t: con.execute(f'select count(*) from "{t}"').fetchone()[0] for t in spec.tables}
+    tables = {t: con.execute(f'select count(*) from "{t}"').fetchone()[0] for t in stage.tables}
     return {"files": files, "tables": tables}
 
 
@@ -309,35 +243,38 @@ def _iso(timestamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
 
 
-def run_pipeline(cfg: Config, ws: Workspace, stages: list[str], force: bool = False) -> dict[str, Any]:
-    """Run ``stages`` in order under the workspace lock; return summaries of those that ran."""
+def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = False,
+                 runtime: Any = None) -> dict[str, Any]:
+    """Run the stages ``names`` (a template name runs all its instances) in order under the workspace
+    lock; return the summaries of those that ran. ``runtime`` goes to each stage's ``Build``."""
+    chosen = [stage for name in names for stage in stages.select(cfg, name)]
     ran = {}
-    with ws.lock("bertwb " + " ".join(stages)):
+    with ws.lock("bertwb " + " ".join(names)):
         ws.recover()
         con = ws.connect()
         try:
-            for name in stages:
-                summary = run_stage(name, cfg, ws, con, force=force)
+            for stage in chosen:
+                summary = run_stage(stage, cfg, ws, con, force=force, runtime=runtime)
                 if summary is not None:
-                    ran[name] = summary
+                    ran[stage.name] = summary
         finally:
             con.close()
     return ran
 
 
 def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """One row per stage: state, reason, key, size, finish time and duration."""
+    """One row per stage (and instance): state, reason, key, size, finish time and duration."""
     rows = []
-    for name, spec in STAGES.items():
-        state = check(name, cfg, ws)
+    for stage in stages.pipeline(cfg):
+        state = check(stage, cfg, ws)
         manifest = state.manifest or {}
         outputs = manifest.get("outputs", {})
         rows.append({
-            "stage": name,
+            "stage": stage.name,
             "state": state.state,
             "reason": state.reason,
             "key": (manifest.get("key") or "")[:8] or None,
-            "size_bytes": sum(outputs.get("files", {}).values()) if spec.has_files else None,
+            "size_bytes": sum(outputs.get("files", {}).values()) if stage.has_files else None,
             "rows": outputs.get("tables") or None,
             "finished_at": manifest.get("finished_at"),
             "duration_s": manifest.get("duration_s"),

@@ -1,6 +1,6 @@
 """Ask a pre-trained model directly: ``fill-mask`` (top-k tokens for every ``[MASK]``) and ``nsp``.
 
-Both load any model directory (see :mod:`bertwb.modelio`) with its tokenizer, run on CPU unless told
+Both load any model directory (see :mod:`bertwb.model.modeldir`) with its tokenizer, run on CPU unless told
 otherwise, and return plain dicts the CLI prints as tables or JSON.
 """
 
@@ -12,10 +12,11 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from bertwb import modelio
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.model import BertForPreTraining
+from bertwb.model import modeldir
+from bertwb.model.bert import BertForPreTraining
+from bertwb.train.device import resolve_device
 from bertwb.workspace import Workspace
 
 MASK = "[MASK]"
@@ -32,12 +33,10 @@ class Predictor:
 
     @classmethod
     def load(cls, cfg: Config, ws: Workspace, checkpoint: str | None, device: str = "auto") -> Predictor:
-        from bertwb.pretrain import resolve_device  # noqa: PLC0415
-
-        model_dir = modelio.resolve_checkpoint(cfg, ws, checkpoint)
-        tokenizer = modelio.load_tokenizer(model_dir, ws)
-        torch_device = resolve_device(device)
-        model, _ = modelio.load_model(model_dir, torch_device, kind="pretraining")
+        model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
+        tokenizer = modeldir.load_tokenizer(model_dir, ws)
+        torch_device = resolve_device(device, "--device")
+        model, _ = modeldir.load_model(model_dir, torch_device, kind="pretraining")
         return cls(model.eval(), tokenizer, torch_device, model_dir.label)
 
     def _encode(self, first: str, second: str | None, where: str) -> Any:

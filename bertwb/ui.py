@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
@@ -167,13 +167,14 @@ class _RateColumn(TextColumn):
 
 # --- training ------------------------------------------------------------------------------------------
 
-def _training_line(stats: dict[str, Any]) -> str:
-    """``loss 6.1234 (mlm 5.43, nsp 0.69) · mlm acc 12.3% · nsp acc 55.0% · lr 1.0e-03 · 12,345 tok/s · ETA 0:42``."""
-    parts = [f"loss {stats['loss']:.4f} (mlm {stats['mlm_loss']:.3f}, nsp {stats['nsp_loss']:.3f})",
-             f"mlm acc {100 * stats['mlm_acc']:.1f}%", f"nsp acc {100 * stats['nsp_acc']:.1f}%",
-             f"lr {stats['lr']:.2e}", f"{stats['tokens_per_s']:,.0f} tok/s", f"ETA {_clock(stats['eta_s'])}"]
-    if "valid_loss" in stats:
-        parts.append(f"valid loss {stats['valid_loss']:.4f} mlm acc {100 * stats['valid_mlm_acc']:.1f}%")
+LineParts = Callable[[dict[str, Any]], tuple[list[str], list[str]]]
+
+
+def _training_line(stats: dict[str, Any], progress: LineParts) -> str:
+    """The objective's pieces, then ``lr 1.0e-03 · 12,345 tok/s · ETA 0:42``, then the validation's pieces."""
+    train, valid = progress(stats)
+    parts = [*train, f"lr {stats['lr']:.2e}", f"{stats['tokens_per_s']:,.0f} tok/s", f"ETA {_clock(stats['eta_s'])}",
+             *valid]
     return " · ".join(parts)
 
 
@@ -186,11 +187,12 @@ def _clock(seconds: float) -> str:
 class _PlainTraining:
     """One plain line per logging step, for pipes, Make and CI."""
 
-    def __init__(self, description: str, total_steps: int):
-        self.description, self.total_steps = description, total_steps
+    def __init__(self, description: str, total_steps: int, progress: LineParts):
+        self.description, self.total_steps, self.progress = description, total_steps, progress
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        err.print(f"{self.description}: step {step:,}/{self.total_steps:,} · {_training_line(stats)}", markup=False)
+        err.print(f"{self.description}: step {step:,}/{self.total_steps:,} · {_training_line(stats, self.progress)}",
+                  markup=False)
 
     def note(self, message: str) -> None:
         err.print(f"{self.description}: {message}", markup=False)
@@ -199,28 +201,28 @@ class _PlainTraining:
 class _RichTraining:
     """A live bar (step of total, elapsed) with the latest metrics beside it; notes print above it."""
 
-    def __init__(self, progress: Progress, task: int, description: str):
-        self._progress, self._task, self.description = progress, task, description
+    def __init__(self, bar: Progress, task: int, description: str, progress: LineParts):
+        self._bar, self._task, self.description, self.progress = bar, task, description, progress
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        self._progress.update(self._task, completed=step, stats=_training_line(stats))
+        self._bar.update(self._task, completed=step, stats=_training_line(stats, self.progress))
 
     def note(self, message: str) -> None:
-        self._progress.console.print(f"[bold]{self.description}[/bold]: {message}")
+        self._bar.console.print(f"[bold]{self.description}[/bold]: {message}")
 
 
 @contextmanager
-def training(description: str, total_steps: int, start_step: int = 0) -> Iterator[Any]:
+def training(description: str, total_steps: int, start_step: int, progress: LineParts) -> Iterator[Any]:
     """A training view with ``update(step, stats)`` and ``note(message)``.
 
-    ``stats`` holds loss, mlm_loss, nsp_loss, mlm_acc, nsp_acc, lr, tokens_per_s, eta_s and, after a
-    validation pass, valid_loss and valid_mlm_acc. A live rich view on a terminal; plain lines elsewhere.
+    ``stats`` holds lr, tokens_per_s, eta_s and the objective's metrics, which ``progress`` turns into
+    the line's pieces. A live rich view on a terminal; plain lines elsewhere.
     """
     if not interactive():
-        yield _PlainTraining(description, total_steps)
+        yield _PlainTraining(description, total_steps, progress)
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[stats]}")]
     with Progress(*columns, console=err, transient=False, refresh_per_second=4) as bar:
         task = bar.add_task(description, total=total_steps, completed=start_step, stats="starting…")
-        yield _RichTraining(bar, task, description)
+        yield _RichTraining(bar, task, description, progress)

@@ -3,10 +3,13 @@
 Layout under ``workspace.dir``::
 
     bertwb.duckdb          every data stage's tables
-    manifests/<stage>.json one manifest per stage, written last
+    manifests/<stage>.json one manifest per stage, written last (finetune/<task>.json for instances)
     <stage>/               a stage's files (tokenizer, checkpoints, ...), swapped in whole
-    .tmp/                  outputs being built; never read by anything else
+    .<stage>.tmp-<pid>/    a directory being built (`building`); never read by anything else
     .lock                  held while a stage runs
+
+Every directory bertwb writes whole (a stage's files, a checkpoint, an export) is built by
+`building`: under a temporary name beside its final place, then renamed into it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ class Workspace:
         self.memory_limit = memory_limit
         self.db_path = self.root / DB_NAME
         self.manifest_dir = self.root / "manifests"
-        self.tmp_dir = self.root / ".tmp"
 
     def stage_dir(self, stage: str) -> Path:
         return self.root / stage
@@ -98,31 +100,48 @@ class Workspace:
                 from None
         return con
 
-    def new_tmp_dir(self, stage: str) -> Path:
-        path = self.tmp_dir / f"{stage}-{os.getpid()}"
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return path
-
-    def swap_in(self, stage: str, built: Path) -> None:
-        """Replace the stage's directory with ``built`` by two renames; the old one is removed after."""
-        final = self.stage_dir(stage)
-        old = self.tmp_dir / f"{stage}-old-{os.getpid()}"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(built, final)
-        shutil.rmtree(old, ignore_errors=True)
-
     def recover(self) -> None:
-        """Undo a swap that a crash cut between its two renames, and drop leftovers of dead builds."""
-        if not self.tmp_dir.exists():
-            return
-        for path in self.tmp_dir.iterdir():
-            stage, _, pid = path.name.partition("-old-")
-            if pid and not self.stage_dir(stage).exists():
-                os.replace(path, self.stage_dir(stage))
-            else:
-                shutil.rmtree(path, ignore_errors=True)
+        """Undo swaps that a crash cut between their two renames, and drop leftovers of dead builds.
+
+        Called under the lock, so no other process is building here.
+        """
+        for depth in ("", "*/"):
+            for old in self.root.glob(f"{depth}.*.old-*"):
+                final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
+                if not final.exists():
+                    os.replace(old, final)
+                else:
+                    _remove(old)
+            for tmp in self.root.glob(f"{depth}.*.tmp-*"):
+                _remove(tmp)
+
+
+@contextmanager
+def building(final: Path, keep: bool = True) -> Iterator[Path]:
+    """A fresh directory beside ``final`` to build in; when the block succeeds it replaces ``final``.
+
+    The swap is two renames (``final`` aside, the new one in), then the old one is removed, so a
+    crash leaves either the old or the new directory in place, or an ``.old`` one that
+    `Workspace.recover` puts back. When the block fails, or with ``keep=False``, the new directory
+    is removed and ``final`` is untouched.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if not keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -136,7 +155,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def dir_size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
 from bertwb.cli import cli
+from bertwb.data.pair_batches import PairArrays
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "sample_corpus" / "pretrain"
@@ -101,3 +105,70 @@ def assert_one_line_error(result: Result, *needles: str) -> None:
 
 
 PYTHON = sys.executable
+
+
+# --- training: pairs built once per module, copied by each test ---------------------------------------
+
+# Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
+PRETRAIN_CONFIG = """
+ingest:
+  inputs: [{corpus}]
+  valid_fraction: 0.1
+vocab:
+  vocab_size: 256
+  min_frequency: 1
+pairs:
+  max_seq_length: 64
+  dupe_factor: 2
+pretrain:
+  steps: 12
+  batch_size: 16
+  warmup_steps: 3
+  log_every: 1
+  eval_every: 0
+  eval_batches: 2
+  checkpoint_every: 5
+"""
+
+
+def stand_in_pairs(n: int = 40, seed: int = 0) -> PairArrays:
+    """Pairs of random lengths 8–40 with 1–4 static masks each, the layout the pairs stage writes."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(8, 41, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = rng.integers(5, 100, offsets[-1]).astype(np.int32)
+    positions, ids, counts = [], [], []
+    for i, length in enumerate(lengths):
+        chosen = np.sort(rng.choice(np.arange(1, length - 1), rng.integers(1, 5), replace=False))
+        ids.append(tokens[offsets[i] + chosen].copy())
+        tokens[offsets[i] + chosen] = 4  # [MASK]
+        positions.append(chosen)
+        counts.append(len(chosen))
+    return PairArrays(tokens, offsets, segment_a_len=lengths // 2, is_random_next=rng.integers(0, 2, n),
+                      masked_positions=np.concatenate(positions).astype(np.int16),
+                      masked_ids=np.concatenate(ids).astype(np.int32),
+                      masked_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+
+
+@pytest.fixture(scope="module")
+def pairs_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ingest → vocab → pairs once, on a generated corpus; tests copy it."""
+    root = tmp_path_factory.mktemp("pairs")
+    write_bert_format(root / "corpus" / "a.txt", make_documents(300))
+    project = Project(root)
+    project.write_config(PRETRAIN_CONFIG.format(corpus="corpus"))
+    project.run("run", "--until", "pairs")
+    return root
+
+
+@pytest.fixture
+def trainer(pairs_workspace: Path, tmp_path: Path) -> Project:
+    shutil.copytree(pairs_workspace, tmp_path / "p")
+    return Project(tmp_path / "p")
+
+
+def run_metrics(project: Project, runs: str = "pretrain-runs") -> list[dict]:
+    """The metrics.jsonl lines of the one training run under ``runs``."""
+    run_dirs = [p.parent for p in (project.workspace / runs).rglob("metrics.jsonl")]
+    assert len(run_dirs) == 1
+    return [json.loads(line) for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]

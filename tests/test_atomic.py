@@ -7,7 +7,7 @@ import json
 import duckdb
 import pytest
 
-import bertwb.vocab
+import bertwb.stages.vocab
 from bertwb.workspace import Workspace
 from conftest import Project, assert_one_line_error
 
@@ -31,19 +31,19 @@ def _snapshot(project: Project) -> dict:
 def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pytest.MonkeyPatch):
     project.run("run", "--until", "vocab")
     before = _snapshot(project)
-    real_tokenise = bertwb.vocab._tokenise_all
+    real_tokenise = bertwb.stages.vocab._tokenise_all
 
     def tokenise_then_fail(tokenizer, con, table, *args):
         real_tokenise(tokenizer, con, table, *args)  # the new table and files are half-made...
         raise OSError(28, "No space left on device")  # ...when the disk fills up
 
-    monkeypatch.setattr(bertwb.vocab, "_tokenise_all", tokenise_then_fail)
+    monkeypatch.setattr(bertwb.stages.vocab, "_tokenise_all", tokenise_then_fail)
     result = project.run("vocab", "--set", "vocab.vocab_size=320", expect=1)
     assert "No space left on device" in result.output and "Traceback" not in result.output
 
     after = _snapshot(project)
     assert after == before, "a failed run changed the previous outputs"
-    assert not (project.workspace / ".tmp").exists() or not any((project.workspace / ".tmp").iterdir())
+    assert not list(project.workspace.glob(".*.tmp-*")), "the failed build's directory was left behind"
     # The old result is still usable: with the old config, vocab is fresh.
     monkeypatch.undo()
     assert "vocab: fresh" in project.run("vocab").output
@@ -53,8 +53,7 @@ def test_interrupted_swap_is_recovered(project: Project):
     """A crash between the two renames of a directory swap leaves the old directory restorable."""
     project.run("run", "--until", "vocab")
     ws = Workspace(project.workspace)
-    ws.tmp_dir.mkdir(exist_ok=True)
-    (ws.stage_dir("vocab")).rename(ws.tmp_dir / "vocab-old-4242")
+    ws.stage_dir("vocab").rename(project.workspace / ".vocab.old-4242")  # the first rename happened, not the second
     assert "vocab: fresh" in project.run("run", "--until", "vocab").output
     assert (ws.stage_dir("vocab") / "vocab.txt").exists()
 

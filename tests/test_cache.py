@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-import bertwb.ingest
-import bertwb.vocab
+import bertwb.stages.ingest
+import bertwb.stages.vocab
 from conftest import Project
 
 
@@ -18,8 +18,8 @@ def _explode(*_args, **_kwargs):
 
 def test_rerun_does_not_call_the_work_functions(project: Project, monkeypatch: pytest.MonkeyPatch):
     project.run("run", "--until", "vocab")
-    monkeypatch.setattr(bertwb.ingest, "run", _explode)
-    monkeypatch.setattr(bertwb.vocab, "run", _explode)
+    monkeypatch.setattr(bertwb.stages.ingest.STAGE, "run", _explode)
+    monkeypatch.setattr(bertwb.stages.vocab.STAGE, "run", _explode)
     result = project.run("run", "--until", "vocab")
     assert "ingest: fresh (key " in result.output and "vocab: fresh (key " in result.output
 
@@ -27,7 +27,7 @@ def test_rerun_does_not_call_the_work_functions(project: Project, monkeypatch: p
 def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypatch: pytest.MonkeyPatch):
     project.run("run", "--until", "vocab")
     old_key = json.loads((project.workspace / "manifests" / "vocab.json").read_text())["key"]
-    monkeypatch.setattr(bertwb.ingest, "run", _explode)
+    monkeypatch.setattr(bertwb.stages.ingest.STAGE, "run", _explode)
     result = project.run("run", "--until", "vocab", "--set", "vocab.vocab_size=320")
     assert "ingest: fresh" in result.output
     assert "vocab: running (stale: vocab.vocab_size 256 → 320)" in result.output
@@ -37,7 +37,7 @@ def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypat
 
 def test_thread_and_batch_knobs_are_not_in_the_key(project: Project, monkeypatch: pytest.MonkeyPatch):
     project.run("run", "--until", "vocab")
-    monkeypatch.setattr(bertwb.vocab, "run", _explode)
+    monkeypatch.setattr(bertwb.stages.vocab.STAGE, "run", _explode)
     assert "vocab: fresh" in project.run("vocab", "--set", "vocab.batch_size=7").output
 
 
@@ -64,7 +64,7 @@ def test_content_hash_ignores_a_touch_but_sees_an_edit(project: Project, monkeyp
     stat = corpus.stat()
     os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     with monkeypatch.context() as patch:
-        patch.setattr(bertwb.ingest, "run", _explode)
+        patch.setattr(bertwb.stages.ingest.STAGE, "run", _explode)
         assert "ingest: fresh" in project.run("ingest", "--set", "ingest.content_hash=true").output
     text = corpus.read_text()
     corpus.write_text(text.replace("a", "b", 1))  # same size, other content

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from bertwb.config import load_config
-from bertwb.data import Batches
-from bertwb.model import BertConfig, BertForPreTraining
-from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, build_optimizer
-from conftest import PYTHON, REPO, Project
-from test_pretrain import _metrics, _stand_in, pairs_workspace, trainer  # noqa: F401 - fixtures
+from bertwb.data.batching import Batches
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.train.device import autocast
+from bertwb.train.trainer import Trainer
+from conftest import PYTHON, REPO, Project, run_metrics, stand_in_pairs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -25,16 +26,13 @@ def test_a_cuda_step_runs_in_bf16_and_never_waits_for_the_gpu():
     device = torch.device("cuda")
     torch.manual_seed(0)
     model = BertForPreTraining(BertConfig(vocab_size=100, hidden_size=64, num_layers=2, num_heads=2,
-                                          intermediate_size=128)).to(device).train()
-    cfg = load_config(None, ["pretrain.batch_size=8"])
-    optimizer = build_optimizer(cfg, model, device)
-    assert optimizer.defaults.get("fused")  # the fused CUDA AdamW
-    batches = Batches(_stand_in(40), 8, seed=0, pad_multiple=8)
-    window = torch.zeros(len(STATS), dtype=torch.float64, device=device)
-    loop = _Loop(cfg, _Dist(device="cuda"), model, model, optimizer, LinearWarmupDecay(1e-3, 0, 10), batches, None,
-                 window, None, 10)
+                                          intermediate_size=128)).train()
+    cfg = load_config(None, ["pretrain.batch_size=8", "pretrain.device=cuda", "pretrain.warmup_steps=0"])
+    batches = Batches(stand_in_pairs(40), 8, seed=0, pad_multiple=8)
+    loop = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=10)
+    assert loop.optimizer.defaults.get("fused")  # the fused CUDA AdamW
 
-    before = [t.detach().clone() for t in model.parameters()]
+    before = [t.detach().clone() for t in loop.model.parameters()]
     masked = pairs = tokens = 0
     for step in range(3):
         micro = batches.micro_batches(0, step)
@@ -43,29 +41,29 @@ def test_a_cuda_step_runs_in_bf16_and_never_waits_for_the_gpu():
         # host must be free to prepare the next batch while the GPU still runs this one.
         torch.cuda.set_sync_debug_mode("error" if step else "default")
         try:
-            loop._train_step(step, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
+            loop.train_step(step)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         masked += sum(len(b.mlm_labels) for b in micro)
         pairs += sum(len(b.nsp_labels) for b in micro)
         tokens += sum(b.n_tokens for b in micro)
-    totals = dict(zip(STATS, window.tolist(), strict=True))
+    totals = loop.window_totals()
     assert (totals["n_masked"], totals["n_pairs"], totals["n_tokens"]) == (masked, pairs, tokens)
-    assert torch.isfinite(window).all()
+    assert torch.isfinite(loop.window).all()
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     batch = batches.micro_batches(0, 3)[0].to(device)
-    with loop.autocast():
+    with autocast("auto", device):
         out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
     assert out.mlm_logits.dtype == torch.bfloat16
 
 
-def test_pretrain_on_cuda_continues_a_run_and_exports_weights_cpu_reads(trainer: Project):  # noqa: F811
+def test_pretrain_on_cuda_continues_a_run_and_exports_weights_cpu_reads(trainer: Project):
     result = trainer.run("pretrain", "--device", "cuda", "--set", "pretrain.steps=6")
     summary = json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]
     assert summary["device"].startswith("cuda"), result.output
     result = trainer.run("pretrain", "--device", "cuda", "--set", "pretrain.steps=12")
     assert "(step 6 of 12)" in result.output
-    metrics = _metrics(trainer)
+    metrics = run_metrics(trainer)
     assert [m["step"] for m in metrics] == list(range(1, 13))
     assert all(m["loss"] == m["loss"] and m["loss"] < 20 for m in metrics)  # finite, not diverged
     result = trainer.run("evaluate", "--device", "cpu")  # GPU-trained weights, read back on the CPU
@@ -73,7 +71,7 @@ def test_pretrain_on_cuda_continues_a_run_and_exports_weights_cpu_reads(trainer:
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-def test_torchrun_on_two_gpus_trains_resumes_and_agrees_on_the_host(trainer: Project):  # noqa: F811
+def test_torchrun_on_two_gpus_trains_resumes_and_agrees_on_the_host(trainer: Project):
     """NCCL for the gradients, the gloo group for what the hosts agree on; 6 steps, then on to 12."""
     for steps in (6, 12):
         result = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -82,6 +80,6 @@ def test_torchrun_on_two_gpus_trains_resumes_and_agrees_on_the_host(trainer: Pro
                                 cwd=REPO, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
     assert "processes = 2" in result.stderr and "(step 6 of 12)" in result.stderr
-    metrics = _metrics(trainer)
+    metrics = run_metrics(trainer)
     assert [m["step"] for m in metrics] == list(range(1, 13))
     assert all(m["loss"] == m["loss"] and m["loss"] < 20 for m in metrics)  # finite, not diverged

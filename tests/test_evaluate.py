@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertwb import modelio
+from bertwb.model import modeldir
 from conftest import Project, assert_one_line_error, make_documents, write_bert_format
 
 CONFIG = """
@@ -169,10 +169,10 @@ def test_evaluate_with_dynamic_masking_is_repeatable(copy: Project):
 
 
 def _model_and_tokenizer(project: Project):
-    model_dir = modelio.open_model_dir(project.workspace / "pretrain")
+    model_dir = modeldir.open_model_dir(project.workspace / "pretrain")
     from bertwb.workspace import Workspace
-    tokenizer = modelio.load_tokenizer(model_dir, Workspace(project.workspace))
-    model, _ = modelio.load_model(model_dir)
+    tokenizer = modeldir.load_tokenizer(model_dir, Workspace(project.workspace))
+    model, _ = modeldir.load_model(model_dir)
     return model.eval(), tokenizer
 
 

@@ -10,9 +10,12 @@ import pytest
 import safetensors.torch
 import torch
 
-from bertwb import hf, modelio
-from bertwb.model import MODEL_KINDS, BertConfig, BertForPreTraining, hf_config_dict, new_model
-from bertwb.vocab import SPECIAL_TOKENS, build_tokenizer
+from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
+from bertwb.errors import BertwbError
+from bertwb.model import modeldir
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.model.heads import MODEL_KINDS, new_model
+from bertwb.model.hf_names import hf_config_dict
 from conftest import _GLUE, _TOPICS, Project, assert_one_line_error, make_documents, write_bert_format
 
 transformers = pytest.importorskip("transformers")
@@ -49,10 +52,10 @@ def bertwb_model_dir(folder: Path, kind: str = "pretraining", label_names: list[
     """A random bertwb model directory with its tokenizer, as a checkpoint, import or fine-tuning leaves one."""
     tokens = write_vocab(folder)
     model = perturb(new_model(BertConfig(vocab_size=len(tokens), **ODD_SIZES), kind, label_names))
-    modelio.save_model_dir(model, folder)
+    modeldir.save_model_dir(model, folder)
     tokenizer = build_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase=True)
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
-    hf.write_tokenizer_files(tokenizer, folder, ODD_SIZES["max_position_embeddings"])
+    write_tokenizer_files(tokenizer, folder, ODD_SIZES["max_position_embeddings"])
     return model
 
 
@@ -100,7 +103,7 @@ def test_export_loads_in_transformers_with_identical_outputs(project: Project, t
     assert (mine.nsp_logits - hf_out.seq_relationship_logits).abs().max() <= 1e-5
 
     tokenizer = transformers.BertTokenizerFast.from_pretrained(out)
-    bertwb_tokenizer = modelio.load_tokenizer(modelio.open_model_dir(source), None)
+    bertwb_tokenizer = modeldir.load_tokenizer(modeldir.open_model_dir(source), None)
     for text in TEXTS:
         assert tokenizer(text)["input_ids"] == bertwb_tokenizer.encode(text).ids
     assert tokenizer(TEXTS[0], TEXTS[1])["token_type_ids"] == bertwb_tokenizer.encode(TEXTS[0], TEXTS[1]).type_ids
@@ -113,7 +116,7 @@ def test_exported_workspace_tokenizer_matches_bertwb_ids(project: Project, tmp_p
     project.run("run", "--until", "pretrain")
     project.run("export", str(tmp_path / "out"))
     tokenizer = transformers.BertTokenizerFast.from_pretrained(tmp_path / "out")
-    ours = modelio.load_tokenizer(modelio.open_model_dir(project.workspace / "pretrain"), None) \
+    ours = modeldir.load_tokenizer(modeldir.open_model_dir(project.workspace / "pretrain"), None) \
         if (project.workspace / "pretrain" / "tokenizer.json").exists() else None
     from tokenizers import Tokenizer
     ours = ours or Tokenizer.from_file(str(project.workspace / "vocab" / "tokenizer.json"))
@@ -140,8 +143,8 @@ def test_import_hf_gives_identical_hidden_states_and_logits(project: Project, tm
         assert head in result.output  # the user is told which heads are new
     assert report["config"]["num_layers"] == 3 and report["config"]["hidden_size"] == 96
 
-    model_dir = modelio.open_model_dir(out)
-    ours, _ = modelio.load_model(model_dir)
+    model_dir = modeldir.open_model_dir(out)
+    ours, _ = modeldir.load_model(model_dir)
     ours.eval()
     input_ids, token_type_ids, attention_mask = batch(out)
     with torch.no_grad():
@@ -224,9 +227,9 @@ def test_import_hf_task_model_keeps_its_head(project: Project, tmp_path: Path, c
     assert report["kind"] == kind and report["architecture"] == cls_name and report["initialised"] == []
     expected_labels = label_names or (["LABEL_0", "LABEL_1"] if kind != "question_answering" else None)
     assert report["label_names"] == expected_labels
-    model_dir = modelio.open_model_dir(out)
+    model_dir = modeldir.open_model_dir(out)
     assert (model_dir.kind, model_dir.label_names) == (kind, expected_labels)
-    ours, load_report = modelio.load_model(model_dir)
+    ours, load_report = modeldir.load_model(model_dir)
     assert type(ours) is MODEL_KINDS[kind] and load_report.layout == "bertwb"
     assert max_logit_diff(ours, theirs, out) <= 1e-5
 
@@ -296,10 +299,10 @@ def test_pretraining_model_from_a_task_model_keeps_its_encoder(tmp_path: Path):
     """Converting is explicit: the encoder is kept, the task head left out, the MLM and NSP heads initialised."""
     source = tmp_path / "qa"
     theirs = hf_model_dir(source, "BertForQuestionAnswering")
-    model_dir = modelio.open_model_dir(source)
-    with pytest.raises(modelio.BertwbError, match="no MLM and NSP heads"):
-        modelio.load_model(model_dir, kind="pretraining")
-    ours, report = modelio.load_model(model_dir, kind="pretraining", convert=True)
+    model_dir = modeldir.open_model_dir(source)
+    with pytest.raises(BertwbError, match="no MLM and NSP heads"):
+        modeldir.load_model(model_dir, kind="pretraining")
+    ours, report = modeldir.load_model(model_dir, kind="pretraining", convert=True)
     assert type(ours) is BertForPreTraining and report.converted_from == "question_answering"
     assert report.initialised_heads == ["pooler", "MLM head", "NSP head"]
     assert sorted(report.dropped) == ["qa_outputs.bias", "qa_outputs.weight"]
@@ -313,10 +316,10 @@ def test_pretraining_model_from_a_task_model_keeps_its_encoder(tmp_path: Path):
     # a classifier of other labels, from a bertwb-layout sequence classifier: the classifier starts anew
     classifier_dir = tmp_path / "sentiment"
     original = bertwb_model_dir(classifier_dir, "sequence_classification", ["neg", "pos"])
-    model_dir = modelio.open_model_dir(classifier_dir)
-    with pytest.raises(modelio.BertwbError, match="classifies into"):
-        modelio.load_model(model_dir, label_names=["a", "b", "c"])
-    relabelled, report = modelio.load_model(model_dir, label_names=["a", "b", "c"], convert=True)
+    model_dir = modeldir.open_model_dir(classifier_dir)
+    with pytest.raises(BertwbError, match="classifies into"):
+        modeldir.load_model(model_dir, label_names=["a", "b", "c"])
+    relabelled, report = modeldir.load_model(model_dir, label_names=["a", "b", "c"], convert=True)
     assert report.initialised_heads == ["classifier"] and sorted(report.dropped) == ["classifier.bias",
                                                                                       "classifier.weight"]
     assert torch.equal(relabelled.bert.pooler.weight, original.bert.pooler.weight)
@@ -446,7 +449,7 @@ def test_import_reads_a_vocab_txt_only_tokenizer(project: Project, tmp_path: Pat
     (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
     project.run("import-hf", str(source), "--out", str(tmp_path / "imported"))
     reference = transformers.BertTokenizerFast.from_pretrained(source)
-    ours = modelio.load_tokenizer(modelio.open_model_dir(tmp_path / "imported"), None)
+    ours = modeldir.load_tokenizer(modeldir.open_model_dir(tmp_path / "imported"), None)
     for text in TEXTS:
         assert ours.encode(text).ids == reference(text)["input_ids"]
     assert (tmp_path / "imported" / "vocab.txt").read_text() == (source / "vocab.txt").read_text()

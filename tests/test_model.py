@@ -4,24 +4,23 @@ import pytest
 import torch
 
 from bertwb.errors import BertwbError
-from bertwb.model import (
+from bertwb.model.bert import PRESETS, BertConfig, BertForPreTraining, BertModel
+from bertwb.model.heads import (
     MODEL_KINDS,
-    PRESETS,
-    BertConfig,
-    BertForPreTraining,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
-    BertModel,
+    default_label_names,
+    new_model,
+)
+from bertwb.model.hf_names import (
     bertwb_name,
     config_from_hf_dict,
-    default_label_names,
     from_hf_state_dict,
     hf_config_dict,
     hf_name,
     kind_of,
     label_names_from_hf_dict,
-    new_model,
     to_hf_state_dict,
 )
 

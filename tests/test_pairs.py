@@ -20,8 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from bertwb.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, mask_batch, mask_instance, rules_from_vocab
-from bertwb.pairs import load_pairs, truncated_lengths
+from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, mask_batch, mask_instance, rules_from_vocab
+from bertwb.data.pair_builder import truncated_lengths
+from bertwb.data.pairs import load_pairs
 from conftest import SAMPLE_CORPUS, assert_one_line_error, make_documents, write_bert_format
 
 # Another corpus in the original BERT format can stand in for sample_corpus/pretrain.
@@ -31,9 +32,9 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # ---------------------------------------------------------------------------------------------------
 # The reference: create_pretraining_data.py from the original BERT release, ported line by line to
-# token ids. Two deliberate changes, both documented in bertwb.masking: random replacements come from
+# token ids. Two deliberate changes, both documented in bertwb.data.masking: random replacements come from
 # the non-special vocabulary, and (whole-word) a ## piece never joins a word across [SEP]. A third is
-# bertwb's default and documented in bertwb.pairs: with one_sentence_chunk="split" a one-sentence
+# bertwb's default and documented in bertwb.stages.pairs: with one_sentence_chunk="split" a one-sentence
 # chunk whose coin says actual next is cut in two inside its sentence; "random_next" is the original.
 
 def reference_create_instances(documents: list[list[list[int]]], vocab_tokens: list[str], *,

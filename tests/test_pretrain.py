@@ -23,35 +23,18 @@ import torch
 
 from bertwb import memory, ui
 from bertwb.config import load_config
-from bertwb.data import Batches, PairArrays, collate, padding_fraction
+from bertwb.data.batching import Batches
+from bertwb.data.masking import rules_from_flags
+from bertwb.data.pair_batches import PairArrays, collate
 from bertwb.errors import BertwbError
-from bertwb.masking import rules_from_flags
-from bertwb.model import BertConfig, BertForPreTraining
-from bertwb.checkpoints import list_checkpoints
-from bertwb.pretrain import STATS, Lamb, LinearWarmupDecay, _Dist, _Loop, build_optimizer
-from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, write_bert_format
-
-# Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
-CONFIG = """
-ingest:
-  inputs: [{corpus}]
-  valid_fraction: 0.1
-vocab:
-  vocab_size: 256
-  min_frequency: 1
-pairs:
-  max_seq_length: 64
-  dupe_factor: 2
-pretrain:
-  steps: 12
-  batch_size: 16
-  warmup_steps: 3
-  log_every: 1
-  eval_every: 0
-  eval_batches: 2
-  checkpoint_every: 5
-"""
-
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.train.distributed import Dist
+from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
+from bertwb.train.runs import list_checkpoints
+from bertwb.train.trainer import Trainer
+from conftest import (PRETRAIN_CONFIG, PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, run_metrics,
+                      stand_in_pairs, write_bert_format)
 
 @pytest.fixture(autouse=True)
 def one_thread(monkeypatch: pytest.MonkeyPatch):
@@ -65,27 +48,8 @@ def one_thread(monkeypatch: pytest.MonkeyPatch):
 
 # --- batching on an in-memory split ---------------------------------------------------------------------
 
-def _stand_in(n: int = 40, seed: int = 0) -> PairArrays:
-    """Pairs of random lengths 8–40 with 1–4 static masks each, the layout the pairs stage writes."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(8, 41, n)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    tokens = rng.integers(5, 100, offsets[-1]).astype(np.int32)
-    positions, ids, counts = [], [], []
-    for i, length in enumerate(lengths):
-        chosen = np.sort(rng.choice(np.arange(1, length - 1), rng.integers(1, 5), replace=False))
-        ids.append(tokens[offsets[i] + chosen].copy())
-        tokens[offsets[i] + chosen] = 4  # [MASK]
-        positions.append(chosen)
-        counts.append(len(chosen))
-    return PairArrays(tokens, offsets, segment_a_len=lengths // 2, is_random_next=rng.integers(0, 2, n),
-                      masked_positions=np.concatenate(positions).astype(np.int16),
-                      masked_ids=np.concatenate(ids).astype(np.int32),
-                      masked_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-
-
 def test_collate_pads_rows_and_points_masked_positions_at_the_right_tokens():
-    pairs = _stand_in()
+    pairs = stand_in_pairs()
     batch = collate(pairs, np.array([3, 7, 11]))
     B, T = batch.input_ids.shape
     lengths = pairs.lengths[[3, 7, 11]]
@@ -107,7 +71,7 @@ def test_collate_pads_rows_and_points_masked_positions_at_the_right_tokens():
 
 
 def test_batches_cover_the_epoch_once_and_ranks_split_each_global_batch():
-    pairs = _stand_in(40)
+    pairs = stand_in_pairs(40)
     single = Batches(pairs, 8, seed=1, bucket_batches=3)
     assert single.steps_per_epoch == 5
     order = single.epoch_order(0)
@@ -124,9 +88,9 @@ def test_batches_cover_the_epoch_once_and_ranks_split_each_global_batch():
 
 
 def test_length_bucketing_cuts_padding():
-    pairs = _stand_in(400)
-    random_batches = padding_fraction(Batches(pairs, 16, seed=0, bucket_batches=1))
-    bucketed = padding_fraction(Batches(pairs, 16, seed=0, bucket_batches=25))
+    pairs = stand_in_pairs(400)
+    random_batches = Batches(pairs, 16, seed=0, bucket_batches=1).padding_fraction()
+    bucketed = Batches(pairs, 16, seed=0, bucket_batches=25).padding_fraction()
     assert random_batches > 0.25 and bucketed < random_batches / 4, (random_batches, bucketed)
 
 
@@ -135,7 +99,7 @@ def test_length_bucketing_cuts_padding():
                          ids=["12-pairs", "token-budget", "2-pair-remainder"])
 def test_padding_fraction_is_the_pad_share_of_the_micro_batches_every_rank_trains_on(options: dict):
     """2 ranks × 3 accumulation steps, rows padded to multiples of 8: the bulk count against collated batches."""
-    pairs = _stand_in(302)  # with drop_last=False the last batch has 2 pairs: 4 of its 6 micro-batches are empty
+    pairs = stand_in_pairs(302)  # with drop_last=False the last batch has 2 pairs: 4 of its 6 micro-batches are empty
     split = {"world_size": 2, "grad_accum": 3, "pad_multiple": 8}
     batches = Batches(pairs, seed=1, **options, **split)
     ranks = [Batches(pairs, seed=1, rank=r, **options, **split) for r in range(2)]
@@ -143,12 +107,12 @@ def test_padding_fraction_is_the_pad_share_of_the_micro_batches_every_rank_train
     for step in range(batches.steps_per_epoch):
         for micro in (b for r in ranks for b in r.micro_batches(1, step)):
             padded, real = padded + micro.n_padded, real + micro.n_tokens
-    assert padding_fraction(batches, 1) == pytest.approx(1 - real / padded, abs=1e-12)
-    assert 0 < padding_fraction(batches, 1) < 0.5
+    assert batches.padding_fraction(1) == pytest.approx(1 - real / padded, abs=1e-12)
+    assert 0 < batches.padding_fraction(1) < 0.5
 
 
 def test_token_budget_fills_each_batch_and_keeps_the_epoch_length():
-    pairs = _stand_in(400)  # lengths 8-40
+    pairs = stand_in_pairs(400)  # lengths 8-40
     budget = 160  # 4 rows of 40 tokens, 20 of 8
     batches = Batches(pairs, 0, seed=2, batch_tokens=budget)
     lengths = pairs.lengths
@@ -167,7 +131,7 @@ def test_token_budget_fills_each_batch_and_keeps_the_epoch_length():
     assert len(order.rows) > 400 - 4  # ... and at most the last, underfull batch's pairs left out
     short = [r for w, r in sizes[0] if w <= 12]
     assert short and min(short) >= budget // 12 > budget // 40  # short pairs come many to a batch
-    assert padding_fraction(batches) < 0.03  # pairs of one batch differ by a token or so
+    assert batches.padding_fraction() < 0.03  # pairs of one batch differ by a token or so
 
     for step in range(batches.steps_per_epoch):  # ranks × accumulation split each batch, nearly evenly
         whole = np.concatenate([b.nsp_labels.numpy() for b in batches.micro_batches(1, step)])
@@ -176,21 +140,21 @@ def test_token_budget_fills_each_batch_and_keeps_the_epoch_length():
         parts = [b.nsp_labels.numpy() for r in ranks for b in r.micro_batches(1, step)]
         assert max(map(len, parts)) - min(map(len, parts)) <= 1
         assert np.array_equal(np.concatenate(parts), whole)
-        assert ranks[0].pairs_in_batch(1, step) == len(whole)
+        assert ranks[0].examples_in_batch(1, step) == len(whole)
 
-    with pytest.raises(BertwbError, match="pretrain.batch_tokens 100 holds 2 of the longest pairs .40 tokens.*"
+    with pytest.raises(BertwbError, match="pretrain.batch_tokens 100 holds 2 of the longest examples .40 tokens.*"
                                           "at least 160"):
         Batches(pairs, 0, seed=2, batch_tokens=100, world_size=2, grad_accum=2)
 
 
 def test_dynamic_masks_change_per_epoch_and_not_with_the_number_of_processes():
-    pairs = _stand_in(32)
-    unmasked = PairArrays(pairs.tokens, pairs.offsets, pairs.segment_a_len, pairs.is_random_next)
+    pairs = stand_in_pairs(32)
     flags = np.full(100, 1 | 4, np.uint8)
     flags[:5] = 0
     rules = rules_from_flags(flags, 4, masked_lm_prob=0.15, max_predictions_per_seq=20, whole_word_mask=False)
-    one = Batches(unmasked, 8, seed=3, masking_rules=rules)
-    two = [Batches(unmasked, 8, seed=3, masking_rules=rules, world_size=2, rank=r) for r in range(2)]
+    unmasked = PairArrays(pairs.tokens, pairs.offsets, pairs.segment_a_len, pairs.is_random_next, masking_rules=rules)
+    one = Batches(unmasked, 8, seed=3)
+    two = [Batches(unmasked, 8, seed=3, world_size=2, rank=r) for r in range(2)]
     whole = one.micro_batches(0, 0)[0]
     halves = [b.micro_batches(0, 0)[0] for b in two]
     assert torch.equal(torch.cat([h.mlm_labels for h in halves]), whole.mlm_labels)
@@ -213,7 +177,7 @@ def test_schedule_warms_up_linearly_then_decays_to_near_zero():
 def test_no_weight_decay_on_biases_and_layer_norm():
     model = BertForPreTraining(BertConfig.from_preset("tiny", 64))
     cfg = load_config(None, ["pretrain.weight_decay=0.1"])
-    optimizer = build_optimizer(cfg, model, torch.device("cpu"))
+    optimizer = build_optimizer(cfg.pretrain, model)
     decayed, plain = optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
@@ -237,53 +201,29 @@ def test_a_token_budget_step_is_the_gradient_of_its_whole_batch_however_it_is_sp
     The NSP loss divides by the pairs of the global batch (5), the MLM loss by its masked tokens; a
     step that divided by ``pretrain.batch_size`` or by each micro-batch's own count would differ.
     """
-    pairs = _stand_in(60, seed=4)
+    pairs = stand_in_pairs(60, seed=4)
     budget = 5 * 40  # 5 rows of the longest pairs
 
-    def one_step(grad_accum: int) -> list[torch.Tensor]:
+    def one_step(grad_accum: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         torch.manual_seed(0)
         model = BertForPreTraining(BertConfig(vocab_size=100, hidden_size=32, num_layers=1, num_heads=2,
                                               intermediate_size=64, hidden_dropout=0.0, attention_dropout=0.0))
-        cfg = load_config(None, [f"pretrain.batch_tokens={budget}",
-                                 f"pretrain.grad_accum={grad_accum}"])
+        before = [t.detach().clone() for t in model.parameters()]
+        cfg = load_config(None, [f"pretrain.batch_tokens={budget}", f"pretrain.grad_accum={grad_accum}",
+                                 "pretrain.warmup_steps=0", "pretrain.device=cpu"])
         batches = Batches(pairs, 0, seed=0, batch_tokens=budget, grad_accum=grad_accum)
-        step = next(i for i in range(batches.steps_per_epoch) if batches.pairs_in_batch(0, i) == 5)
-        micro = batches.micro_batches(0, step)
-        assert [len(b.nsp_labels) for b in micro] == ([5] if grad_accum == 1 else [3, 2])
-        window = torch.zeros(len(STATS), dtype=torch.float64)
-        loop = _Loop(cfg, _Dist(device="cpu"), model, model, build_optimizer(cfg, model, torch.device("cpu")),
-                     LinearWarmupDecay(1e-3, 0, 10), batches, None, window, None, 10)
-        loop._train_step(0, micro, sum(len(b.mlm_labels) for b in micro), batches.pairs_in_batch(0, step))
-        return [t.detach().clone() for t in model.parameters()]
+        step = next(i for i in range(batches.steps_per_epoch) if batches.examples_in_batch(0, i) == 5)
+        assert [len(b.nsp_labels) for b in batches.micro_batches(0, step)] == ([5] if grad_accum == 1 else [3, 2])
+        trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=step + 10)
+        trainer.train_step(step)
+        return before, [t.detach().clone() for t in model.parameters()]
 
-    whole, split = one_step(1), one_step(2)
+    (start, whole), (_, split) = one_step(1), one_step(2)
+    assert not all(torch.equal(a, b) for a, b in zip(start, whole, strict=True))  # the step did update
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(whole, split, strict=True))
 
 
 # --- the stage, driven like a user ---------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def pairs_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ingest → vocab → pairs once, on a generated corpus; tests copy it."""
-    root = tmp_path_factory.mktemp("pairs")
-    write_bert_format(root / "corpus" / "a.txt", make_documents(300))
-    project = Project(root)
-    project.write_config(CONFIG.format(corpus="corpus"))
-    project.run("run", "--until", "pairs")
-    return root
-
-
-@pytest.fixture
-def trainer(pairs_workspace: Path, tmp_path: Path) -> Project:
-    shutil.copytree(pairs_workspace, tmp_path / "p")
-    return Project(tmp_path / "p")
-
-
-def _metrics(project: Project) -> list[dict]:
-    run_dirs = list((project.workspace / "pretrain-runs").iterdir())
-    assert len(run_dirs) == 1
-    return [json.loads(line) for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
-
 
 def _weights(project: Project) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(str(project.workspace / "pretrain" / "model.safetensors"))
@@ -292,7 +232,7 @@ def _weights(project: Project) -> dict[str, torch.Tensor]:
 def test_pretrain_needs_pairs_first(tmp_path: Path):
     write_bert_format(tmp_path / "corpus" / "a.txt", make_documents(10))
     project = Project(tmp_path)
-    project.write_config(CONFIG.format(corpus="corpus"))
+    project.write_config(PRETRAIN_CONFIG.format(corpus="corpus"))
     result = project.run("pretrain", expect=1)
     assert "pretrain needs pairs" in result.output and "bertwb pairs" in result.output
 
@@ -313,14 +253,14 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
     if not sample:
         write_bert_format(corpus / "a.txt", make_documents(300))
     project = Project(tmp_path)
-    project.write_config(CONFIG.format(corpus=corpus))
+    project.write_config(PRETRAIN_CONFIG.format(corpus=corpus))
     started = time.monotonic()
     project.run("run", "--until", "pairs")
     project.run("pretrain", "--set", "pretrain.steps=600", "--set", "pretrain.lr=2e-3",
                 "--set", "pretrain.warmup_steps=60", "--set", "pretrain.log_every=50",
                 "--set", "pretrain.eval_every=300", "--set", "pretrain.checkpoint_every=1000")
     assert time.monotonic() - started < 60
-    metrics = _metrics(project)
+    metrics = run_metrics(project)
     assert [m["step"] for m in metrics] == list(range(50, 601, 50))
     first, last = metrics[0], metrics[-1]
     assert last["loss"] < first["loss"] - 0.4, (first["loss"], last["loss"])
@@ -363,14 +303,14 @@ def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, tmp_path: Pa
     assert ours.keys() == reference.keys()
     assert all(torch.equal(ours[name], reference[name]) for name in ours)  # bit-exact, dropout included
     strip = ("tokens_per_s", "eta_s")
-    assert [{k: v for k, v in m.items() if k not in strip} for m in _metrics(trainer)] == \
-        [{k: v for k, v in m.items() if k not in strip} for m in _metrics(straight)]
+    assert [{k: v for k, v in m.items() if k not in strip} for m in run_metrics(trainer)] == \
+        [{k: v for k, v in m.items() if k not in strip} for m in run_metrics(straight)]
 
 
 def test_a_token_budget_trains_more_pairs_per_step_in_fewer_steps(trainer: Project):
     result = trainer.run("pretrain", "--set", "pretrain.batch_tokens=40", expect=1)
     assert result.output.strip().splitlines()[-1] == \
-        "error: pretrain.batch_tokens 40 holds 0 of the longest pairs (64 tokens); raise it to at least 64"
+        "error: pretrain.batch_tokens 40 holds 0 of the longest examples (64 tokens); raise it to at least 64"
     summaries = {}
     for budget in (0, 16 * 64):  # 16 pairs per step; or 16 of the longest (64-token) pairs, more shorter ones
         trainer.run("pretrain", "--set", f"pretrain.batch_tokens={budget}", "--set", "pretrain.steps=0")
@@ -389,7 +329,7 @@ def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(trainer: Project
     assert "fresh" in result.output
     result = trainer.run("pretrain", "--set", "pretrain.steps=16")
     assert "12 done < 16 asked" in result.output and "(step 12 of 16)" in result.output
-    assert [m["step"] for m in _metrics(trainer)] == list(range(1, 17))
+    assert [m["step"] for m in run_metrics(trainer)] == list(range(1, 17))
     result = trainer.run("pretrain", "--set", "pretrain.steps=16", "--set", "pretrain.lr=5e-4")
     assert "pretrain.lr 0.001 → 0.0005" in result.output and "resuming" not in result.output
 
@@ -400,7 +340,7 @@ def test_force_trains_from_scratch_instead_of_resuming(trainer: Project):
     result = trainer.run("pretrain", "--force")
     assert "running (forced)" in result.output and "--force: starting over" in result.output
     assert "resuming" not in result.output
-    assert [m["step"] for m in _metrics(trainer)] == list(range(1, 13))  # one run's lines, not two
+    assert [m["step"] for m in run_metrics(trainer)] == list(range(1, 13))  # one run's lines, not two
     again = _weights(trainer)
     assert all(torch.equal(first[name], again[name]) for name in first)  # same seed, from scratch: same run
 
@@ -479,7 +419,7 @@ def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_p
         result = _torchrun(trainer, *no_dropout, "--set", f"pretrain.steps={steps}")
         assert result.returncode == 0, result.stdout + result.stderr
     assert "processes = 2" in result.stderr and "(step 8 of 16)" in result.stderr
-    ddp, one = _metrics(trainer), _metrics(single)
+    ddp, one = run_metrics(trainer), run_metrics(single)
     assert [m["step"] for m in ddp] == [m["step"] for m in one] == list(range(1, 17))
     differences = [abs(a["loss"] - b["loss"]) for a, b in zip(ddp, one, strict=True)]
     assert max(differences) < 1e-4, differences
@@ -511,12 +451,12 @@ def test_ctrl_c_under_torchrun_checkpoints_once_and_the_next_torchrun_resumes(tr
     result = _torchrun(trainer, "--set", f"pretrain.steps={step + 2}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"(step {step} of {step + 2})" in result.stderr
-    assert [m["step"] for m in _metrics(trainer)][-2:] == [step + 1, step + 2]
+    assert [m["step"] for m in run_metrics(trainer)][-2:] == [step + 1, step + 2]
 
 
 def _control_group_rank(rank: int, store: str, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    dist = _Dist(rank, 2, rank, "cpu")
+    dist = Dist(rank, 2, rank, "cpu")
     dist.control = torch.distributed.new_group(backend="gloo")  # as a CUDA run adds next to NCCL
     agreed = dist.sum_on_host([10 * (rank + 1), float(rank == 1)])
     plan = dist.broadcast({"sent_by": rank})
@@ -546,7 +486,7 @@ def _close_rank(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
                       LOCAL_RANK=str(rank))
     dynamo_before = "torch._dynamo" in sys.modules  # imported already, the test would prove nothing
-    dist = _Dist.from_environment("cpu")
+    dist = Dist.from_environment("cpu")
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))  # imports torch._dynamo
     model(torch.ones(2, 4)).sum().backward()
     dist.barrier()

@@ -1,16 +1,13 @@
-"""Where trained weights live on disk, found without importing torch, so `bertwb status` stays quick.
+"""Where training runs and their weights live, found without importing torch (`bertwb status` stays quick).
 
-A pretraining run is ``.bertwb/pretrain-runs/<key[:16]>/``, keyed like the pretrain stage; its
-checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.pretrain` for what they hold). A
-model directory is any folder with one of `WEIGHT_FILES` (see :mod:`bertwb.modelio`, which opens and
-checks them). This module names those paths, picks a checkpoint, and holds the freshness hooks of the
-two stages that read weights (the engine calls them for every `bertwb status` and `bertwb run`):
+A training stage's run is ``.bertwb/<stage>-runs/<key[:16]>/`` (``finetune-runs/<task>/<key[:16]>/``
+for a task), keyed like the stage, so a changed setting starts a new run while an interrupted one is
+found again; its checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.train.checkpoint`).
+A model directory is any folder with one of `WEIGHT_FILES` (:mod:`bertwb.model.modeldir` opens and
+checks them). This module names those paths and picks the checkpoint a command asks for.
 
-* pretrain: the identity of ``model.init_from``'s weights, and whether a finished run did fewer steps
-  than now asked (`init_from_weights`, `steps_behind`);
-* evaluate: the identity of the weights ``evaluate.checkpoint`` picks (`evaluated_weights`).
-
-An identity is the weights file's path, size and modification time: replacing the file changes it.
+An identity of weights, for stage keys, is the weights file's path, size and modification time:
+replacing the file changes it.
 """
 
 from __future__ import annotations
@@ -18,12 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertwb import engine, ui
+from bertwb import ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
-RUNS_DIR = "pretrain-runs"
 CHECKPOINT_PREFIX = "step-"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -59,15 +55,17 @@ def fingerprint(weights: Path) -> dict[str, Any]:
     return {"path": str(weights), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def pretrain_run_dir(cfg: Config, ws: Workspace) -> Path:
-    """The run directory the current config's pretrain stage trains in (it may not exist yet)."""
-    spec = engine.STAGES["pretrain"]
-    key, _ = engine.stage_key(spec, cfg, ws, engine.input_fingerprints(spec, cfg, ws))
-    return run_dir_of(ws, key)
+def current_run_dir(cfg: Config, ws: Workspace, stage: str = "pretrain") -> Path:
+    """The run directory the current config's ``stage`` trains in (it may not exist yet)."""
+    from bertwb import engine  # noqa: PLC0415 - the engine imports every stage, which import this module
+
+    return run_dir_of(ws, stage, engine.current_key(stage, cfg, ws))
 
 
-def run_dir_of(ws: Workspace, pretrain_key: str) -> Path:
-    return ws.root / RUNS_DIR / pretrain_key[:16]
+def run_dir_of(ws: Workspace, stage: str, key: str) -> Path:
+    """``<stage>-runs/<key[:16]>`` under the workspace; ``finetune-runs/<task>/<key[:16]>`` for an instance."""
+    template, _, instance = stage.partition("/")
+    return ws.root / f"{template}-runs" / instance / key[:16]
 
 
 def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> Path:
@@ -75,7 +73,7 @@ def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: boo
     else the pretrain output), a step number of the current run, or a path to any model directory."""
     choice = (choice or "latest").strip()
     if choice == "latest" or choice.isdigit():
-        run_dir = pretrain_run_dir(cfg, ws)
+        run_dir = current_run_dir(cfg, ws)
         checkpoints = list_checkpoints(run_dir)
         if choice.isdigit():
             wanted = [c for c in checkpoints if step_of(c) == int(choice)]
@@ -100,35 +98,3 @@ def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: boo
     if not path.exists() and Path(choice).exists():
         path = Path(choice).resolve()  # relative to where the command runs, as shells expect
     return path
-
-
-# --- the engine's freshness hooks (StageSpec.fingerprint / StageSpec.behind) ----------------------------
-
-def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """pretrain: the identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
-    if not cfg.model.init_from:
-        return []
-    path = cfg.resolve(cfg.model.init_from)
-    weights = weights_file(path) if path.is_dir() else None
-    if weights is None:
-        return [{"path": str(path), "missing": True}]  # `bertwb status` still works; training says what is wrong
-    return [fingerprint(weights)]
-
-
-def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
-    """pretrain: why a stage whose key matches is still stale: it ran fewer steps than now asked."""
-    summary = manifest.get("summary") or {}
-    done = summary.get("steps_done", 0)
-    wanted = cfg.pretrain.steps or cfg.pretrain.epochs * summary.get("steps_per_epoch", 0)
-    if done < wanted:
-        return f"pretrain.steps {done} done < {wanted} asked; continuing from step {done}"
-    return None
-
-
-def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """evaluate: the weights ``evaluate.checkpoint`` picks; nothing when there are none yet."""
-    try:
-        weights = weights_file(choose_checkpoint(cfg, ws, cfg.evaluate.checkpoint, quiet=True))
-    except BertwbError:
-        return []  # `bertwb status` still works; running the stage says what is missing
-    return [fingerprint(weights)] if weights is not None else []

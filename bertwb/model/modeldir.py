@@ -35,24 +35,14 @@ import torch
 from tokenizers import Tokenizer
 
 from bertwb import engine
-from bertwb.checkpoints import choose_checkpoint, weights_file
 from bertwb.config import Config
+from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
-from bertwb.model import (
-    CLASSIFIER_KINDS,
-    MODEL_KINDS,
-    AnyBert,
-    BertConfig,
-    bertwb_name,
-    config_from_hf_dict,
-    from_hf_state_dict,
-    hf_config_of,
-    hf_name,
-    kind_of,
-    label_names_from_hf_dict,
-    new_model,
-    shape_mismatch,
-)
+from bertwb.model.bert import BertConfig
+from bertwb.model.heads import CLASSIFIER_KINDS, MODEL_KINDS, AnyBert, new_model
+from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, from_hf_state_dict, hf_config_of, hf_name,
+                                   kind_of, label_names_from_hf_dict, shape_mismatch)
+from bertwb.train.runs import choose_checkpoint, weights_file
 from bertwb.workspace import Workspace
 
 # Names only bertwb's state dict has; Hugging Face names never contain them.
@@ -327,24 +317,13 @@ def _other_model_error(model_dir: ModelDir, kind: str, label_names: list[str] | 
 
 
 def load_tokenizer(model_dir: ModelDir, ws: Workspace | None) -> Tokenizer:
-    """The directory's own tokenizer, else the workspace's vocab stage; special tokens always whole."""
-    from bertwb.vocab import SPECIAL_TOKENS, add_bert_template, build_tokenizer  # noqa: PLC0415 - pyarrow/duckdb only when needed
-
+    """The directory's own tokenizer, else the workspace's vocab stage; it must have the model's size."""
     folder = model_dir.tokenizer_dir
     if folder is None:
         if ws is None:
             raise BertwbError(f"{model_dir.path}: no tokenizer.json or vocab.txt beside the model")
         folder = engine.stage_path(ws, "vocab")
-    if (folder / "tokenizer.json").is_file():
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    else:
-        lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        lowercase = _read_json(folder / "tokenizer_config.json").get("do_lower_case", True) \
-            if (folder / "tokenizer_config.json").is_file() else True
-        tokenizer = build_tokenizer({token: i for i, token in enumerate(lines)}, lowercase)
-    tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None])
-    if tokenizer.post_processor is None:
-        add_bert_template(tokenizer)
+    tokenizer = load_tokenizer_file(folder)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != model_dir.config.vocab_size:
         raise BertwbError(f"{folder}: the tokenizer has {size:,} tokens but the model {model_dir.config.vocab_size:,}; "

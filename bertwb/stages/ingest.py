@@ -28,6 +28,7 @@ import pyarrow as pa
 from bertwb import ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
+from bertwb.stage import Build, Stage
 
 BATCH_SENTENCES = 50_000
 SNIFF_BYTES = 8192
@@ -62,7 +63,7 @@ def fingerprint_inputs(cfg: Config, ws: Any = None) -> list[dict[str, Any]]:
     return rows
 
 
-def run(cfg: Config, build: Any) -> dict[str, Any]:
+def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Read every input into ``documents`` and ``sentences``; return the ingest summary."""
     started = time.perf_counter()
     files = _input_files(cfg)
@@ -109,6 +110,12 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "mb_per_s": round(total_bytes / 1e6 / max(seconds, 1e-9), 2),
     }
+
+
+STAGE = Stage(
+    "ingest", version=1, order=10, run=run, sections=("ingest",), tables=("documents", "sentences"),
+    views=tuple(VIEWS), fingerprint=fingerprint_inputs,
+    help="Read the corpus into the documents and sentences tables.")
 
 
 # --- inputs -----------------------------------------------------------------------------------------

@@ -1,13 +1,14 @@
-"""The CPU fast paths of training give what the plain PyTorch paths give.
+"""bertwb.fast's CPU pieces give what the plain PyTorch pieces of bertwb.model.bert give.
 
-* attention with dropout (`model._attention_with_dropout`) against plain softmax attention, with and
-  without a padding mask: the same dropout masks from the same seed, the same gradients;
-* the CPU dropout (`model.dropout`): its drop rate, scale, gradient and determinism under a seed;
-* the MLM head's (V, n) output layout against the plain (n, V) one;
-* the MLM loss (`pretrain._VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy,
-  ties included, and the gradients it hands to the head;
-* one whole training step of `_Loop._train_step` against the reference step (plain attention,
-  `F.cross_entropy`, the per-tensor AdamW), from the same weights and dropout seed.
+* attention with dropout (`fast.attention.attention_with_dropout`) against plain softmax attention, with
+  and without a padding mask: the same dropout masks from the same seed, the same gradients;
+* the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed;
+* the MLM head's (V, n) output layout (`fast.mlm.TransposedMLMHead`) against the plain (n, V) one;
+* the MLM loss (`fast.mlm.VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy, ties
+  included, and the gradients it hands to the head;
+* `fast.install` keeps parameters, ties and state-dict names, and leaves evaluation outputs as they were;
+* one whole training step of the trainer with the fast pieces against the reference step (plain
+  attention, `F.cross_entropy`, the per-tensor AdamW), from the same weights and dropout seed.
 """
 
 import copy
@@ -16,11 +17,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bertwb.model as model_module
+from bertwb import fast
 from bertwb.config import Config
-from bertwb.data import Batch
-from bertwb.model import BertConfig, BertForPreTraining, _attention_with_dropout
-from bertwb.pretrain import STATS, LinearWarmupDecay, _Dist, _Loop, _mlm_loss_sum, _VocabCrossEntropy, build_optimizer
+from bertwb.data.batching import Batches
+from bertwb.data.pair_batches import PairBatch
+from bertwb.fast.attention import attention_with_dropout
+from bertwb.fast.dropout import dropout
+from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.train.trainer import Trainer
 
 VOCAB = 1000
 
@@ -31,11 +37,11 @@ def _heads(batch=3, heads=2, seq=12, dim=16, seed=0):
 
 
 def _plain_attention(q, k, v, mask, p):
-    """softmax(q kᵀ / √d) over the keys ``mask`` keeps, dropped out by ``model.dropout``, times v."""
+    """softmax(q kᵀ / √d) over the keys ``mask`` keeps, dropped out by the packed dropout, times v."""
     scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return model_module.dropout(torch.softmax(scores, dim=-1), p) @ v
+    return dropout(torch.softmax(scores, dim=-1), p) @ v
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -47,7 +53,7 @@ def test_attention_with_dropout_is_plain_attention_with_the_same_masks(masked):
         keep[1, 9:] = keep[2, 5:] = False
         mask = keep[:, None, None, :]
     torch.manual_seed(7)
-    ours = _attention_with_dropout(q, k, v, mask, 0.1)
+    ours = attention_with_dropout(q, k, v, mask, 0.1)
     ours_grads = torch.autograd.grad(ours.square().sum(), (q, k, v))
     torch.manual_seed(7)
     theirs = _plain_attention(q, k, v, mask, 0.1)
@@ -64,7 +70,7 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     x = torch.rand(1000, 1000) + 0.5  # positive, so a zero output is a dropped element
     x.requires_grad_()
     torch.manual_seed(0)
-    y = model_module.dropout(x, 0.1)
+    y = dropout(x, 0.1)
     dropped = y == 0
     assert abs(dropped.float().mean().item() - 0.1) < 0.002  # 1M draws: ±0.002 is 6.7 standard deviations
     assert [abs(dropped[:, i::4].float().mean().item() - 0.1) < 0.003 for i in range(4)] == [True] * 4  # each slice
@@ -73,16 +79,16 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     (grad,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(grad, (~dropped).float() * (32768 / (32768 - 3277)))
     torch.manual_seed(0)
-    assert torch.equal(model_module.dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the masks
-    assert not torch.equal(model_module.dropout(x, 0.1), y)
-    assert model_module.dropout(x, 0.0) is x and model_module.dropout(x, 0.1, training=False) is x
-    assert (model_module.dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
+    assert torch.equal(dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the masks
+    assert not torch.equal(dropout(x, 0.1), y)
+    assert dropout(x, 0.0) is x and dropout(x, 0.1, training=False) is x
+    assert (dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
 
 
 def test_mlm_head_output_layout_does_not_change_the_logits():
     torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
-                                          intermediate_size=64)).eval()
+    model = fast.install(BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
+                                                       intermediate_size=64)).eval())
     with torch.no_grad():
         model.mlm_head.bias.normal_()
     h = torch.randn(7, 32)
@@ -112,7 +118,7 @@ def test_vocab_cross_entropy_matches_cross_entropy_hits_and_gradients():
     ref_hits = (reference.argmax(-1) == labels).sum()
     ref_grads = torch.autograd.grad(ref_loss * 0.3, (weight, h))
 
-    loss, hits = _mlm_loss_sum((weight @ h.t()).t(), labels)  # the layout MLMHead returns on CPU
+    loss, hits = mlm_loss_sum((weight @ h.t()).t(), labels)  # the layout TransposedMLMHead returns
     grads = torch.autograd.grad(loss * 0.3, (weight, h))
     assert int(hits) == int(ref_hits) >= 20
     torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-5)
@@ -127,12 +133,12 @@ def test_vocab_cross_entropy_counts_a_tied_maximum_as_argmax_does():
     labels = torch.tensor([5, 4, 0])  # row 0 misses (argmax 2), row 1 hits, row 2 hits (all equal: argmax 0)
     expected = int((logits.argmax(-1) == labels).sum())
     x = logits.t().contiguous().requires_grad_()
-    _, hits = _VocabCrossEntropy.apply(x * 1.0, labels)  # a non-leaf (V, n) input, as in training
+    _, hits = VocabCrossEntropy.apply(x * 1.0, labels)  # a non-leaf (V, n) input, as in training
     assert int(hits) == expected == 2
 
 
 def test_vocab_cross_entropy_counts_ties_across_blocks_as_argmax_does(monkeypatch):
-    monkeypatch.setattr(_VocabCrossEntropy, "BLOCK", 6)  # 3 columns: blocks of 2 vocabulary rows
+    monkeypatch.setattr(VocabCrossEntropy, "BLOCK", 6)  # 3 columns: blocks of 2 vocabulary rows
     logits = torch.zeros(3, 10)  # (n, V)
     logits[0, [3, 8]] = 2.0  # tie across blocks 1 and 4: argmax says 3
     logits[1, [4, 5]] = 2.0  # tie inside block 2: argmax says 4
@@ -140,39 +146,77 @@ def test_vocab_cross_entropy_counts_ties_across_blocks_as_argmax_does(monkeypatc
     for labels, expected in (([3, 4, 1], 3), ([8, 5, 9], 0), ([3, 5, 9], 1)):  # hits as argmax counts them
         labels = torch.tensor(labels)
         assert int((logits.argmax(-1) == labels).sum()) == expected
-        _, hits = _VocabCrossEntropy.apply(logits.t().contiguous().requires_grad_() * 1.0, labels)
+        _, hits = VocabCrossEntropy.apply(logits.t().contiguous().requires_grad_() * 1.0, labels)
         assert int(hits) == expected
 
 
 def test_vocab_cross_entropy_consumes_its_input_once():
     weight, h, labels = _logits_and_reference(n=5, plant_hits=False)
-    loss, _ = _mlm_loss_sum((weight @ h.t()).t(), labels)
+    loss, _ = mlm_loss_sum((weight @ h.t()).t(), labels)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError):  # the logits now hold their gradient: a second backward must fail
         loss.backward()
 
 
+def test_mlm_loss_refuses_logits_of_another_layout():
+    with pytest.raises(ValueError, match="TransposedMLMHead"):
+        mlm_loss_sum(torch.randn(4, VOCAB, requires_grad=True), torch.zeros(4, dtype=torch.long))
+
+
+def test_install_keeps_parameters_ties_and_names_and_evaluation_outputs():
+    torch.manual_seed(0)
+    plain = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
+                                          intermediate_size=64)).eval()
+    fast_model = fast.install(copy.deepcopy(plain))
+    assert fast.installed(fast_model) and not fast.installed(plain)
+    assert list(fast_model.state_dict()) == list(plain.state_dict())
+    assert fast_model.mlm_head.decoder.weight is fast_model.bert.embeddings.tokens.weight  # still tied
+    kinds = {type(m).__name__ for m in fast_model.modules()}
+    assert {"PackedDropout", "FastSelfAttention", "TransposedMLMHead"} <= kinds and "Dropout" not in kinds
+    ids, masked = torch.randint(5, VOCAB, (2, 9)), torch.tensor([1, 12])
+    with torch.no_grad():  # without dropout and gradients every fast piece computes the plain math
+        a, b = plain(ids, masked_positions=masked), fast_model(ids, masked_positions=masked)
+    torch.testing.assert_close(a.mlm_logits, b.mlm_logits)
+    torch.testing.assert_close(a.nsp_logits, b.nsp_logits)
+
+
+class _OneBatch:
+    """Examples that always collate into the same micro-batch, to drive one trainer step."""
+
+    def __init__(self, batch: PairBatch):
+        self.batch, self.lengths = batch, torch.full((len(batch.nsp_labels),), batch.input_ids.size(1)).numpy()
+
+    def micro_batches(self, rows, parts, seed, epoch, index, pad_multiple=1):  # noqa: ANN001
+        return [self.batch]
+
+
 def _fast_step(model, batch) -> torch.Tensor:
-    """One step of the training loop; returns its metric window (MLM loss sum, NSP loss sum, MLM hits, ...)."""
+    """One step of the trainer with the fast pieces; returns its sums (MLM loss, NSP loss, MLM hits)."""
     cfg = Config()
-    cfg.pretrain.batch_size, cfg.pretrain.lr = len(batch.nsp_labels), 1e-3
-    window = torch.zeros(len(STATS), dtype=torch.float64)
-    loop = _Loop(cfg, _Dist(device="cpu"), model, model, build_optimizer(cfg, model, torch.device("cpu")),
-                 LinearWarmupDecay(1e-3, 0, 10), None, None, window, None, 10)
-    # lr at step 0 of 10 without warm-up: 1e-3
-    loop._train_step(0, [batch], len(batch.mlm_labels), len(batch.nsp_labels))
-    return window[:3]
+    cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.pretrain.warmup_steps = len(batch.nsp_labels), 1e-3, 0
+    cfg.pretrain.device = "cpu"
+    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, Batches(_OneBatch(batch), len(batch.nsp_labels), 0),
+                      total_steps=10)
+    assert fast.installed(model)
+    torch.manual_seed(3)  # the same dropout draws on both sides (the trainer seeded its own)
+    trainer.train_step(0)  # lr at step 0 of 10 without warm-up: 1e-3
+    totals = trainer.window_totals()
+    return torch.tensor([totals["mlm_loss_sum"], totals["nsp_loss_sum"], totals["mlm_correct"]], dtype=torch.float64)
 
 
 def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
-    """The same step in plain PyTorch: plain attention, F.cross_entropy, argmax, per-tensor AdamW."""
-    monkeypatch.setattr(model_module, "_attention_with_dropout", _plain_attention)
+    """The same step in plain PyTorch: plain attention, F.cross_entropy, argmax, per-tensor AdamW; dropout
+    with the packed dropout's masks so that both sides drop the same elements."""
+    fast.install(model, pieces=("dropout",))
+    monkeypatch.setattr(type(model.bert.layers[0].attn), "attend",
+                        lambda self, q, k, v, mask, p: _plain_attention(q, k, v, mask, p))
     decay = [t for t in model.parameters() if t.ndim >= 2]
     no_decay = [t for t in model.parameters() if t.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=1e-3, betas=(0.9, 0.999), eps=1e-6, foreach=False)
+    torch.manual_seed(3)
     out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-    mlm_logits = out.mlm_logits.contiguous()
+    mlm_logits = out.mlm_logits
     mlm = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
     nsp = F.cross_entropy(out.nsp_logits, batch.nsp_labels, reduction="sum")
     hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
@@ -194,14 +238,12 @@ def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
     attention_mask = torch.ones(B, T, dtype=torch.long)
     attention_mask[1, 7:] = 0
     positions = torch.tensor([1, 3, 12, 15, 21, 24, 33, 38])
-    batch = Batch(input_ids=input_ids, token_type_ids=torch.zeros(B, T, dtype=torch.long),
-                  attention_mask=attention_mask, masked_positions=positions,
-                  mlm_labels=torch.randint(5, VOCAB, (len(positions),), generator=gen),
-                  nsp_labels=torch.tensor([0, 1, 1, 0]), n_tokens=int(attention_mask.sum()), n_padded=B * T)
+    batch = PairBatch(input_ids=input_ids, token_type_ids=torch.zeros(B, T, dtype=torch.long),
+                      attention_mask=attention_mask, masked_positions=positions,
+                      mlm_labels=torch.randint(5, VOCAB, (len(positions),), generator=gen),
+                      nsp_labels=torch.tensor([0, 1, 1, 0]), n_tokens=int(attention_mask.sum()), n_padded=B * T)
 
-    torch.manual_seed(3)  # the same dropout draws on both sides
     window = _fast_step(fast_model, batch)
-    torch.manual_seed(3)
     reference = _plain_step(plain_model, batch, monkeypatch)
     torch.testing.assert_close(window[:2], reference[:2], atol=1e-4, rtol=1e-5)  # losses, dropout included
     assert window[2] == reference[2]  # MLM hits

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,18 +34,19 @@ from typing import Any, Iterator
 import safetensors.torch
 from tokenizers import Tokenizer
 
-from bertwb import modelio
+from bertwb.data.tokenizer import write_tokenizer_files
 from bertwb.errors import BertwbError
-from bertwb.model import AnyBert, hf_config_of, to_hf_state_dict
+from bertwb.model import modeldir
+from bertwb.model.heads import AnyBert
+from bertwb.model.hf_names import hf_config_of, to_hf_state_dict
+from bertwb.workspace import building
 
 TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                      "mask_token": "[MASK]"}
 
 
-def export_hf(model_dir: modelio.ModelDir, tokenizer: Tokenizer, out: Path, force: bool = False) -> dict[str, Any]:
+def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, force: bool = False) -> dict[str, Any]:
     """Write ``model_dir`` (with ``tokenizer``) to ``out`` in Hugging Face layout; return what was written."""
-    model, _ = modelio.load_model(model_dir)
+    model, _ = modeldir.load_model(model_dir)
     with _building(out, force) as tmp:
         hf_state = {name: tensor.detach().contiguous() for name, tensor in to_hf_state_dict(model.state_dict()).items()
                     if name not in TIED_HF_KEYS}
@@ -62,13 +62,13 @@ def export_hf(model_dir: modelio.ModelDir, tokenizer: Tokenizer, out: Path, forc
 
 def import_hf(source: Path, out: Path, force: bool = False) -> dict[str, Any]:
     """Convert the Hugging Face BERT folder ``source`` into a bertwb model directory ``out``."""
-    model_dir = modelio.open_model_dir(source)
+    model_dir = modeldir.open_model_dir(source)
     if model_dir.tokenizer_dir is None:
         raise BertwbError(f"{source}: no vocab.txt or tokenizer.json; a model needs its tokenizer to be used")
-    tokenizer = modelio.load_tokenizer(model_dir, None)
-    model, report = modelio.load_model(model_dir)
+    tokenizer = modeldir.load_tokenizer(model_dir, None)
+    model, report = modeldir.load_model(model_dir)
     with _building(out, force) as tmp:
-        modelio.save_model_dir(model, tmp)
+        modeldir.save_model_dir(model, tmp)
         _readable(tmp / "model.safetensors")
         write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
         summary = {"source": str(source.resolve()), "weights": model_dir.weights.name, "layout": report.layout,
@@ -78,20 +78,6 @@ def import_hf(source: Path, out: Path, force: bool = False) -> dict[str, Any]:
                    "dropped_tensors": report.dropped, "config": _sizes(model)}
         _write_json(tmp / "import.json", summary)
     return {"path": str(out), **summary}
-
-
-def write_tokenizer_files(tokenizer: Tokenizer, out: Path, max_length: int) -> None:
-    """tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json, as BertTokenizerFast reads them."""
-    from bertwb.vocab import add_bert_template, lowercases  # noqa: PLC0415
-
-    add_bert_template(tokenizer)
-    tokenizer.save(str(out / "tokenizer.json"))
-    by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
-    (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
-    _write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
-    _write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, True), "strip_accents": None,
-        "tokenize_chinese_chars": True, "model_max_length": max_length, **SPECIAL_TOKENS_MAP})
 
 
 def _sizes(model: AnyBert) -> dict[str, int]:
@@ -114,22 +100,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 @contextmanager
 def _building(out: Path, force: bool) -> Iterator[Path]:
-    """A temporary folder beside ``out``, renamed to ``out`` when the block succeeds; removed otherwise."""
+    """`bertwb.workspace.building` for an output folder the user names: no file there, and no folder
+    with contents unless ``force``."""
     if out.exists() and not out.is_dir():
         raise BertwbError(f"{out} is a file; give a directory to write the model to")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise BertwbError(f"{out} already exists and is not empty; pass --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with building(out) as tmp:
         yield tmp
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -12,23 +12,20 @@ the stage directory.
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, models, trainers
 
 from bertwb import ui
 from bertwb.config import Config
-from bertwb.errors import BertwbError
+from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer, write_tokenizer_files
+from bertwb.stage import Build, Stage
 
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(5)
 TOP_TOKENS = 20
 
 VIEWS = [
@@ -47,18 +44,18 @@ VIEWS = [
 ]
 
 
-def run(cfg: Config, build: Any) -> dict[str, Any]:
+def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train or load the tokenizer, write its files, tokenise all sentences; return the summary."""
     started = time.perf_counter()
     con = build.con
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids
-        tokenizer = _load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg)
+        tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
     else:
         tokenizer = _train_tokenizer(cfg, con)
         _pad_vocab(tokenizer, cfg.vocab.pad_to_multiple)
-    save_tokenizer(tokenizer, build.out_dir, lowercases(tokenizer, cfg.vocab.lowercase))
+    write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
     counts, n_tokens, n_words, n_unk = _tokenise_all(tokenizer, con, build.table("tokens"),
@@ -91,15 +88,10 @@ def run(cfg: Config, build: Any) -> dict[str, Any]:
     }
 
 
-def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
-    """An (untrained when ``vocab`` is None) BERT WordPiece tokenizer."""
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##")
-                          if vocab else models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
-    return tokenizer
+STAGE = Stage(
+    "vocab", version=2, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
+    views=tuple(VIEWS), has_files=True,
+    help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
 def _train_tokenizer(cfg: Config, con: Any) -> Tokenizer:
@@ -124,30 +116,6 @@ def _train_batches(con: Any, bar: Any) -> Iterator[list[str]]:
     cursor.close()
 
 
-def _load_tokenizer(path: Path, cfg: Config) -> Tokenizer:
-    """An existing ``tokenizer.json`` or ``vocab.txt``, checked for BERT's special tokens."""
-    if not path.is_file():
-        raise BertwbError(f"vocab.from_file: {path} not found; point it at a vocab.txt or tokenizer.json")
-    try:
-        if path.suffix == ".json":
-            tokenizer = Tokenizer.from_file(str(path))
-        else:
-            lines = path.read_text(encoding="utf-8").splitlines()
-            vocab = {token: i for i, token in enumerate(lines) if token}
-            if len(vocab) != len(lines):
-                raise BertwbError(f"{path}: blank or repeated lines; a vocab.txt has one distinct token per line")
-            tokenizer = build_tokenizer(vocab, cfg.vocab.lowercase)
-            tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])  # "[MASK]" in text stays whole
-    except (UnicodeDecodeError, Exception) as exc:
-        if isinstance(exc, BertwbError):
-            raise
-        raise BertwbError(f"vocab.from_file: cannot read {path} ({str(exc).splitlines()[0]})") from None
-    missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
-    if missing:
-        raise BertwbError(f"{path}: missing special token(s) {' '.join(missing)}; add them to the vocabulary")
-    return tokenizer
-
-
 def _pad_vocab(tokenizer: Tokenizer, multiple: int) -> None:
     """Append ``[unusedN]`` tokens until the size is a multiple of ``multiple``."""
     size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -160,41 +128,6 @@ def _pad_vocab(tokenizer: Tokenizer, multiple: int) -> None:
     tokenizer.model = models.WordPiece(vocab, unk_token=model.unk_token,
                                        continuing_subword_prefix=model.continuing_subword_prefix,
                                        max_input_chars_per_word=model.max_input_chars_per_word)
-
-
-def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
-    """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config)."""
-    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
-    return bool(normalizer.get("lowercase", default)) if normalizer.get("type") == "BertNormalizer" else default
-
-
-def add_bert_template(tokenizer: Tokenizer) -> None:
-    """``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1, as BERT's inputs."""
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-
-
-def save_tokenizer(tokenizer: Tokenizer, directory: Path, lowercase: bool) -> None:
-    """Write tokenizer.json, vocab.txt and the Hugging Face side files into ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    add_bert_template(tokenizer)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    by_id = sorted(vocab.items(), key=lambda item: item[1])
-    (directory / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
-    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-               "mask_token": "[MASK]"}
-    (directory / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "strip_accents": None,
-              "tokenize_chinese_chars": True, "model_max_length": 512, **special}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
-def load_tokenizer(directory: Path) -> Tokenizer:
-    """The tokenizer a vocab stage wrote."""
-    return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 
 def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,

@@ -1,0 +1,179 @@
+"""The fine-tuning models: BERT's backbone with a task head, each matching a `transformers` class.
+
+`BertForSequenceClassification` classifies (or regresses on) a sentence or a sentence pair from the
+pooled [CLS] vector; `BertForTokenClassification` labels every token (CoNLL NER); `BertForQuestionAnswering`
+scores every token as an answer's start and end (SQuAD). `MODEL_KINDS` names these three and
+`BertForPreTraining` — the four kinds of model a model directory can hold — and `new_model` builds any.
+Each has exactly the parameters of the `transformers` class named in its `hf_architecture`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bertwb.errors import BertwbError
+from bertwb.model.bert import BertConfig, BertForPreTraining, BertModel, init_weights
+
+
+@dataclass
+class ClassifierOutput:
+    """What a classification model computed."""
+
+    loss: torch.Tensor | None  # with labels: mean cross-entropy (-100 = ignore); mean squared error for 1 label
+    logits: torch.Tensor  # (B, num_labels) per sequence, or (B, T, num_labels) per token
+    hidden_states: torch.Tensor  # (B, T, H), last encoder layer
+
+
+@dataclass
+class SpanOutput:
+    """What the question-answering model computed: a score per token for being the answer's start and end."""
+
+    loss: torch.Tensor | None  # with positions: (start cross-entropy + end cross-entropy) / 2, -100 = ignore
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+    hidden_states: torch.Tensor  # (B, T, H), last encoder layer
+
+
+def default_label_names(num_labels: int) -> list[str]:
+    """The names Hugging Face gives labels nobody named: LABEL_0, LABEL_1, ..."""
+    return [f"LABEL_{i}" for i in range(num_labels)]
+
+
+class _Classifier(nn.Module):
+    """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id.
+
+    Subclasses say which vectors are classified (`_features`) and how the loss is taken (`_loss`).
+    """
+
+    head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig, label_names: list[str], with_pooler: bool):
+        super().__init__()
+        if not label_names:
+            raise BertwbError("a classifier needs at least one label; give the label names of the task")
+        self.config = config
+        self.label_names = [str(name) for name in label_names]  # index = label id
+        self.bert = BertModel(config, with_pooler=with_pooler)
+        dropout = config.hidden_dropout if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, len(self.label_names))
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> ClassifierOutput:
+        """Scores for each sequence (B, num_labels) or token (B, T, num_labels); the loss when given labels."""
+        hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(self._features(hidden_states, pooled)))
+        loss = None if labels is None else self._loss(logits, labels)
+        return ClassifierOutput(loss, logits, hidden_states)
+
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class BertForSequenceClassification(_Classifier):
+    """One label per sequence (a sentence or a sentence pair): the pooled [CLS], dropout, a Linear(H, labels).
+
+    With one label it is a regressor (loss: mean squared error), as Hugging Face's class.
+    `labels` (B,) are label ids, or float targets for one label.
+    """
+
+    kind = "sequence_classification"
+    hf_architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig, label_names: list[str]):
+        super().__init__(config, label_names, with_pooler=True)
+
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        return pooled  # (B, H) -> logits (B, num_labels)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if logits.size(-1) == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))  # (B, 1) -> (B,)
+        return F.cross_entropy(logits, labels)
+
+
+class BertForTokenClassification(_Classifier):
+    """One label per token (named entities in CoNLL): every hidden state, dropout, a Linear(H, labels); no pooler.
+
+    `labels` (B, T) with -100 where nothing is predicted.
+    """
+
+    kind = "token_classification"
+    hf_architecture = "BertForTokenClassification"
+
+    def __init__(self, config: BertConfig, label_names: list[str]):
+        super().__init__(config, label_names, with_pooler=False)
+
+    def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        return hidden_states  # (B, T, H) -> logits (B, T, num_labels)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        # (B, T, num_labels) -> (B*T, num_labels) and (B, T) -> (B*T,): one prediction per token
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Extractive QA (SQuAD): a Linear(H, 2) scores every hidden state as the answer's start and end; no pooler."""
+
+    kind = "question_answering"
+    hf_architecture = "BertForQuestionAnswering"
+    head_prefixes = ("span_head.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, with_pooler=False)
+        self.span_head = nn.Linear(config.hidden_size, 2)  # output 0: start, output 1: end
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+    ) -> SpanOutput:
+        """Start and end scores (B, T) for every token; `start_positions`/`end_positions` (B,) token indices,
+        -100 for a sequence whose answer is not in it."""
+        hidden_states, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.span_head(hidden_states)  # (B, T, 2)
+        start_logits, end_logits = logits[..., 0], logits[..., 1]  # (B, T, 2) -> two (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
+        return SpanOutput(loss, start_logits, end_logits, hidden_states)
+
+
+AnyBert = BertForPreTraining | BertForSequenceClassification | BertForTokenClassification | BertForQuestionAnswering
+
+# Every kind of model a model directory can hold, by the name bertwb gives it.
+MODEL_KINDS: dict[str, type[AnyBert]] = {
+    cls.kind: cls
+    for cls in (BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering)
+}
+CLASSIFIER_KINDS = ("sequence_classification", "token_classification")
+
+
+def new_model(config: BertConfig, kind: str = "pretraining", label_names: list[str] | None = None) -> AnyBert:
+    """A freshly initialised model of `kind` (a key of MODEL_KINDS); classifiers need their `label_names`."""
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; one of {', '.join(MODEL_KINDS)}")
+    if kind in CLASSIFIER_KINDS:
+        if label_names is None:
+            raise ValueError(f"a {kind} model needs label_names")
+        return MODEL_KINDS[kind](config, label_names)
+    return MODEL_KINDS[kind](config)

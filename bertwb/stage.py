@@ -1,0 +1,82 @@
+"""The stage contract: everything the engine needs to know about a stage, in one object.
+
+A stage module in :mod:`bertwb.stages` declares ``STAGE = Stage(...)`` beside its ``run`` function.
+The engine reads the declaration to key, check, run and commit the stage; it never looks inside the
+module. Stage modules import nothing heavy at module level (torch loads inside ``run``), so that
+``bertwb status`` can ask every stage whether it is fresh in a fraction of a second.
+
+A stage can be a *template* with one instance per name (``instances``): ``finetune`` runs once per
+task in ``finetune.tasks``, each instance keyed, cached and shown on its own as ``finetune/<task>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from bertwb.config import Config
+    from bertwb.workspace import Workspace
+
+
+@dataclass
+class Stage:
+    """One stage of the pipeline (or one instance of a per-task stage); declared once, never changed
+    (tests replace a ``run`` to prove a fresh stage does no work)."""
+
+    name: str  # "pairs", or "finetune/sst" for an instance; also the name of its directory and manifest
+    version: int  # bump when the stage's outputs change for the same inputs and params
+    order: int  # position in `bertwb run`, between its dependencies and what depends on it
+    help: str  # one line: what the stage makes
+    run: Callable[[Config, Build], dict[str, Any]]  # does the work; returns the summary for the manifest
+    sections: tuple[str, ...] = ()  # config sections whose cache fields enter the key ("{instance}" allowed)
+    deps: tuple[str, ...] = ()  # upstream stages whose outputs this stage reads
+    tables: tuple[str, ...] = ()  # DuckDB tables it builds (as <table>__new, swapped in at commit)
+    views: tuple[str, ...] = ()  # SQL statements run in the commit's transaction, after the tables
+    has_files: bool = False  # it builds a directory (workspace/<name>/), swapped in whole at commit
+    # Freshness hooks, called for every `bertwb status`: identities of what the stage reads from
+    # outside the workspace's stages (input files, weights), and why a stage whose key matches is still
+    # stale (pretrain: fewer steps done than now asked).
+    fingerprint: Callable[[Config, Workspace], list[dict[str, Any]]] | None = None
+    behind: Callable[[Config, dict[str, Any]], str | None] | None = None
+    report: Callable[[dict[str, Any]], None] | None = None  # prints the summary its own way (default: a table)
+    instances: Callable[[Config], list[str]] | None = None  # a template: the names of its instances
+    instance: str | None = None  # this instance's name (None: not an instance)
+
+    def of(self, instance: str) -> Stage:
+        """The instance ``instance`` of this template: its own name, directory and config section."""
+        return dataclasses.replace(
+            self, name=f"{self.name}/{instance}", instance=instance, instances=None,
+            sections=tuple(section.format(instance=instance) for section in self.sections))
+
+    @property
+    def template(self) -> str:
+        """The stage's name without its instance (``finetune`` for ``finetune/sst``)."""
+        return self.name.split("/")[0]
+
+
+@dataclass
+class Build:
+    """Handed to a stage's ``run``: where to write, the database, and what it was started with."""
+
+    workspace: Workspace
+    stage: Stage
+    con: duckdb.DuckDBPyConnection
+    out_dir: Path  # temporary; swapped in as workspace/<stage>/ on success
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # the fingerprint hook's identities
+    key: str = ""  # the stage key this build will be committed under
+    forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
+    runtime: Any = None  # what the command hands the stage, e.g. a training process group
+
+    def table(self, name: str) -> str:
+        """The temporary name to build table ``name`` under."""
+        if name not in self.stage.tables:
+            raise ValueError(f"stage {self.stage.name} does not declare table {name}")
+        return f"{name}__new"
+
+    def upstream_dir(self, stage: str) -> Path:
+        return self.workspace.stage_dir(stage)

@@ -1,0 +1,64 @@
+"""The pipeline: every module in this package is one stage and declares ``STAGE`` beside its ``run``.
+
+The stages are found here, not listed: adding a stage is one new module (and its config section in
+:mod:`bertwb.config`). They run in the order of their ``order`` (a dependency always comes first);
+a template stage (``instances``) stands in the pipeline once per instance the config names.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from bertwb.config import Config
+from bertwb.errors import BertwbError
+from bertwb.stage import Stage
+
+
+@functools.cache
+def templates() -> tuple[Stage, ...]:
+    """Every stage module's ``STAGE``, in pipeline order."""
+    found = [importlib.import_module(f"{__name__}.{info.name}").STAGE for info in pkgutil.iter_modules(__path__)]
+    found.sort(key=lambda stage: stage.order)
+    names = [stage.name for stage in found]
+    for stage in found:
+        for dep in stage.deps:
+            if dep not in names or names.index(dep) > names.index(stage.name):
+                raise RuntimeError(f"stage {stage.name} depends on {dep}, which does not run before it")
+    return tuple(found)
+
+
+def pipeline(cfg: Config) -> list[Stage]:
+    """Every stage in order, each template expanded into its instances for ``cfg``."""
+    stages: list[Stage] = []
+    for stage in templates():
+        if stage.instances is None:
+            stages.append(stage)
+        else:
+            stages.extend(stage.of(name) for name in stage.instances(cfg))
+    return stages
+
+
+def names() -> list[str]:
+    """The stage names `bertwb run --until` and friends accept (templates by their own name)."""
+    return [stage.name for stage in templates()]
+
+
+def get(name: str, cfg: Config) -> Stage:
+    """The stage (or instance, ``finetune/sst``) called ``name``; a one-line error naming the known ones."""
+    for stage in pipeline(cfg):
+        if stage.name == name:
+            return stage
+    template, _, instance = name.partition("/")
+    for stage in templates():
+        if stage.name == template and stage.instances is not None:
+            known = ", ".join(stage.instances(cfg)) or "none"
+            raise BertwbError(f"{template} has no instance {instance!r} in the config (known: {known})")
+    raise BertwbError(f"no stage called {name!r}; the stages are {', '.join(names())}")
+
+
+def select(cfg: Config, name: str) -> list[Stage]:
+    """The pipeline's stages called ``name``: one stage, one instance, or every instance of a template."""
+    chosen = [stage for stage in pipeline(cfg) if stage.name == name or stage.template == name]
+    return chosen or [get(name, cfg)]

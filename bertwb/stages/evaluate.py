@@ -1,0 +1,116 @@
+"""evaluate: masked-LM and next-sentence accuracy of one checkpoint on the held-out (valid) pairs.
+
+The valid pairs carry fixed masks (static masking), so numbers compare across runs and checkpoints.
+With ``pairs.masking: dynamic`` the valid split is masked once here, with the same function the
+pairs stage and the loader use and a generator seeded by ``pairs.seed``: fixed as well.
+
+Reported: MLM accuracy, loss and perplexity (exp of the mean loss over masked tokens), NSP accuracy
+and loss, counts, and MLM accuracy by what the input held at the target position: ``[MASK]``, a
+random token, or the original token kept.
+
+The stage's key holds ``evaluate.checkpoint`` and the identity (path, size, mtime) of the weights it
+resolves to (`evaluated_weights`), so ``latest`` re-evaluates after more training and any directory —
+a mid-run checkpoint, an export, an imported or published model — can be evaluated against the same
+pairs. It depends on pairs, not on pretrain: any checkpoint can be evaluated, whatever trained it.
+The computation is :func:`bertwb.tasks.pretraining.evaluate_pairs`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertwb import ui
+from bertwb.config import Config
+from bertwb.errors import BertwbError
+from bertwb.stage import Build, Stage
+from bertwb.train.runs import choose_checkpoint, fingerprint, weights_file
+from bertwb.workspace import Workspace
+
+if TYPE_CHECKING:
+    from bertwb.data.pair_batches import PairArrays
+
+METRICS_FILE = "metrics.json"
+
+
+def run(cfg: Config, build: Build) -> dict[str, Any]:
+    """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
+    from bertwb.model import modeldir  # torch loads only when the stage runs
+    from bertwb.tasks.pretraining import evaluate_pairs
+    from bertwb.train.device import resolve_device
+
+    started = time.perf_counter()
+    model_dir = modeldir.resolve_checkpoint(cfg, build.workspace, cfg.evaluate.checkpoint)
+    modeldir.check_vocab_matches(model_dir, build.upstream_dir("vocab"))
+    pairs, kinds = _valid_pairs(build.upstream_dir("pairs"), cfg)
+    if len(pairs) == 0:
+        raise BertwbError("the valid split has no pairs; raise ingest.valid_fraction so some documents are held out")
+    device = resolve_device(cfg.evaluate.device, "evaluate.device")
+    model, _ = modeldir.load_model(model_dir, device, kind="pretraining")
+    if model.config.max_position_embeddings < int(pairs.lengths.max()):
+        raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
+                          f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")
+    totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device)
+    metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals,
+               "seconds": round(time.perf_counter() - started, 3)}
+    (build.out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def _valid_pairs(pairs_dir: Path, cfg: Config) -> tuple[PairArrays, np.ndarray]:
+    """The valid split with its masks, and the replacement kind of every masked position.
+
+    Pairs stored unmasked (``pairs.masking: dynamic``) are masked once, with the loader's function and a
+    generator seeded by ``pairs.seed``: the same masks every time.
+    """
+    from bertwb.data.pair_batches import load_split
+    from bertwb.data.pairs import load_pairs
+
+    pairs, _ = load_split(pairs_dir, "valid")
+    if pairs.static:
+        return pairs, np.asarray(load_pairs(pairs_dir, "valid").masked_kinds)
+    return pairs.masked(None, np.random.default_rng([cfg.pairs.seed, 7]))  # 7: a stream of its own, fixed
+
+
+def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+    """The identity of the weights ``evaluate.checkpoint`` picks; nothing when there are none yet."""
+    try:
+        weights = weights_file(choose_checkpoint(cfg, ws, cfg.evaluate.checkpoint, quiet=True))
+    except BertwbError:
+        return []  # `bertwb status` still works; running the stage says what is missing
+    return [fingerprint(weights)] if weights is not None else []
+
+
+def report(metrics: dict[str, Any]) -> None:
+    """The metrics as one table: overall MLM and NSP, then MLM accuracy by replacement kind."""
+    rows = [["MLM accuracy", _pct(metrics["mlm_acc"]), f"{metrics['masked_tokens']:,} masked tokens"],
+            ["MLM loss", f"{metrics['mlm_loss']:.4f}", f"perplexity {metrics['perplexity']:,.2f}"],
+            ["NSP accuracy", _pct(metrics["nsp_acc"]), f"{metrics['pairs']:,} pairs"],
+            ["NSP loss", f"{metrics['nsp_loss']:.4f}", ""]]
+    labels = {"mask": "[MASK]", "random": "random token", "keep": "kept token"}
+    for kind, values in metrics["by_kind"].items():
+        rows.append([f"MLM accuracy at {labels[kind]}", _pct(values["mlm_acc"]), f"{values['positions']:,} positions"])
+    step = f" (step {metrics['step']:,})" if metrics.get("step") is not None else ""
+    ui.table(f"evaluate: {metrics['checkpoint']}{step}", ["metric", "value", "over"], rows)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+STAGE = Stage(
+    "evaluate", version=1, order=50, run=run, sections=("evaluate",), deps=("pairs",), has_files=True,
+    fingerprint=evaluated_weights, report=report,
+    help="MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached).")
+
+
+def read_metrics(ws: Workspace) -> dict[str, Any]:
+    """The metrics the last evaluate run wrote."""
+    path = ws.stage_dir("evaluate") / METRICS_FILE
+    if not path.is_file():
+        raise BertwbError(f"{path} is missing; run `bertwb evaluate`")
+    return json.loads(path.read_text())

@@ -1,0 +1,406 @@
+"""pairs: tokenised documents → masked-LM + next-sentence-prediction instances.
+
+The instances are those of the original BERT ``create_pretraining_data`` (the algorithm, vectorised
+over a shard, is :mod:`bertwb.data.pair_builder`); this module plans the shards, runs the builder over
+them in order, and writes the ``pairs`` table and the array files training reads
+(:mod:`bertwb.data.pairs`).
+
+**One deliberate change, for a balanced NSP task** (``pairs.one_sentence_chunk``). The original gives
+every one-sentence chunk a random next, since it has no second sentence to be B, so its random-next
+share is 50% plus half the share of one-sentence chunks. They come from two places: a document's last
+chunk is often one sentence (a share that shrinks as documents grow longer), and a document that draws
+a short target below one sentence's length makes only one-sentence chunks, and many of them (the
+plain-Python port of the original in tests/test_pairs.py gives ~58% random next on the sample corpus).
+With ``split`` (the default) the coin decides for every chunk: a one-sentence chunk whose coin says
+actual next is cut inside its sentence at a uniform token, A the first part and B the rest, which is
+contiguous text of one document as every IsNext pair is ("sentence" in BERT means a span of text, not
+a linguistic sentence). Chunks are formed exactly as in the original; a split pair is as long as its
+sentence, where the original's random B would have filled it up to the target, so pairs are a little
+shorter on average. Only a one-token sentence, which cannot be cut, still takes a random next.
+``random_next`` keeps the original rule, for reproducing its data.
+
+How it stays fast, deterministic and out-of-core:
+
+* **Shards.** Each split's documents are cut into shards of about ``pairs.shard_tokens`` tokens (at
+  least two documents each), read from DuckDB one at a time, so memory stays flat as the corpus grows
+  (DuckDB's buffer pool is capped by ``workspace.memory_limit``, so the freshly inserted table is
+  written out instead of held in memory).
+* **Random next within the shard.** A random B is drawn uniformly from the *other documents of the
+  same shard and split* (the original draws from the whole corpus). With shards of millions of
+  tokens the window holds thousands of documents, so a B still comes from an effectively arbitrary
+  unrelated document; what changes is that documents far apart in ``doc_id`` never pair. With one
+  shard (any corpus smaller than ``shard_tokens``) the draw is the original's, minus its quirk of
+  sometimes pairing a document with itself after ten unlucky draws.
+* **Overlap.** The main process builds while DuckDB inserts on a background thread (DuckDB releases
+  the GIL), in one transaction, so full row groups go straight to the file instead of through the WAL.
+* **Processes.** With ``pairs.workers`` > 1, (shard, dupe) tasks go to a ``ProcessPoolExecutor``, at
+  most two per worker in flight; the output never depends on the number of workers. On 2 cores
+  building in-process is fastest, so ``workers: 0`` means cores − 2 processes, at least one
+  (BENCHMARKS.md has the measurements behind these choices).
+
+Outputs: the DuckDB table ``pairs`` (unpadded, one row per instance) with its views, and in the stage
+directory one folder per split of flat binary arrays plus ``meta.json``. Instances are stored in
+(split, shard, dupe, document) order; the training loader shuffles.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bertwb import ui
+from bertwb.config import Config
+from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
+from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
+from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
+from bertwb.errors import BertwbError
+from bertwb.stage import Build, Stage
+
+IN_FLIGHT_PER_WORKER = 2
+INSERTS_PENDING = 2
+
+_MASK_KINDS_SQL = "case k when 0 then 'mask' when 1 then 'random' else 'keep' end"
+VIEWS = [
+    # Each pair decoded to text, "A ‖ B", with [MASK] and random replacements visible (static masking).
+    """create or replace view pairs_text as
+       select p.pair_id, p.split, p.dupe, p.is_random_next, p.len_a, p.len_b,
+              replace(array_to_string(list_transform(p.input_ids[2:p.len_a + 1], lambda i: v.tokens[i + 1]), ' '),
+                      ' ##', '')
+              || ' ‖ ' ||
+              replace(array_to_string(list_transform(p.input_ids[p.len_a + 3:p.len_a + p.len_b + 2],
+                                                     lambda i: v.tokens[i + 1]), ' '), ' ##', '') as text,
+              len(p.masked_positions) as n_masked
+       from pairs p, (select list(token order by token_id) as tokens from vocab) v""",
+    """create or replace view pairs_length_hist as
+       select split, len(input_ids) as n_tokens, count(*) as pairs,
+              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
+       from pairs group by split, n_tokens order by split, n_tokens""",
+    """create or replace view pairs_nsp_balance as
+       select split, is_random_next, count(*) as pairs,
+              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
+       from pairs group by split, is_random_next order by split, is_random_next""",
+    """create or replace view pairs_mask_rate as
+       select split, count(*) as pairs, sum(len(input_ids)) as tokens,
+              sum(len(masked_positions)) as masked,
+              round(sum(len(masked_positions)) / sum(len(input_ids)), 5) as mask_rate,
+              round(avg(len(masked_positions)), 3) as masked_per_pair
+       from pairs group by split order by split""",
+    f"""create or replace view pairs_mask_kinds as
+       select split, {_MASK_KINDS_SQL} as kind, count(*) as positions,
+              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
+       from (select split, unnest(masked_kinds) as k from pairs) group by split, k order by split, kind""",
+]
+
+
+def run(cfg: Config, build: Build) -> dict[str, Any]:
+    """Build every instance of both splits into ``pairs`` and the stage's shard files; return the summary."""
+    started = time.perf_counter()
+    settings = cfg.pairs
+    con = build.con
+    rules = _masking_rules(con, settings)
+    workers = settings.workers or _auto_workers()
+    plans = {split: _plan_shards(con, split, settings.shard_tokens) for split in SPLITS}
+    _check_splits(plans)
+    writer = _Writer(con, build.table("pairs"), build.out_dir)
+    total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
+    job = PairJob(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
+                  split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
+                  rules=rules if settings.masking == "static" else None,
+                  cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
+    n_shards = sum(len(plan) for plan in plans.values())
+    n_tasks = n_shards * settings.dupe_factor
+    tasks = ((shard, dupe) for shard in _read_shards(con, plans) for dupe in range(settings.dupe_factor))
+    try:
+        with ui.progress("pairs: building", total=total_tokens * settings.dupe_factor, unit="tokens") as bar:
+            for built in _map_ordered(job.build, tasks, min(workers, n_tasks)):
+                writer.write(built)
+                bar.advance(built.source_tokens)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close(_meta(cfg, con, rules))
+    np.save(build.out_dir / FLAGS_FILE, rules.token_flags)
+    seconds = time.perf_counter() - started
+    return _summary(writer, settings.masking, seconds, n_shards, min(workers, n_tasks))
+
+
+STAGE = Stage(
+    "pairs", version=1, order=30, run=run, sections=("pairs",), deps=("vocab",), tables=("pairs",), views=tuple(VIEWS),
+    has_files=True, help="Build masked-LM + next-sentence pairs from the tokenised documents.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planning and reading shards, and building them in order (main process).
+
+def _plan_shards(con: Any, split: str, shard_tokens: int) -> list[ShardPlan]:
+    """Cut the split's documents (those with any tokens), in doc_id order, into shards of about
+    ``shard_tokens`` tokens and at least two documents each."""
+    counts = con.execute(
+        """select t.doc_id, sum(len(t.ids))::BIGINT as n_tokens
+           from tokens t join documents d using (doc_id)
+           where d.split = ? and len(t.ids) > 0 group by t.doc_id order by t.doc_id""", [split]).fetchnumpy()
+    doc_ids = np.asarray(counts["doc_id"], dtype=np.int64)
+    n_tokens = np.asarray(counts["n_tokens"], dtype=np.int64)
+    if len(doc_ids) == 0:
+        return []
+    starts_before = np.cumsum(n_tokens) - n_tokens
+    group = starts_before // shard_tokens
+    cuts = [0, *np.flatnonzero(np.diff(group)) + 1, len(doc_ids)]
+    bounds: list[tuple[int, int]] = []
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        if bounds and (hi - lo < 2 or bounds[-1][1] - bounds[-1][0] < 2):
+            bounds[-1] = (bounds[-1][0], hi)  # a random next needs a second document in the shard
+        else:
+            bounds.append((lo, hi))
+    return [ShardPlan(split, index, int(doc_ids[lo]), int(doc_ids[hi - 1]), hi - lo,
+                       int(n_tokens[lo:hi].sum())) for index, (lo, hi) in enumerate(bounds)]
+
+
+def _check_splits(plans: dict[str, list[ShardPlan]]) -> None:
+    """Errors for splits where no random next is possible."""
+    train_docs = sum(shard.n_docs for shard in plans["train"])
+    if train_docs < 2:
+        raise BertwbError(f"pairs: the train split has {train_docs} document(s) with tokens, and a random-next B "
+                          "needs a second document; add documents (a blank line separates them in BERT format)")
+    valid_docs = sum(shard.n_docs for shard in plans["valid"])
+    if valid_docs == 1:
+        raise BertwbError("pairs: the valid split has 1 document, and a random-next B needs a second one; "
+                          "raise ingest.valid_fraction (or set it to 0 for no validation pairs)")
+
+
+def _read_shards(con: Any, plans: dict[str, list[ShardPlan]]) -> Iterator[Shard]:
+    """Every shard of every split, in order, read from the tokens table one at a time."""
+    cursor = con.cursor()
+    try:
+        for split in SPLITS:
+            for plan in plans[split]:
+                table = cursor.sql(
+                    """select t.doc_id, t.ids from tokens t
+                       where t.doc_id between ? and ? and len(t.ids) > 0
+                         and t.doc_id in (select doc_id from documents where split = ?)
+                       order by t.doc_id, t.sent_idx""", params=[plan.first_doc, plan.last_doc, split]).to_arrow_table()
+                ids = table.column("ids").combine_chunks()
+                lengths = pc.list_value_length(ids).to_numpy().astype(np.int64)
+                sentence_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+                np.cumsum(lengths, out=sentence_offsets[1:])
+                doc_of_sentence = table.column("doc_id").to_numpy()
+                doc_starts = np.flatnonzero(np.diff(doc_of_sentence)) + 1
+                doc_sentence_offsets = np.concatenate([[0], doc_starts, [len(lengths)]]).astype(np.int64)
+                tokens = pc.list_flatten(ids).to_numpy().astype(np.int32, copy=False)
+                yield Shard(plan, tokens, sentence_offsets, doc_sentence_offsets,
+                             doc_of_sentence[doc_sentence_offsets[:-1]].astype(np.int32))
+    finally:
+        cursor.close()
+
+
+def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``map(function, tasks)`` in order; over a pool when ``workers > 1``, with at most
+    ``IN_FLIGHT_PER_WORKER`` tasks per worker read ahead so memory stays flat."""
+    if workers <= 1:
+        yield from map(function, tasks)
+        return
+    # forkserver: the main process holds DuckDB's threads, which a plain fork would copy mid-state.
+    context = multiprocessing.get_context("forkserver")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        pending: deque[concurrent.futures.Future] = deque()
+        for task in tasks:
+            pending.append(pool.submit(function, task))
+            if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+@dataclass
+class _SplitStats:
+    instances: int = 0
+    tokens: int = 0
+    short: int = 0
+    random_next: int = 0
+    masked: int = 0
+    array_lengths: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARRAYS, 0))
+
+
+class _Writer:
+    """Appends built shards to the DuckDB table and the array files, numbering pairs in order.
+
+    DuckDB inserts run on a background thread (DuckDB releases the GIL), so converting one shard's
+    rows overlaps with building the next; at most ``INSERTS_PENDING`` wait, to keep memory flat.
+    """
+
+    def __init__(self, con: Any, table: str, out_dir: Path):
+        self.con, self.table, self.out_dir = con, table, out_dir
+        self.inserter = concurrent.futures.ThreadPoolExecutor(1)
+        self.cursor = con.cursor()
+        self.inserts: deque[concurrent.futures.Future] = deque()
+        self.transaction_open = False
+        self.next_pair_id = 0
+        self.stats = {split: _SplitStats() for split in SPLITS}
+        self.files = {}
+        for split in SPLITS:
+            (out_dir / split).mkdir(parents=True, exist_ok=True)
+            self.files[split] = {name: open(out_dir / split / f"{name}.bin", "wb") for name in ARRAYS}
+            for name in ("offsets", "mask_offsets"):  # every offsets array starts with its leading 0
+                self._append(split, name, np.zeros(1, dtype=ARRAYS[name]))
+        con.execute(f"""create table {table} (
+            pair_id BIGINT, split VARCHAR, dupe SMALLINT, doc_id INTEGER, b_doc_id INTEGER,
+            input_ids INTEGER[], len_a SMALLINT, len_b SMALLINT, is_random_next BOOLEAN, is_short BOOLEAN,
+            masked_positions SMALLINT[], masked_ids INTEGER[], masked_kinds UTINYINT[])""")
+
+    def write(self, built: Built) -> None:
+        n = len(built.len_a)
+        if n == 0:
+            return
+        stats = self.stats[built.split]
+        static = built.masked_positions is not None
+        rows = pa.table({
+            "pair_id": pa.array(np.arange(self.next_pair_id, self.next_pair_id + n, dtype=np.int64)),
+            "split": pa.array([built.split] * n, pa.string()),
+            "dupe": pa.array(built.dupe), "doc_id": pa.array(built.doc_id), "b_doc_id": pa.array(built.b_doc_id),
+            "input_ids": _list_array(built.offsets, built.input_ids),
+            "len_a": pa.array(built.len_a), "len_b": pa.array(built.len_b),
+            "is_random_next": pa.array(built.is_random_next), "is_short": pa.array(built.is_short),
+            **{name: _list_array(built.mask_offsets, getattr(built, name)) if static
+               else pa.nulls(n, pa.list_(pa.from_numpy_dtype(ARRAYS[name])))
+               for name in ("masked_positions", "masked_ids", "masked_kinds")},
+        })
+        while len(self.inserts) >= INSERTS_PENDING:
+            self.inserts.popleft().result()
+        self.inserts.append(self.inserter.submit(self._insert, rows))
+        self.next_pair_id += n
+
+        base = stats.array_lengths["input_ids"]
+        self._append(built.split, "input_ids", built.input_ids)
+        self._append(built.split, "offsets", built.offsets[1:] + base)
+        for name in ("len_a", "len_b", "dupe"):
+            self._append(built.split, name, getattr(built, name))
+        self._append(built.split, "is_random_next", built.is_random_next.astype(np.uint8))
+        if static:
+            mask_base = stats.array_lengths["masked_positions"]
+            for name in ("masked_positions", "masked_ids", "masked_kinds"):
+                self._append(built.split, name, getattr(built, name))
+            self._append(built.split, "mask_offsets", built.mask_offsets[1:] + mask_base)
+        else:
+            self._append(built.split, "mask_offsets", np.zeros(n, dtype=np.int64))
+
+        stats.instances += n
+        stats.tokens += len(built.input_ids)
+        stats.short += int(built.is_short.sum())
+        stats.random_next += int(built.is_random_next.sum())
+        stats.masked += len(built.masked_positions) if static else 0
+
+    def _insert(self, rows: pa.Table) -> None:
+        if not self.transaction_open:
+            # One transaction for all inserts: DuckDB then writes full row groups straight to the
+            # database file instead of logging every batch to the WAL and copying it again later.
+            self.cursor.execute("begin transaction")
+            self.transaction_open = True
+        self.cursor.execute(f"insert into {self.table} select * from rows")
+
+    def _append(self, split: str, name: str, values: np.ndarray) -> None:
+        np.ascontiguousarray(values, dtype=ARRAYS[name]).tofile(self.files[split][name])
+        self.stats[split].array_lengths[name] += len(values)
+
+    def abort(self) -> None:
+        """Stop after the insert under way, so the engine can drop the table it was writing."""
+        for future in self.inserts:
+            future.cancel()
+        self.inserter.shutdown(wait=True)
+        if self.transaction_open:
+            self.cursor.execute("rollback")
+        for handles in self.files.values():
+            for handle in handles.values():
+                handle.close()
+
+    def close(self, meta: dict[str, Any]) -> None:
+        """Finish the inserts, close the files and write meta.json (counts and what a loader needs)."""
+        while self.inserts:
+            self.inserts.popleft().result()
+        self.inserter.shutdown()
+        if self.transaction_open:
+            self.cursor.execute("commit")
+        self.cursor.close()
+        for handles in self.files.values():
+            for handle in handles.values():
+                handle.close()
+        meta["splits"] = {split: {"instances": s.instances, "tokens": s.tokens, "masked": s.masked,
+                                  "array_lengths": s.array_lengths} for split, s in self.stats.items()}
+        (self.out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Small helpers.
+
+def _auto_workers() -> int:
+    """Build processes for ``pairs.workers: 0``: every core but the two the main process keeps busy
+    reading shards and writing rows (DuckDB inserts on their own thread); 1 means build in-process,
+    which measured fastest on 2 cores (BENCHMARKS.md)."""
+    return max(1, (os.cpu_count() or 1) - 2)
+
+
+def _special_id(con: Any, token: str) -> int:
+    row = con.execute("select token_id from vocab where token = ?", [token]).fetchone()
+    if row is None:
+        raise BertwbError(f"pairs: the vocabulary has no {token} token; rebuild it with `bertwb vocab --force`")
+    return int(row[0])
+
+
+def _masking_rules(con: Any, settings: Any) -> MaskingRules:
+    vocab = con.execute("select token, is_special from vocab order by token_id").fetchall()
+    tokens = [row[0] for row in vocab]
+    for special in ("[CLS]", "[SEP]", "[MASK]"):
+        _special_id(con, special)
+    rules = rules_from_vocab(tokens, [row[1] for row in vocab], masked_lm_prob=settings.masked_lm_prob,
+                             max_predictions_per_seq=settings.max_predictions_per_seq,
+                             whole_word_mask=settings.whole_word_mask)
+    if len(rules.replacement_ids) == 0:
+        raise BertwbError("pairs: the vocabulary has no non-special tokens to draw random replacements from; "
+                          "rebuild it with a larger vocab.vocab_size")
+    return rules
+
+
+def _meta(cfg: Config, con: Any, rules: MaskingRules) -> dict[str, Any]:
+    settings = cfg.pairs
+    special_ids = {token: _special_id(con, token) for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+    return {"format": FORMAT, "vocab_size": len(rules.maskable), "max_seq_length": settings.max_seq_length,
+            "masking": settings.masking, "whole_word_mask": settings.whole_word_mask,
+            "masked_lm_prob": settings.masked_lm_prob, "max_predictions_per_seq": settings.max_predictions_per_seq,
+            "dupe_factor": settings.dupe_factor, "seed": settings.seed, "special_ids": special_ids,
+            "kinds": {"mask": KIND_MASK, "random": KIND_RANDOM, "keep": KIND_KEEP},
+            "dtypes": {name: np.dtype(dtype).str for name, dtype in ARRAYS.items()}}
+
+
+def _summary(writer: _Writer, masking: str, seconds: float, n_shards: int, workers: int) -> dict[str, Any]:
+    stats = writer.stats.values()
+    instances = sum(s.instances for s in stats)
+    tokens = sum(s.tokens for s in stats)
+    masked = sum(s.masked for s in stats)
+    return {
+        "instances_train": writer.stats["train"].instances,
+        "instances_valid": writer.stats["valid"].instances,
+        "tokens": tokens,
+        "mean_length": round(tokens / max(instances, 1), 2),
+        "percent_short": round(100 * sum(s.short for s in stats) / max(instances, 1), 2),
+        "percent_random_next": round(100 * sum(s.random_next for s in stats) / max(instances, 1), 2),
+        "mask_rate": round(masked / max(tokens, 1), 5) if masking == "static" else None,
+        "masking": masking,
+        "shards": n_shards,
+        "workers": workers,
+        "seconds": round(seconds, 3),
+        "instances_per_s": round(instances / max(seconds, 1e-9)),
+    }

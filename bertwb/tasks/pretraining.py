@@ -1,0 +1,251 @@
+"""Pre-training BERT: the masked-LM + next-sentence objective, the model it starts from, and one run.
+
+**Loss.** MLM cross-entropy summed over the masked tokens of the whole global batch and divided by
+their count, plus NSP cross-entropy summed over its pairs and divided by their count. Both counts are
+global (the trainer adds them up over every micro-batch of every process before the step), so the
+gradient is that of the global batch whatever the number of processes or accumulation steps, and a
+token-budget batch of 40 short pairs weighs each of them as a fixed batch of 40 would. The MLM head
+runs only at masked positions; on CPU its logits go to `bertwb.fast.mlm.mlm_loss_sum`.
+
+**The model.** A new model of ``model.preset`` (with its overrides), or the ``model.init_from``
+directory's model: its own sizes and weights, the configured dropouts, and MLM/NSP heads initialised
+where it has none (a fine-tuned model gives its encoder; its task head is left out).
+
+**A run** (`train`): every rank loads the pairs the plan names, builds batches (length-bucketed, or a
+token budget per step; rows padded to a multiple of 8 on CUDA for tensor cores) and the model, and
+the trainer takes it from there. Rank 0 then writes the stage directory: the final weights (hard-linked
+from the last checkpoint), a Hugging Face ``config.json``, ``metrics.jsonl`` and ``training.json``.
+
+Evaluating a model on the held-out pairs (`evaluate_pairs`) uses the same statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertwb import ui
+from bertwb.config import Config
+from bertwb.data.batching import Batches
+from bertwb.data.masking import KIND_NAMES
+from bertwb.data.pair_batches import PairArrays, PairBatch, collate, load_split
+from bertwb.data.ragged import ranges
+from bertwb.errors import BertwbError
+from bertwb.fast.mlm import mlm_loss_sum
+from bertwb.model import modeldir
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.model.hf_names import hf_config_dict
+from bertwb.train import checkpoint
+from bertwb.train.distributed import Dist
+from bertwb.train.objective import Objective
+from bertwb.train.runs import checkpoint_path
+from bertwb.train.trainer import METRICS_FILE, Trainer
+
+
+class PretrainingObjective(Objective):
+    """MLM + NSP: summed cross-entropies over the masked tokens and the pairs, divided by their global counts."""
+
+    sums = ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct")
+    counts = ("n_masked", "n_pairs")
+    main_metric = "loss"
+    higher_is_better = False
+
+    def count(self, batch: PairBatch) -> list[float]:
+        return [len(batch.mlm_labels), len(batch.nsp_labels)]
+
+    def forward(self, model: torch.nn.Module, batch: PairBatch) -> Any:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
+
+    def loss(self, out: Any, batch: PairBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        n_masked, n_pairs = totals
+        mlm_logits, nsp_logits = out.mlm_logits.float(), out.nsp_logits.float()
+        if self.fast and torch.is_grad_enabled():
+            mlm_sum, mlm_hits = mlm_loss_sum(mlm_logits, batch.mlm_labels)  # consumes the logits in backward
+        else:
+            mlm_sum = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
+            mlm_hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
+        nsp_sum = F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum")
+        with torch.no_grad():
+            sums = torch.stack([mlm_sum.detach().double(), nsp_sum.detach().double(), mlm_hits.double(),
+                                (nsp_logits.argmax(-1) == batch.nsp_labels).sum().double()])
+        return mlm_sum / max(n_masked, 1) + nsp_sum / n_pairs, sums
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        masked, pairs = max(totals["n_masked"], 1), max(totals["n_pairs"], 1)
+        mlm_loss, nsp_loss = totals["mlm_loss_sum"] / masked, totals["nsp_loss_sum"] / pairs
+        return {"loss": round(mlm_loss + nsp_loss, 6), "mlm_loss": round(mlm_loss, 6),
+                "nsp_loss": round(nsp_loss, 6), "mlm_acc": round(totals["mlm_correct"] / masked, 6),
+                "nsp_acc": round(totals["nsp_correct"] / pairs, 6)}
+
+    def progress(self, metrics: dict[str, Any]) -> tuple[list[str], list[str]]:
+        train = [f"loss {metrics['loss']:.4f} (mlm {metrics['mlm_loss']:.3f}, nsp {metrics['nsp_loss']:.3f})",
+                 f"mlm acc {100 * metrics['mlm_acc']:.1f}%", f"nsp acc {100 * metrics['nsp_acc']:.1f}%"]
+        valid = [f"valid loss {metrics['valid_loss']:.4f} mlm acc {100 * metrics['valid_mlm_acc']:.1f}%"] \
+            if "valid_loss" in metrics else []
+        return train, valid
+
+
+@dataclass
+class Plan:
+    """What rank 0 tells every rank before training: where the run and the pairs are."""
+
+    run_dir: str
+    pairs_dir: str
+
+
+def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
+    """Train from the newest checkpoint of ``plan.run_dir`` (or from scratch) to the requested step.
+
+    Every rank calls it; rank 0 writes checkpoints, metrics and (``out_dir``) the final model files.
+    Ctrl-C or SIGTERM checkpoints at the end of the current step and raises KeyboardInterrupt.
+    """
+    started = time.perf_counter()
+    p = cfg.pretrain
+    device = dist.device
+    run_dir = Path(plan.run_dir)
+    train_pairs, meta = load_split(Path(plan.pairs_dir), "train")
+    valid_pairs, _ = load_split(Path(plan.pairs_dir), "valid")
+    if not len(train_pairs) or (not p.batch_tokens and len(train_pairs) < p.batch_size):
+        raise BertwbError(f"pretrain.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
+                          "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)"
+                          if len(train_pairs) else
+                          "the pairs stage left no train pairs; build more (pairs.dupe_factor, a bigger corpus)")
+    pad_multiple = 8 if device.type == "cuda" else 1  # tensor cores like multiples of 8; CPU does not care
+    batches = Batches(train_pairs, p.batch_size, p.seed, batch_tokens=p.batch_tokens, bucket_batches=p.bucket_batches,
+                      world_size=dist.world_size, rank=dist.rank, grad_accum=p.grad_accum, pad_multiple=pad_multiple)
+    valid = (Batches(valid_pairs, p.batch_size, p.seed, bucket_batches=p.bucket_batches, world_size=dist.world_size,
+                     rank=dist.rank, pad_multiple=pad_multiple, drop_last=False) if len(valid_pairs) else None)
+
+    torch.manual_seed(p.seed)
+    model = build_model(cfg, meta, Path(plan.pairs_dir).parent / "vocab", announce=dist.rank == 0)
+    trainer = Trainer(p, PretrainingObjective(), model, batches, valid=valid, dist=dist, run_dir=run_dir,
+                      name="pretrain", state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
+    last = trainer.fit()
+    total_steps = trainer.total_steps
+    summary = {
+        "steps_done": total_steps,
+        "steps_per_epoch": batches.steps_per_epoch,
+        "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),
+        "epochs_done": round(total_steps / batches.steps_per_epoch, 4),
+        "resumed_from_step": trainer.start_step if trainer.resumed_from else None,
+        "preset": cfg.model.preset,
+        "parameters": sum(t.numel() for t in model.parameters()),
+        "device": str(device),
+        "processes": dist.world_size,
+        "optimizer": p.optimizer,
+        "pad_fraction": round(batches.padding_fraction(0), 4),
+        **{k: v for k, v in last.items() if k not in ("step", "eta_s", "elapsed_s")},
+        "seconds": round(time.perf_counter() - started, 3),
+        "checkpoint": str(checkpoint_path(run_dir, total_steps)),
+    }
+    if out_dir is not None and dist.rank == 0:
+        checkpoint.link_weights(checkpoint_path(run_dir, total_steps), out_dir)
+        (out_dir / "config.json").write_text(json.dumps(hf_config_dict(model.config), indent=2) + "\n")
+        shutil.copy2(run_dir / METRICS_FILE, out_dir / METRICS_FILE)
+        (out_dir / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True) -> BertForPreTraining:
+    """A new model of the configured size, or the ``model.init_from`` model (its own sizes, our dropouts)."""
+    if not cfg.model.init_from:
+        return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], meta["max_seq_length"]))
+    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from))
+    modeldir.check_vocab_matches(source, vocab_dir)
+    if source.config.max_position_embeddings < meta["max_seq_length"]:
+        raise BertwbError(f"model.init_from {source.path} has {source.config.max_position_embeddings} positions but "
+                          f"pairs.max_seq_length is {meta['max_seq_length']}; lower pairs.max_seq_length")
+    for name in ("hidden_dropout", "attention_dropout"):
+        if getattr(cfg.model, name) is not None:
+            setattr(source.config, name, getattr(cfg.model, name))
+    # a fine-tuned model gives its encoder: its task head is left out, the MLM and NSP heads start anew
+    model, report = modeldir.load_model(source, kind="pretraining", convert=True)
+    if announce:
+        notes = [f"{report.layout} layout"]
+        if report.converted_from:
+            notes.append(f"{source.description}: its head left out")
+        if report.initialised_heads:
+            notes.append(f"new {', '.join(report.initialised_heads)}")
+        ui.stage_line("pretrain", f"initialised from {source.path} ({'; '.join(notes)})")
+    return model
+
+
+def build_model_config(cfg: Config, vocab_size: int, max_seq_length: int) -> BertConfig:
+    """The preset named in ``model.preset`` with the sizes and dropouts the config overrides."""
+    m = cfg.model
+    overrides = {name: getattr(m, name) for name in ("num_layers", "hidden_size", "num_heads", "intermediate_size",
+                                                      "hidden_dropout", "attention_dropout")
+                 if getattr(m, name) is not None}
+    if m.hidden_size is not None and m.intermediate_size is None:
+        overrides["intermediate_size"] = 4 * m.hidden_size
+    return BertConfig.from_preset(m.preset, vocab_size, max_position_embeddings=max(512, max_seq_length),
+                                  **overrides)
+
+
+@torch.no_grad()
+def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray, batch_size: int,
+                   device: torch.device) -> dict[str, Any]:
+    """Sums over every pair in ``pairs``, then the rates: losses, accuracies, perplexity, MLM accuracy by
+    what the input held at the target (``kinds``: [MASK], a random token, the original kept)."""
+    model.eval()
+    order = np.argsort(pairs.lengths, kind="stable")  # similar lengths together: little padding
+    mlm_loss = nsp_loss = 0.0
+    mlm_correct = nsp_correct = 0
+    kind_total = np.zeros(max(KIND_NAMES) + 1, np.int64)
+    kind_correct = np.zeros_like(kind_total)
+    with ui.progress("evaluate", total=len(pairs), unit="pairs") as bar:
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
+            batch = collate(pairs, indices).to(device)
+            out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
+            mlm_logits, nsp_logits = out.mlm_logits.float(), out.nsp_logits.float()
+            mlm_loss += F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum").item()
+            nsp_loss += F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum").item()
+            hits = (mlm_logits.argmax(-1) == batch.mlm_labels).cpu().numpy()
+            mlm_correct += int(hits.sum())
+            nsp_correct += int((nsp_logits.argmax(-1) == batch.nsp_labels).sum())
+            # kinds in collate's order: each row's masked slice, rows in ``indices`` order
+            counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
+            batch_kinds = kinds[ranges(pairs.masked_offsets[indices], counts)]
+            kind_total += np.bincount(batch_kinds, minlength=len(kind_total))
+            kind_correct += np.bincount(batch_kinds, weights=hits, minlength=len(kind_total)).astype(np.int64)
+            bar.advance(len(indices))
+    n_masked, n_pairs = int(kind_total.sum()), len(pairs)
+    mean_mlm = mlm_loss / max(n_masked, 1)
+    by_kind = {name: {"positions": int(kind_total[k]),
+                      "mlm_acc": round(kind_correct[k] / kind_total[k], 6) if kind_total[k] else None}
+               for k, name in KIND_NAMES.items()}
+    return {
+        "mlm_acc": round(mlm_correct / max(n_masked, 1), 6),
+        "mlm_loss": round(mean_mlm, 6),
+        "perplexity": round(math.exp(min(mean_mlm, 700.0)), 4),
+        "nsp_acc": round(nsp_correct / max(n_pairs, 1), 6),
+        "nsp_loss": round(nsp_loss / max(n_pairs, 1), 6),
+        "pairs": n_pairs,
+        "masked_tokens": n_masked,
+        "tokens": int(pairs.lengths.sum()),
+        "by_kind": by_kind,
+    }
+
+
+def useful_flops_per_pair(config: BertConfig, length: int, n_masked: int) -> float:
+    """Training FLOPs (forward + backward = 3 × forward) of one pair of ``length`` tokens, no padding.
+
+    Forward: per token and layer 24·H² (Q, K, V, output projections 4·2H², feed-forward 2·2·H·I with
+    I = 4H) plus 4·T·H for the scores and the weighted sum; the MLM head at masked tokens only,
+    2·H² + 2·H·V each; the pooler and NSP head 2·H² + 4·H once. Embeddings, LayerNorm, GELU and
+    softmax are not counted (no matmul).
+    """
+    H, L, V, inner = config.hidden_size, config.num_layers, config.vocab_size, config.intermediate_size
+    per_token = L * (8 * H * H + 4 * H * inner + 4 * length * H)
+    forward = length * per_token + n_masked * (2 * H * H + 2 * H * V) + 2 * H * H + 4 * H
+    return 3.0 * forward

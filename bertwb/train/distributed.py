@@ -1,0 +1,141 @@
+"""One process or many: the process group of a training run, and how a training stage is launched.
+
+``torchrun --nproc-per-node N -m bertwb pretrain`` starts N copies of the command. Every rank joins
+one process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group carries what the hosts
+agree on (each step's normalising counts and stop request, the plan, RNG states, barriers), so no
+step waits for the GPU to drain its queue before the host can go on.
+
+`launch` runs a training stage under that rule: only rank 0 takes the workspace lock and runs the
+engine (freshness, manifest, commit), with a `Session` as the build's runtime; when the stage
+trains, it sends every rank the stage's `plan` (where the run and its data are) through the session,
+or ``None`` when the stage is fresh or fails early. The other ranks wait for that plan and train with
+it without touching the engine. The workspace must be on storage every rank can read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable
+
+import torch
+
+from bertwb.errors import BertwbError
+from bertwb.train.device import resolve_device
+
+
+class Dist:
+    """This process's place in the process group; every collective is a no-op when alone."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, device: str = "auto",
+                 setting: str = "--device"):
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.device = resolve_device(device, setting, local_rank)
+        self.control: Any = None  # the process group for host-side agreement; None: the default (gloo) group
+
+    @classmethod
+    def from_environment(cls, device: str, setting: str = "--device") -> Dist:
+        """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1:
+            return cls(device=device, setting=setting)
+        rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        dist = cls(rank, world_size, local_rank, device, setting)
+        if dist.device.type == "cuda":
+            torch.cuda.set_device(dist.device)
+        backend = "nccl" if dist.device.type == "cuda" else "gloo"
+        # DDP imports torch._dynamo. Imported after the process group exists, dynamo keeps references
+        # to it (torch 2.13), so destroy_process_group cannot free the group and its worker threads
+        # live on into interpreter shutdown, where one can abort the process after a good run.
+        # Imported first, dynamo keeps nothing and the group closes.
+        importlib.import_module("torch._dynamo")
+        torch.distributed.init_process_group(backend, rank=rank, world_size=world_size)
+        if backend != "gloo":
+            # What the hosts must agree on goes over gloo between the CPUs: through NCCL it would be a GPU
+            # tensor that the host must read back, which waits for all the GPU's queued work every step.
+            dist.control = torch.distributed.new_group(backend="gloo")
+        return dist
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum a tensor on this process's device over all ranks, in place."""
+        if self.enabled:
+            torch.distributed.all_reduce(tensor)
+        return tensor
+
+    def sum_on_host(self, values: list[float]) -> list[float]:
+        """Sum a few numbers over all ranks between the hosts, without touching the GPU."""
+        if not self.enabled:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64)
+        torch.distributed.all_reduce(tensor, group=self.control)
+        return tensor.tolist()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (the others pass anything, usually None)."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if not self.enabled:
+            return [obj]
+        boxes: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(boxes, obj, group=self.control)
+        return boxes
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch.distributed.barrier(group=self.control)
+
+    def close(self) -> None:
+        if self.enabled and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+class Session:
+    """The process group of one training command, and whether rank 0 has sent the plan yet."""
+
+    def __init__(self, dist: Dist):
+        self.dist, self.plan_sent = dist, False
+
+    @classmethod
+    def of(cls, runtime: Any, device: str, setting: str) -> Session:
+        """The session a stage was launched with, or a single process's when it runs inside `bertwb run`."""
+        if isinstance(runtime, Session):
+            return runtime
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise BertwbError("under torchrun only the training commands run (`bertwb pretrain`, "
+                              "`bertwb finetune`); build their data first with `bertwb run --until ...`")
+        return cls(Dist(device=device, setting=setting))
+
+    def send_plan(self, plan: Any) -> None:
+        if not self.plan_sent:
+            self.plan_sent = True
+            self.dist.broadcast(plan)
+
+
+def launch(run_stage: Callable[[Session], Any], follow: Callable[[Any, Dist], None], device: str,
+           setting: str) -> Any:
+    """Run a training stage on every rank: ``run_stage(session)`` (the engine) on rank 0, whose result is
+    returned; ``follow(plan, dist)`` (training only) on the others, once rank 0 sends the plan."""
+    dist = Dist.from_environment(device, setting)
+    try:
+        if dist.rank == 0:
+            session = Session(dist)
+            try:
+                return run_stage(session)
+            finally:
+                session.send_plan(None)  # release the other ranks if the stage was fresh or failed early
+        plan = dist.broadcast(None)
+        if plan is not None:
+            follow(plan, dist)
+        return None
+    finally:
+        dist.close()

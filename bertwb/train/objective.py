@@ -1,0 +1,61 @@
+"""What a training task hands the trainer: how to run the model on a batch, its loss, and its metrics.
+
+The trainer (:mod:`bertwb.train.trainer`) knows nothing about masked tokens, sentence pairs or tags;
+an `Objective` does. It names the statistics the trainer sums over micro-batches, processes and
+logging windows, and turns their totals into metrics:
+
+* ``sums`` — per micro-batch, on the device (summed losses, correct predictions), so that a step
+  never waits for the device to report them;
+* ``counts`` — per micro-batch, known on the host (masked tokens, examples). Before each step the
+  trainer adds them up over every micro-batch of every process, and `loss` divides by those global
+  totals, so the gradient is that of the global batch whatever the number of processes or
+  accumulation steps (DDP's averaging over ranks is undone by the trainer).
+
+An objective also says how to show its metrics and, optionally, how to evaluate: the default sums
+the same statistics over the validation batches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from bertwb.train.trainer import Trainer
+
+
+class Objective:
+    """Base class of the pretraining and fine-tuning objectives (see the module docstring)."""
+
+    sums: tuple[str, ...] = ()
+    counts: tuple[str, ...] = ()
+    main_metric: str | None = None  # the validation metric that picks the best checkpoint, without "valid_"
+    higher_is_better: bool = True
+    fast: bool = False  # set by the trainer when the model runs bertwb.fast's pieces
+
+    def count(self, batch: Any) -> list[float]:
+        """The host-side ``counts`` of one micro-batch."""
+        raise NotImplementedError
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> Any:
+        """The model's output on one micro-batch (run under the precision's autocast)."""
+        raise NotImplementedError
+
+    def loss(self, out: Any, batch: Any, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The micro-batch's share of the step's loss, normalised by the step's global ``totals`` of
+        ``counts``, and its ``sums`` as one float64 tensor on the device."""
+        raise NotImplementedError
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        """Metrics (mean losses, accuracies) from summed statistics."""
+        raise NotImplementedError
+
+    def progress(self, metrics: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """Pieces of a progress line: what training shows, and what a validation pass added."""
+        return [f"loss {metrics['loss']:.4f}"], ([f"valid loss {metrics['valid_loss']:.4f}"]
+                                                  if "valid_loss" in metrics else [])
+
+    def evaluate(self, trainer: Trainer) -> dict[str, float]:
+        """Validation metrics, ``valid_``-prefixed: by default the rates of the summed statistics."""
+        return {f"valid_{name}": value for name, value in self.rates(trainer.validation_totals()).items()}

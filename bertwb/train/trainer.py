@@ -1,0 +1,369 @@
+"""The one trainer of every training stage: the step loop and everything around it, for any objective.
+
+**A step.** Each process collates its micro-batches of the global batch, the processes agree on the
+step's normalising counts and on whether anyone asked to stop (one small collective between the
+hosts), then every micro-batch runs forward under the precision's autocast and backward; gradients
+of all but the last micro-batch stay local (``no_sync``). The global gradient norm is clipped, the
+learning rate set from the schedule (linear warm-up, linear decay) and the optimizer steps. What the
+loss means is the objective's (:mod:`bertwb.train.objective`); the trainer only sums its statistics.
+
+**Around it.** A metric window summed over ``log_every`` steps and reduced over processes becomes a
+line of ``metrics.jsonl`` and of the progress view (rank 0). Validation runs every ``eval_every``
+steps (0: at the end of every epoch) and at the end; with ``keep_best`` the weights of the best
+validation so far are kept in ``<run>/best/``, and with ``patience`` training stops after that many
+validations without improvement. Checkpoints (:mod:`bertwb.train.checkpoint`) are written every
+``checkpoint_every`` steps, at the end, and on Ctrl-C/SIGTERM, which then raises KeyboardInterrupt.
+
+**Resume.** `fit` starts from the newest readable checkpoint of the run directory at or below the
+requested step, restoring model, optimizer, schedule, metric window, best-so-far and every rank's RNG
+states, and never re-reads data it has seen: the data position is the step number. With the same
+settings a resumed run ends with bit-identical parameters on CPU. Asking for more steps after a
+finished run continues it; the linear decay is re-planned over the new total.
+
+**Devices.** On CPU the model runs `bertwb.fast`'s pieces unless ``cpu_fast_paths`` is off, and glibc
+keeps freed memory for the next step (:mod:`bertwb.memory`); on CUDA matmuls may use TF32 and
+batches go over from pinned memory. ``precision`` picks fp32 or bf16 autocast (bf16 by default on
+CUDA), ``compile`` wraps the model in ``torch.compile``, and under torchrun in DDP.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import safetensors.torch
+import torch
+
+from bertwb import fast, ui
+from bertwb.config import TrainingConfig
+from bertwb.data.batching import Batches
+from bertwb.memory import keep_freed_memory
+from bertwb.train import checkpoint
+from bertwb.train.device import autocast
+from bertwb.train.distributed import Dist
+from bertwb.train.objective import Objective
+from bertwb.train.optim import build_optimizer, schedule_for
+from bertwb.train.runs import checkpoint_path
+from bertwb.workspace import building, write_text_atomic
+
+METRICS_FILE = "metrics.jsonl"
+BEST_DIR = "best"
+
+
+class Trainer:
+    """Trains ``model`` on ``data`` for ``objective`` (see the module docstring).
+
+    ``settings`` is the stage's training section; ``name`` labels the progress view; ``state`` is what
+    every checkpoint's state.json carries besides the step (the config, a classifier's labels).
+    Without a ``run_dir`` nothing is written (benchmarks, tests of single steps).
+    """
+
+    def __init__(self, settings: TrainingConfig, objective: Objective, model: torch.nn.Module, data: Batches, *,
+                 valid: Batches | None = None, dist: Dist | None = None, run_dir: Path | None = None,
+                 total_steps: int | None = None, name: str = "train", state: dict[str, Any] | None = None,
+                 keep_best: bool = False, patience: int = 0):
+        self.p, self.objective, self.data, self.valid = settings, objective, data, valid
+        self.dist = dist or Dist(device=settings.device)
+        self.device = self.dist.device
+        self.run_dir, self.name, self.state = run_dir, name, state or {}
+        self.total_steps = total_steps or settings.steps or settings.epochs * data.steps_per_epoch
+        self.keep_best, self.patience = keep_best, patience
+        self.model = model.to(self.device)
+        if self.device.type == "cpu" and settings.cpu_fast_paths:
+            fast.install(self.model)  # the one place the fast CPU pieces are chosen
+            objective.fast = True
+        self.optimizer = build_optimizer(settings, self.model)
+        self.schedule = schedule_for(settings, self.total_steps)
+        self.stats = (*objective.sums, *objective.counts, "n_tokens")
+        self.window = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
+        self.best: dict[str, Any] = {}  # {"value", "step"} of the best validation so far
+        self.stale_evaluations = 0  # validations since the best one
+        self.stopped_early_at: int | None = None
+        self.last: dict[str, Any] = {}
+        self.lr = 0.0
+        torch.manual_seed(settings.seed + self.dist.rank)  # dropout differs per rank; the model's init does not
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        else:
+            keep_freed_memory()
+        self.step_model: Any = self.model
+        if self.dist.enabled:
+            self.step_model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if settings.compile:
+            self.step_model = torch.compile(self.step_model, dynamic=True)
+
+    # --- the run ------------------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        """Train from the newest checkpoint (or from scratch) to ``total_steps``; return the last metrics."""
+        self.start_step = self._resume()
+        with _stop_on_signals() as stopper, self._view() as view:
+            self.model.train()
+            self.clock = self.started = time.perf_counter()
+            for step in range(self.start_step, self.total_steps):
+                micro, totals, stop = self._prepare(step, stopper.requested)
+                if stop:
+                    self.checkpoint(step)
+                    view.note(f"interrupted: checkpoint at step {step:,} written; the same command resumes from it")
+                    raise KeyboardInterrupt
+                self._step(step, micro, totals)
+                if self._after_step(step + 1, view):
+                    break
+        if not self.last or self.last.get("step") != self.done:  # nothing left to train: final metrics
+            self.last = {"step": self.done, **(self.evaluate() if self.valid is not None else {})}
+            if self.run_dir is not None and not checkpoint_path(self.run_dir, self.done).exists():
+                self.checkpoint(self.done)
+        return self.last
+
+    @property
+    def done(self) -> int:
+        """The step training ends at: the requested total, or where early stopping ended it."""
+        return self.stopped_early_at or self.total_steps
+
+    def train_step(self, step: int) -> None:
+        """One optimizer step on the global batch of ``step`` (no logging, checkpoints or signals)."""
+        micro, totals, _ = self._prepare(step, False)
+        self._step(step, micro, totals)
+
+    def _prepare(self, step: int, stop_requested: bool) -> tuple[list[Any], list[float], bool]:
+        """This rank's micro-batches of ``step``, the step's global counts, and whether any rank must stop."""
+        epoch, batch_in_epoch = divmod(step, self.data.steps_per_epoch)
+        micro = self.data.micro_batches(epoch, batch_in_epoch)
+        local = [sum(column) for column in zip(*(self.objective.count(b) for b in micro), strict=True)] \
+            if micro else [0.0] * len(self.objective.counts)
+        *totals, stops = self.dist.sum_on_host([*local, float(stop_requested)])
+        return micro, totals, stops > 0
+
+    def _step(self, step: int, micro: list[Any], totals: list[float]) -> None:
+        """Forward and backward every micro-batch of this rank, then one optimizer step."""
+        world = self.dist.world_size
+        for k, batch in enumerate(micro):
+            batch = batch.to(self.device, non_blocking=True)
+            last = k == len(micro) - 1
+            sync = nullcontext() if last or not self.dist.enabled else self.step_model.no_sync()
+            with sync:
+                with autocast(self.p.precision, self.device):
+                    out = self.objective.forward(self.step_model, batch)
+                loss, sums = self.objective.loss(out, batch, totals)
+                self._accumulate(self.window, sums, batch)
+                del out  # a fast loss overwrites its inputs with their gradient in backward
+                # DDP averages gradients over ranks, hence × world: the sum is the global batch's loss
+                (loss * world).backward()
+        if self.p.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.p.max_grad_norm)
+        lr = self.schedule.lr(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.lr = lr
+
+    def _accumulate(self, window: torch.Tensor, sums: torch.Tensor, batch: Any) -> None:
+        """Add one micro-batch's statistics to ``window``, on the device, without waiting for it.
+
+        The counts are known on the host; ``torch.tensor(..., device="cuda")`` would copy them with a
+        stream synchronisation, making the host wait for the GPU every step, so they go over as one
+        non-blocking copy instead.
+        """
+        with torch.no_grad():
+            n_sums = len(self.objective.sums)
+            window[:n_sums] += sums
+            counts = torch.tensor([*self.objective.count(batch), batch.n_tokens], dtype=torch.float64)
+            window[n_sums:] += counts.to(window.device, non_blocking=True)
+
+    def _after_step(self, done: int, view: Any) -> bool:
+        """Validation, logging and checkpoints after step ``done``; True when training should stop early."""
+        at_end = done == self.total_steps
+        per_epoch = self.data.steps_per_epoch
+        evaluate = self.valid is not None and (
+            at_end or (done % self.p.eval_every == 0 if self.p.eval_every else done % per_epoch == 0))
+        valid_metrics = self.evaluate() if evaluate else {}
+        stop = bool(valid_metrics) and self._track_best(done, valid_metrics)
+        if evaluate or at_end or stop or done % self.p.log_every == 0:
+            self._log(done, view, valid_metrics)
+        if stop:
+            self.stopped_early_at = done
+            view.note(f"stopping early at step {done:,}: no better {self.objective.main_metric} in "
+                      f"{self.patience} validations (best at step {self.best['step']:,})")
+        if self.run_dir is not None and (at_end or stop or done % self.p.checkpoint_every == 0):
+            self.checkpoint(done)
+        return stop
+
+    # --- metrics and validation ---------------------------------------------------------------------
+
+    def window_totals(self, window: torch.Tensor | None = None) -> dict[str, float]:
+        """The summed statistics of ``window`` (default: the open logging window) over every rank."""
+        totals = self.dist.all_reduce((self.window if window is None else window).clone()).tolist()
+        return dict(zip(self.stats, totals, strict=True))
+
+    def _log(self, done: int, view: Any, valid_metrics: dict[str, float]) -> None:
+        """Reduce the window over ranks; rank 0 appends a metrics.jsonl line and updates the view."""
+        totals = self.window_totals()
+        self.window.zero_()
+        now = time.perf_counter()
+        seconds = max(now - self.clock, 1e-9)
+        per_step = (now - self.started) / max(done - self.start_step, 1)
+        metrics = {"step": done, **self.objective.rates(totals), "lr": self.lr,
+                   "tokens_per_s": round(totals["n_tokens"] / seconds, 1),
+                   "eta_s": round(per_step * (self.total_steps - done), 1),
+                   "epoch": round(done / self.data.steps_per_epoch, 4), **valid_metrics}
+        self.clock = now
+        self.last = metrics
+        if self.dist.rank == 0 and self.run_dir is not None:
+            with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(metrics) + "\n")
+        view.update(done, metrics)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """The objective's validation metrics (``valid_``-prefixed), on every rank; the model stays in train mode."""
+        self.model.eval()
+        try:
+            return self.objective.evaluate(self)
+        finally:
+            self.model.train()
+
+    @torch.no_grad()
+    def validation_totals(self) -> dict[str, float]:
+        """The objective's statistics summed over (the first ``eval_batches`` batches of) the valid split."""
+        sums = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
+        n_batches = self.valid.steps_per_epoch
+        if self.p.eval_batches:
+            n_batches = min(n_batches, self.p.eval_batches)
+        for index in range(n_batches):
+            micro = self.valid.micro_batches(0, index)
+            totals = [sum(column) for column in zip(*(self.objective.count(b) for b in micro), strict=True)]
+            for batch in micro:
+                batch = batch.to(self.device, non_blocking=True)
+                with autocast(self.p.precision, self.device):
+                    out = self.objective.forward(self.model, batch)
+                self._accumulate(sums, self.objective.loss(out, batch, totals)[1], batch)
+        return self.window_totals(sums)
+
+    def _track_best(self, done: int, valid_metrics: dict[str, float]) -> bool:
+        """Keep the best validation's weights (``keep_best``); True when ``patience`` has run out."""
+        name = self.objective.main_metric
+        if not (self.keep_best or self.patience) or name is None:
+            return False
+        value = valid_metrics[f"valid_{name}"]
+        better = not self.best or (value > self.best["value"] if self.objective.higher_is_better
+                                   else value < self.best["value"])
+        if better:
+            self.best, self.stale_evaluations = {"value": value, "step": done}, 0
+            if self.keep_best and self.run_dir is not None and self.dist.rank == 0:
+                self._save_best()
+        else:
+            self.stale_evaluations += 1
+        return bool(self.patience) and self.stale_evaluations >= self.patience
+
+    def _save_best(self) -> None:
+        with building(self.run_dir / BEST_DIR) as tmp:
+            safetensors.torch.save_model(self.model, str(tmp / "model.safetensors"))
+            (tmp / "best.json").write_text(json.dumps({**self.best, "metric": self.objective.main_metric}) + "\n")
+
+    # --- checkpoints ----------------------------------------------------------------------------------
+
+    def checkpoint(self, step: int) -> Path:
+        """Write checkpoint ``step`` of the run (collective: every rank calls it)."""
+        steps_per_epoch = self.data.steps_per_epoch
+        epoch, batch_in_epoch = divmod(step, steps_per_epoch)
+        window = self.dist.all_reduce(self.window.clone()).cpu()  # the open window, as the next log sees it
+        trainer = {"optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(), "window": window,
+                   "best": dict(self.best), "stale_evaluations": self.stale_evaluations,
+                   "stopped_early_at": self.stopped_early_at}
+        model_config = getattr(self.model, "config", None)
+        state = {"epoch": epoch, "batch_in_epoch": batch_in_epoch, "steps_per_epoch": steps_per_epoch,
+                 "model": asdict(model_config) if is_dataclass(model_config) else None, **self.state}
+        return checkpoint.save(self.run_dir, step, self.model, self.dist, self.p.keep_checkpoints, trainer, state)
+
+    def _resume(self) -> int:
+        """Restore the newest checkpoint at or below ``total_steps``; the step to start from."""
+        if self.run_dir is None:
+            return 0
+        resumed = checkpoint.resume(self.run_dir, self.total_steps, self.dist, self._restore)
+        start = resumed["step"] if resumed else 0
+        if self.dist.rank == 0:
+            _trim_metrics(self.run_dir / METRICS_FILE, start)
+            if not resumed:
+                shutil.rmtree(self.run_dir / BEST_DIR, ignore_errors=True)
+            else:
+                ui.stage_line(self.name, f"resuming from {resumed['path']} (step {start:,} of {self.total_steps:,})")
+        self.resumed_from = resumed
+        return start
+
+    def _restore(self, path: Path) -> dict[str, Any]:
+        trainer, state = checkpoint.load(path, self.model, self.dist)
+        self.optimizer.load_state_dict(trainer["optimizer"])
+        self.window.copy_(trainer["window"].to(self.device) if self.dist.rank == 0 else torch.zeros_like(self.window))
+        self.best = dict(trainer.get("best") or {})
+        self.stale_evaluations = trainer.get("stale_evaluations", 0)
+        stopped = trainer.get("stopped_early_at")
+        self.stopped_early_at = stopped if stopped is not None and stopped <= self.total_steps else None
+        return state
+
+    @contextmanager
+    def _view(self) -> Iterator[Any]:
+        """The live training view on rank 0; silence on the others."""
+        if self.dist.rank != 0:
+            yield _Silent()
+            return
+        with ui.training(self.name, self.total_steps, self.start_step, self.objective.progress) as view:
+            yield view
+
+
+class _Silent:
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """Drop metric lines past ``step``: a resumed run logs them again."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step]
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+# --- signals -------------------------------------------------------------------------------------------
+
+class _Stopper:
+    """Set by the first SIGINT/SIGTERM; a second SIGINT aborts at once (the last checkpoint stays)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.first: int | None = None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT and self.first == signal.SIGINT:
+            raise KeyboardInterrupt
+        # torchrun answers a terminal's Ctrl-C with SIGTERM to its workers: one stop request, not two
+        self.requested, self.first = True, self.first or signum
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[_Stopper]:
+    """Turn Ctrl-C and SIGTERM into a stop request for the duration of training (main thread only)."""
+    stopper = _Stopper()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopper
+        return
+    previous = {sig: signal.signal(sig, stopper.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopper
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
