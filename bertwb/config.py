@@ -172,6 +172,63 @@ class PretrainConfig(TrainingConfig):
 
 
 @dataclass
+class FinetuneTraining(TrainingConfig):
+    """What the finetune section and every task share: training at BERT's fine-tuning defaults, where a
+    task starts from, and how long its inputs may be."""
+
+    steps: int = _redefault(TrainingConfig, "steps", 0)
+    epochs: int = _redefault(TrainingConfig, "epochs", 3)
+    lr: float = _redefault(TrainingConfig, "lr", 5e-5)
+    warmup_steps: int = _redefault(TrainingConfig, "warmup_steps", 0)
+    warmup_fraction: float = _redefault(TrainingConfig, "warmup_fraction", 0.1)
+    eval_every: int = _redefault(TrainingConfig, "eval_every", 0)
+    eval_batches: int = _redefault(TrainingConfig, "eval_batches", 0)
+    checkpoint_every: int = _redefault(TrainingConfig, "checkpoint_every", 500)
+    init_from: str = _field("pretrain", "pretrain (this workspace's pre-trained model) or a model directory: "
+                            "a checkpoint, an export, an import-hf result or a Hugging Face BERT folder.")
+    max_seq_length: int = _field(128, "Longest input in tokens, [CLS] and [SEP] included.", min=8, max=32767)
+    keep_best: bool = _field(True, "Keep the weights of the best dev evaluation (the task's main metric), "
+                             "not the last.", cache=False)
+    patience: int = _field(0, "Stop after this many dev evaluations without a better main metric; 0 = never.",
+                           min=0, cache=False)
+
+
+@dataclass
+class FinetuneTaskConfig(FinetuneTraining):
+    """One fine-tuning task: its data and, where it differs from the finetune section, its training."""
+
+    type: Literal["classify", "tag", "qa"] | None = _field(
+        None, "classify (a text or a text pair -> a label, or a number with regression), tag (CoNLL tokens -> "
+        "BIO tags) or qa (SQuAD v1.1/v2.0 answer spans).")
+    train: str | None = _field(None, "Training file: CSV, TSV, JSONL or Parquet (classify), CoNLL (tag), "
+                               "SQuAD JSON (qa).")
+    dev: str | None = _field(None, "Dev file in the same format: evaluated every epoch (or eval_every steps).")
+    test: str | None = _field(None, "Optional test file, evaluated once with the final model.")
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "conll", "squad"] = _field(
+        "auto", "File format; auto picks by extension (.csv .tsv .jsonl .parquet .conll .json).")
+    text_column: str = _field("text", "classify: the column (or JSONL key) holding the text.")
+    text_pair_column: str | None = _field(None, "classify: the column of the second text of a pair, if any.")
+    label_column: str = _field("label", "classify: the column of the label (a number with regression).")
+    regression: bool = _field(False, "classify: predict a number (mean squared error; Pearson and Spearman).")
+    token_column: int = _field(0, "tag: the CoNLL column of the token (0 = first).", min=-64, max=64)
+    tag_column: int = _field(-1, "tag: the CoNLL column of the tag (-1 = last).", min=-64, max=64)
+    doc_stride: int = _field(128, "qa: tokens between the starts of two windows over a long context.", min=1)
+    max_query_length: int = _field(64, "qa: longest question in tokens; longer ones are cut.", min=1)
+    max_answer_length: int = _field(30, "qa: longest answer span in tokens.", min=1)
+    n_best: int = _field(20, "qa: start and end candidates searched per window.", min=1, max=1000)
+    null_threshold: float = _field(0.0, "qa (SQuAD v2.0): answer only when the best span beats no-answer by this.",
+                                   min=-1000.0, max=1000.0)
+
+
+@dataclass
+class FinetuneConfig(FinetuneTraining):
+    """finetune: the settings every task shares, and the tasks."""
+
+    tasks: dict[str, FinetuneTaskConfig] = _field(
+        {}, "Named tasks; each starts from this section's settings and overrides what it needs.", inherit=True)
+
+
+@dataclass
 class EvaluateConfig:
     checkpoint: str = _field("latest", "latest (newest checkpoint of the current run), a step number, or a model "
                              "directory (checkpoint, export, Hugging Face folder).")
@@ -187,6 +244,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "pretrain": PretrainConfig,
     "evaluate": EvaluateConfig,
+    "finetune": FinetuneConfig,
 }
 
 
@@ -201,6 +259,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
 

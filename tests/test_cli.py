@@ -39,6 +39,21 @@ def test_python_dash_m_and_version():
     assert result.returncode == 0 and "bertwb" in result.stdout
 
 
+def test_config_options_go_before_the_command_as_well_as_after_it(project: Project):
+    """``bertwb --config F --set K=V run`` as ``bertwb run --config F --set K=V``; the command's own win."""
+    before = CliRunner().invoke(cli, ["--config", str(project.config), "--set", "vocab.vocab_size=320",
+                                      "run", "--until", "vocab"])
+    assert before.exit_code == 0, before.output
+    manifest = json.loads((project.workspace / "manifests" / "vocab.json").read_text())
+    assert manifest["params"]["vocab"]["vocab_size"] == 320
+    mixed = CliRunner().invoke(cli, ["--config", str(project.config), "--set", "vocab.vocab_size=320",
+                                     "vocab", "--set", "vocab.vocab_size=384"])
+    assert "vocab: running (stale: vocab.vocab_size 320 → 384)" in mixed.output
+    elsewhere = CliRunner().invoke(cli, ["--workdir", str(project.root / "other"), "--config", str(project.config),
+                                         "status", "--json"])
+    assert {row["state"] for row in json.loads(elsewhere.stdout)} == {"missing"}
+
+
 def test_run_builds_tables_files_and_manifests(project: Project):
     result = project.run("run", "--until", "vocab")
     assert "ingest: running (missing: never run)" in result.output

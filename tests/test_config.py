@@ -1,11 +1,14 @@
-"""The default bertwb.yaml: valid, and every key of every section present with a comment."""
+"""The configuration: the default bertwb.yaml documents every key; sections nest; bad values name their key."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 
+import pytest
+
 from bertwb.config import SECTIONS, load_config
+from bertwb.errors import BertwbError
 from conftest import REPO
 
 
@@ -33,3 +36,54 @@ def test_overrides_accept_yaml_values_and_floats_in_strings(tmp_path):
 def test_workdir_overrides_workspace_dir(tmp_path):
     cfg = load_config(REPO / "bertwb.yaml", [], str(tmp_path / "w"))
     assert cfg.resolve(cfg.workspace.dir) == tmp_path / "w"
+
+
+NESTED = """
+finetune:
+  lr: 3.0e-5
+  epochs: 2
+  tasks:
+    sst:
+      type: classify
+      train: sst.csv
+      lr: 1.0e-4
+    ner:
+      type: tag
+      train: ner.conll
+"""
+
+
+def test_named_sub_sections_start_from_their_section_and_override_it(tmp_path):
+    (tmp_path / "bertwb.yaml").write_text(NESTED)
+    cfg = load_config(tmp_path / "bertwb.yaml", ["finetune.tasks.ner.epochs=5", "finetune.tasks.qa.type=qa"])
+    sst, ner, qa = (cfg.finetune.tasks[name] for name in ("sst", "ner", "qa"))
+    assert (sst.lr, sst.epochs) == (1e-4, 2)  # its own lr, the section's epochs
+    assert (ner.lr, ner.epochs) == (3e-5, 5)  # the section's lr, its --set epochs
+    assert (qa.type, qa.lr, qa.epochs, qa.warmup_fraction) == ("qa", 3e-5, 2, 0.1)  # a task made by --set alone
+    assert cfg.section("finetune.tasks.sst") is sst
+    params = cfg.cache_params("finetune.tasks.sst")
+    assert params["lr"] == 1e-4 and params["train"] == "sst.csv" and "device" not in params  # device: not in keys
+    assert "tasks" not in cfg.cache_params("finetune")  # each task is keyed on its own
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    (NESTED.replace("      lr: 1.0e-4", "      lrr: 1.0e-4"), [],
+     "bertwb.yaml line 9: unknown key 'finetune.tasks.sst.lrr'; did you mean 'lr'?"),
+    (NESTED, ["finetune.tasks.sst.trian=x.csv"], "--set finetune.tasks.sst.trian: unknown key "
+     "'finetune.tasks.sst.trian'; did you mean 'train'?"),
+    (NESTED, ["finetune.tasks.sst.type=clasify"], "--set finetune.tasks.sst.type: finetune.tasks.sst.type must be "
+     "one of classify, tag, qa, got 'clasify'"),
+    (NESTED.replace("    ner:", "    sst:"), [], "bertwb.yaml line 10: key 'sst' is given twice (first at line 6); "
+     "keep one of them"),
+    (NESTED, ["fintune.lr=1"], "--set fintune: unknown section 'fintune'; did you mean 'finetune'?"),
+    (NESTED, ["pretrain.lr=.nan"], "--set pretrain.lr: pretrain.lr must be a finite number, got nan"),
+    (NESTED, ["pairs.masked_lm_prob=.inf"], "--set pairs.masked_lm_prob: pairs.masked_lm_prob must be a finite "
+     "number, got inf"),
+    (NESTED.replace("  epochs: 2", "  epochs: 2\n  epochs: 4"), [], "bertwb.yaml line 5: key 'epochs' is given "
+     "twice (first at line 4); keep one of them"),
+])
+def test_bad_values_name_their_key_and_line_at_every_depth(tmp_path, text, overrides, message):
+    (tmp_path / "bertwb.yaml").write_text(text)
+    with pytest.raises(BertwbError) as caught:
+        load_config(tmp_path / "bertwb.yaml", overrides)
+    assert str(caught.value).removeprefix(str(tmp_path) + "/") == message
