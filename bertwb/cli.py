@@ -144,6 +144,51 @@ def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str |
         evaluate_stage.report(metrics)
 
 
+@cli.command()
+@_config_options
+@click.argument("task", required=False)
+@click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides finetune.device).")
+def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
+             device: str | None) -> None:
+    """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
+    from bertwb.stages import finetune as finetune_stage
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    if device is not None:
+        cfg.finetune.device = device
+        for settings in cfg.finetune.tasks.values():
+            settings.device = device
+    finetune_stage.command(cfg, ws, task, force=force)
+
+
+@cli.command()
+@_config_options
+@click.argument("task")
+@click.argument("input_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the predictions here (default: stdout).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@_checkpoint_option
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=64, show_default=True)
+def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str,
+            input_file: str | None, output: str | None, fmt: str, checkpoint: str | None, device: str,
+            batch_size: int) -> None:
+    """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
+    from bertwb.tasks.finetuning import predict as predict_rows
+    from bertwb.tasks.finetuning import rows_text
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    lines = None if input_file else _texts((), None)
+    rows = predict_rows(cfg, ws, task, checkpoint, device, batch_size, Path(input_file) if input_file else None, lines)
+    text = rows_text(rows, fmt)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        ui.info(f"wrote {len(rows):,} predictions to {output}")
+    else:
+        click.echo(text, nl=False)
+
+
 def _texts(texts: tuple[str, ...], text_file: str | None) -> list[str]:
     """Arguments, else the lines of --file, else the lines of stdin (blank lines skipped)."""
     if texts:

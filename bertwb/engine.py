@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -173,7 +174,7 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
         with building(ws.stage_dir(name), keep=stage.has_files) as out_dir:
             build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime)
             summary = stage.run(cfg, build)
-            _commit_tables(con, stage)
+            _commit_tables(con, stage, summary)
     except BaseException:
         _drop_tables(con, new_tables)
         raise
@@ -201,15 +202,15 @@ def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
         con.execute(f'drop table if exists "{table}"')
 
 
-def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage) -> None:
-    """Swap every ``t__new`` in for ``t`` and (re)create the stage's views, in one transaction."""
-    if not stage.tables and not stage.views:
-        return
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, summary: dict[str, Any]) -> None:
+    """Swap every ``t__new`` in for ``t``, record the summary's numbers in ``stage_metrics`` and (re)create
+    the stage's views, in one transaction."""
     con.execute("begin transaction")
     try:
         for table in stage.tables:
             con.execute(f'drop table if exists "{table}"')
             con.execute(f'alter table "{table}__new" rename to "{table}"')
+        _record_metrics(con, stage.name, summary)
         for view in stage.views:
             con.execute(view)
         con.execute("commit")
@@ -217,6 +218,32 @@ def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage) -> None:
         con.execute("rollback")
         raise
     con.execute("checkpoint")
+
+
+def _record_metrics(con: duckdb.DuckDBPyConnection, stage: str, summary: dict[str, Any]) -> None:
+    """The stage's summary as rows of ``stage_metrics(stage, name, value, text, finished_at)``, replacing its
+    previous ones: numbers in ``value``, words in ``text``, nested names joined by dots, lists left out."""
+    con.execute("create table if not exists stage_metrics (stage VARCHAR, name VARCHAR, value DOUBLE, text VARCHAR, "
+                "finished_at TIMESTAMP)")
+    con.execute("delete from stage_metrics where stage = ?", [stage])
+    rows = [(stage, name, value if not isinstance(value, str) else None, value if isinstance(value, str) else None)
+            for name, value in _flatten(summary)]
+    if rows:
+        con.executemany("insert into stage_metrics values (?, ?, ?, ?, now())", rows)
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, float | str]]:
+    rows: list[tuple[str, float | str]] = []
+    for name, value in values.items():
+        if isinstance(value, dict):
+            rows.extend(_flatten(value, f"{prefix}{name}."))
+        elif isinstance(value, bool):
+            rows.append((prefix + name, str(value).lower()))
+        elif isinstance(value, (int, float)) and math.isfinite(value):
+            rows.append((prefix + name, float(value)))
+        elif isinstance(value, str):
+            rows.append((prefix + name, value))
+    return rows
 
 
 def _outputs(stage: Stage, ws: Workspace, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

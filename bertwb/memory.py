@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 # Commands that train in this process: they get the heap settings below.
-TRAINING_COMMANDS = ("pretrain", "run")
+TRAINING_COMMANDS = ("pretrain", "finetune", "run")
 TCACHE_OFF = "glibc.malloc.tcache_count=0"
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameter numbers (malloc.h)
 

@@ -12,6 +12,7 @@ task in ``finetune.tasks``, each instance keyed, cached and shown on its own as 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -48,10 +49,17 @@ class Stage:
     instance: str | None = None  # this instance's name (None: not an instance)
 
     def of(self, instance: str) -> Stage:
-        """The instance ``instance`` of this template: its own name, directory and config section."""
+        """The instance ``instance`` of this template: its own name, directory and config section.
+
+        A template's freshness hooks take the instance's name as the keyword ``instance``; here it is bound.
+        """
+        def bind(hook: Callable | None) -> Callable | None:
+            return None if hook is None else functools.partial(hook, instance=instance)
+
         return dataclasses.replace(
             self, name=f"{self.name}/{instance}", instance=instance, instances=None,
-            sections=tuple(section.format(instance=instance) for section in self.sections))
+            sections=tuple(section.format(instance=instance) for section in self.sections),
+            fingerprint=bind(self.fingerprint), behind=bind(self.behind))
 
     @property
     def template(self) -> str:

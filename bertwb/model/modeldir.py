@@ -316,13 +316,18 @@ def _other_model_error(model_dir: ModelDir, kind: str, label_names: list[str] | 
             "fine-tune one from it")
 
 
-def load_tokenizer(model_dir: ModelDir, ws: Workspace | None) -> Tokenizer:
-    """The directory's own tokenizer, else the workspace's vocab stage; it must have the model's size."""
-    folder = model_dir.tokenizer_dir
-    if folder is None:
-        if ws is None:
-            raise BertwbError(f"{model_dir.path}: no tokenizer.json or vocab.txt beside the model")
-        folder = engine.stage_path(ws, "vocab")
+def tokenizer_folder(model_dir: ModelDir, ws: Workspace | None = None) -> Path:
+    """Where a model directory's tokenizer is: its own folder, else the workspace's vocab stage."""
+    if model_dir.tokenizer_dir is not None:
+        return model_dir.tokenizer_dir
+    if ws is None:
+        raise BertwbError(f"{model_dir.path}: no tokenizer.json or vocab.txt beside the model")
+    return engine.stage_path(ws, "vocab")
+
+
+def load_tokenizer(model_dir: ModelDir, ws: Workspace | None = None, folder: Path | None = None) -> Tokenizer:
+    """The model's tokenizer (from ``folder``, else `tokenizer_folder`); it must have the model's size."""
+    folder = folder or tokenizer_folder(model_dir, ws)
     tokenizer = load_tokenizer_file(folder)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != model_dir.config.vocab_size:

@@ -5,11 +5,12 @@ one process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group carr
 agree on (each step's normalising counts and stop request, the plan, RNG states, barriers), so no
 step waits for the GPU to drain its queue before the host can go on.
 
-`launch` runs a training stage under that rule: only rank 0 takes the workspace lock and runs the
-engine (freshness, manifest, commit), with a `Session` as the build's runtime; when the stage
-trains, it sends every rank the stage's `plan` (where the run and its data are) through the session,
-or ``None`` when the stage is fresh or fails early. The other ranks wait for that plan and train with
-it without touching the engine. The workspace must be on storage every rank can read.
+`launch` runs training stages under that rule: only rank 0 takes the workspace lock and runs the
+engine (freshness, manifest, commit), with a `Session` as the builds' runtime; each stage that
+trains sends every rank its `plan` (where the run and its data are) through the session, and when
+the engine is done (or fails) rank 0 sends ``None``. The other ranks train with each plan they
+receive, without touching the engine, until the ``None``. The workspace must be on storage every
+rank can read.
 """
 
 from __future__ import annotations
@@ -100,10 +101,10 @@ class Dist:
 
 
 class Session:
-    """The process group of one training command, and whether rank 0 has sent the plan yet."""
+    """The process group of one training command, through which rank 0 sends each stage's plan."""
 
     def __init__(self, dist: Dist):
-        self.dist, self.plan_sent = dist, False
+        self.dist = dist
 
     @classmethod
     def of(cls, runtime: Any, device: str, setting: str) -> Session:
@@ -116,25 +117,22 @@ class Session:
         return cls(Dist(device=device, setting=setting))
 
     def send_plan(self, plan: Any) -> None:
-        if not self.plan_sent:
-            self.plan_sent = True
-            self.dist.broadcast(plan)
+        """Every rank trains with ``plan`` (rank 0 calls this when a stage starts training)."""
+        self.dist.broadcast(plan)
 
 
-def launch(run_stage: Callable[[Session], Any], follow: Callable[[Any, Dist], None], device: str,
+def launch(run_stages: Callable[[Session], Any], follow: Callable[[Any, Dist], None], device: str,
            setting: str) -> Any:
-    """Run a training stage on every rank: ``run_stage(session)`` (the engine) on rank 0, whose result is
-    returned; ``follow(plan, dist)`` (training only) on the others, once rank 0 sends the plan."""
+    """Run training stages on every rank: ``run_stages(session)`` (the engine) on rank 0, whose result is
+    returned; ``follow(plan, dist)`` (training only) on the others, for every plan rank 0 sends."""
     dist = Dist.from_environment(device, setting)
     try:
         if dist.rank == 0:
-            session = Session(dist)
             try:
-                return run_stage(session)
+                return run_stages(Session(dist))
             finally:
-                session.send_plan(None)  # release the other ranks if the stage was fresh or failed early
-        plan = dist.broadcast(None)
-        if plan is not None:
+                dist.broadcast(None)  # no more plans: the other ranks stop waiting
+        while (plan := dist.broadcast(None)) is not None:
             follow(plan, dist)
         return None
     finally:

@@ -1,0 +1,142 @@
+"""finetune: one cached stage per task in ``finetune.tasks`` — a fine-tuned model, its dev metrics, predictions.
+
+Each task is an instance of this stage, ``finetune/<task>``, keyed by its settings (the finetune
+section's, with the task's overrides), the identity of its data files, of the weights it starts from
+and of their tokenizer: changing one task's lr reruns that task only, and a rebuilt pre-trained model
+reruns every task that starts from it. ``init_from: pretrain`` starts from this workspace's pre-trained
+model (``.bertwb/pretrain``, with the vocab stage's tokenizer); a path starts from any model directory
+— a checkpoint, an export, an ``import-hf`` result, or a Hugging Face BERT folder with its own
+tokenizer — so a published BERT is fine-tuned without pre-training anything.
+
+The training is :func:`bertwb.tasks.finetuning.train` on the one trainer: resumable after Ctrl-C
+(runs in ``.bertwb/finetune-runs/<task>/<key[:16]>/``), under torchrun as pretrain is, evaluated on dev
+every epoch (or ``eval_every`` steps) with the best weights kept. The stage directory
+``.bertwb/finetune/<task>/`` is a complete model directory: weights, ``config.json`` with the labels,
+the tokenizer, ``task.json`` (how inputs become features, for ``bertwb predict``), ``metrics.json``
+(dev and test metrics), ``metrics.jsonl`` and ``training.json``. Every stage's summary numbers are also
+rows of the ``stage_metrics`` table; the view ``finetune_metrics`` shows the tasks' ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from bertwb import ui
+from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.errors import BertwbError
+from bertwb.stage import Build, Stage
+from bertwb.train.runs import fingerprint as weights_identity
+from bertwb.train.runs import list_checkpoints, run_dir_of, weights_file
+from bertwb.workspace import Workspace
+
+VIEWS = (
+    """create or replace view finetune_metrics as
+       select split_part(stage, '/', 2) as task, name as metric, value, finished_at
+       from stage_metrics where stage like 'finetune/%' and value is not null
+       order by task, metric""",
+)
+
+
+def run(cfg: Config, build: Build) -> dict[str, Any]:
+    """Fine-tune one task (or resume it) on rank 0 under the engine; return the summary."""
+    from bertwb.model import modeldir  # torch loads only when the stage runs
+    from bertwb.tasks.finetuning import Plan, train
+    from bertwb.train.distributed import Session
+
+    task, ws = build.stage.instance, build.workspace
+    settings = task_settings(cfg, task)
+    session = Session.of(build.runtime, settings.device, f"finetune.tasks.{task}.device")
+    run_dir = run_dir_of(ws, build.stage.name, build.key)
+    if build.forced and run_dir.exists():
+        checkpoints = len(list_checkpoints(run_dir))
+        shutil.rmtree(run_dir)
+        ui.stage_line(build.stage.name, f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
+    source = modeldir.open_model_dir(source_dir(cfg, ws, task))
+    plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
+                tokenizer_dir=str(modeldir.tokenizer_folder(source, ws)))
+    session.send_plan(plan)
+    return train(cfg, plan, session.dist, out_dir=build.out_dir)
+
+
+def command(cfg: Config, ws: Workspace, task: str | None = None, force: bool = False) -> dict[str, Any]:
+    """``bertwb finetune [TASK]``: every task (or one) under the engine on rank 0; training only on other ranks."""
+    from bertwb import engine
+    from bertwb.tasks.finetuning import train
+    from bertwb.train.distributed import launch
+
+    if task is not None:
+        task_settings(cfg, task)
+    elif not cfg.finetune.tasks:
+        raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
+                          "(type, train, dev; see the README)")
+    name = f"finetune/{task}" if task else "finetune"
+    device = cfg.finetune.tasks[task].device if task else cfg.finetune.device
+    return launch(lambda session: engine.run_pipeline(cfg, ws, [name], force, runtime=session),
+                  lambda plan, dist: train(cfg, plan, dist), device, "finetune.device")
+
+
+def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
+    """The settings of task ``task``; one line naming the tasks there are when it is not one of them."""
+    if task not in cfg.finetune.tasks:
+        known = ", ".join(cfg.finetune.tasks) or "none"
+        raise BertwbError(f"no task {task!r} in finetune.tasks of {cfg.path or 'the config'} (tasks: {known}); "
+                          "add it there or pick one of those")
+    return cfg.finetune.tasks[task]
+
+
+def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:
+    """The model directory task ``task`` starts from (``init_from``)."""
+    choice = task_settings(cfg, task).init_from
+    if choice == "pretrain":
+        path = ws.stage_dir("pretrain")
+        if ws.read_manifest("pretrain") is None or not path.is_dir():
+            raise BertwbError(f"finetune.tasks.{task}.init_from is pretrain, but pretrain has not run in {ws.root}; "
+                              "run `bertwb pretrain`, or set init_from to a model directory")
+        return path
+    path = cfg.resolve(choice)
+    return path if path.exists() or not Path(choice).exists() else Path(choice).resolve()
+
+
+def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any]]:
+    """Identities of the task's data files, the weights it starts from and their tokenizer."""
+    settings = task_settings(cfg, instance)
+    paths = [cfg.resolve(p) for p in (settings.train, settings.dev, settings.test) if p]
+    try:
+        model = source_dir(cfg, ws, instance)
+        weights = weights_file(model)
+        if weights is not None:
+            paths.append(weights)
+        own = next((model / name for name in ("tokenizer.json", "vocab.txt") if (model / name).is_file()), None)
+        paths.append(own or ws.stage_dir("vocab") / "tokenizer.json")
+    except BertwbError:
+        pass  # `bertwb status` still works; running the stage says what is missing
+    return [weights_identity(path) if path.is_file() else {"path": str(path), "missing": True} for path in paths]
+
+
+def steps_behind(cfg: Config, manifest: dict[str, Any], instance: str) -> str | None:
+    """Why a task whose key matches is still stale: it ran fewer steps than now asked."""
+    settings = task_settings(cfg, instance)
+    summary = manifest.get("summary") or {}
+    done = summary.get("steps_done", 0)
+    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    if done < wanted:
+        return f"finetune.tasks.{instance}: {done} steps done < {wanted} asked; continuing from step {done}"
+    return None
+
+
+def report(summary: dict[str, Any]) -> None:
+    """The task's dev (and test) metrics as a table."""
+    rows = [[name, f"{value:.4f}" if isinstance(value, float) else value] for name, value in summary.items()
+            if name.startswith(("dev_", "test_")) and not isinstance(value, (list, dict))]
+    ui.table(f"finetune/{summary['task']} ({summary['type']}, {summary['weights']} weights"
+             f"{', step ' + format(summary['best_step'], ',') if summary.get('best_step') else ''})",
+             ["metric", "value"], rows)
+
+
+STAGE = Stage(
+    "finetune", version=1, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
+    has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
+    instances=lambda cfg: list(cfg.finetune.tasks),
+    help="Fine-tune a model for each task in finetune.tasks (classify, tag, qa); resumes after Ctrl-C.")

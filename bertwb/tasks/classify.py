@@ -1,0 +1,195 @@
+"""classify: one text or a text pair -> a label (sentiment, topic, entailment), or a number (regression).
+
+Examples come from CSV, TSV, JSONL or Parquet (`text_column`, optional `text_pair_column`,
+`label_column`). A pair is encoded as BERT's ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1, the
+longer side cut first when the pair is too long. The labels are those of the train file, sorted (as
+numbers when every label is a whole number), so the order is the same on every run; they go into the
+checkpoint and the export as ``id2label``/``label2id``. The model classifies the pooled [CLS] vector
+(`bertwb.model.heads.BertForSequenceClassification`); with ``regression`` it has one output trained
+with mean squared error. Metrics: accuracy, macro-F1 and the confusion matrix; Pearson, Spearman and
+MSE for regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from bertwb.config import FinetuneTaskConfig
+from bertwb.errors import BertwbError
+from bertwb.tasks import metrics
+from bertwb.tasks.finetuning import Features, TaskBatch, TaskObjective
+from bertwb.tasks.readers import column, format_of, read_table
+
+REGRESSION_LABEL = "score"  # the one output of a regressor
+
+
+@dataclass
+class Example:
+    line: int
+    text: str
+    pair: str | None
+    label: str | float | None  # None when predicting unlabelled input
+
+
+class ClassifyTask:
+    model_kind = "sequence_classification"
+
+    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
+        self.s, self.setting = settings, setting
+        self.main_metric = "pearson" if settings.regression else "accuracy"
+
+    def read(self, path: Path, labelled: bool = True) -> list[Example]:
+        s, setting = self.s, self.setting
+        columns, rows = read_table(path, format_of(path, s.format, ("csv", "tsv", "jsonl", "parquet"), setting))
+        texts = column(rows, columns, s.text_column, path, f"{setting}.text_column")
+        pairs = column(rows, columns, s.text_pair_column, path, f"{setting}.text_pair_column") \
+            if s.text_pair_column else [None] * len(rows)
+        has_labels = labelled or s.label_column in columns
+        labels = column(rows, columns, s.label_column, path, f"{setting}.label_column") if has_labels \
+            else [None] * len(rows)
+        examples = []
+        for row, text, pair, label in zip(rows, texts, pairs, labels, strict=True):
+            if label is not None:
+                label = self._number(label, path, row.line) if s.regression else _label_text(label)
+            examples.append(Example(row.line, str(text), None if pair is None else str(pair), label))
+        return examples
+
+    def _number(self, value: Any, path: Path, line: int) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if isinstance(value, bool) or not np.isfinite(number):
+            raise BertwbError(f"{path}:{line}: label {value!r} is not a number; {self.setting}.regression needs "
+                              "numeric labels (or set it to false)")
+        return number
+
+    def label_names(self, train: list[Example], path: Path) -> list[str]:
+        if self.s.regression:
+            return [REGRESSION_LABEL]
+        names = sorted({example.label for example in train})
+        if all(name.lstrip("-").isdigit() for name in names):
+            names.sort(key=int)
+        if len(names) < 2:
+            raise BertwbError(f"{path}: every example has the label {names[0]!r}; a classifier needs at least two "
+                              f"labels (or set {self.setting}.regression for numbers)")
+        return names
+
+    def check_labels(self, examples: list[Example], label_names: list[str] | None, path: Path) -> None:
+        if self.s.regression or label_names is None:
+            return
+        known = set(label_names)
+        for example in examples:
+            if example.label is not None and example.label not in known:
+                raise BertwbError(f"{path}:{example.line}: label {example.label!r} is not among the train labels "
+                                  f"({', '.join(label_names)}); fix it, or add examples of it to the train file")
+
+    def featurize(self, examples: list[Example], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
+        tokenizer.enable_truncation(self.s.max_seq_length, strategy="longest_first")
+        encodings = tokenizer.encode_batch([e.text if e.pair is None else (e.text, e.pair) for e in examples])
+        tokenizer.no_truncation()
+        if self.s.regression:
+            labels = np.array([0.0 if e.label is None else e.label for e in examples], np.float32)
+        else:
+            ids = {name: i for i, name in enumerate(label_names or [])}
+            labels = np.array([ids.get(e.label, -100) for e in examples], np.int64)
+        return Features.from_encodings([e.ids for e in encodings], [e.type_ids for e in encodings],
+                                       list(range(len(examples))), labels=labels)
+
+    def objective(self, label_names: list[str] | None) -> ClassifyObjective:
+        return ClassifyObjective(self, label_names)
+
+    def outputs(self, out: torch.Tensor, batch: TaskBatch) -> list[Any]:
+        logits = out.float()
+        if self.s.regression:
+            return logits[:, 0].tolist()
+        return list(logits.softmax(-1).cpu().numpy())
+
+    def decode(self, examples: list[Example], features: Features, outputs: dict[int, Any],
+               label_names: list[str] | None) -> list[dict[str, Any]]:
+        if self.s.regression:
+            return [{"value": float(outputs[i])} for i in range(len(examples))]
+        predictions = []
+        for i in range(len(examples)):
+            probabilities = outputs[i]
+            best = int(np.argmax(probabilities))
+            by_label = {name: round(float(p), 6) for name, p in zip(label_names, probabilities, strict=True)}
+            predictions.append({"label": label_names[best], "score": by_label[label_names[best]],
+                                "probabilities": by_label})
+        return predictions
+
+    def score(self, examples: list[Example], predictions: list[dict[str, Any]],
+              label_names: list[str] | None) -> dict[str, Any]:
+        if self.s.regression:
+            return metrics.regression([e.label for e in examples], [p["value"] for p in predictions])
+        ids = {name: i for i, name in enumerate(label_names)}
+        return metrics.classification([ids[e.label] for e in examples], [ids[p["label"]] for p in predictions],
+                                      label_names)
+
+    def from_lines(self, lines: list[str]) -> list[Example]:
+        """Stdin lines: a text each, or ``text<TAB>pair`` when the task classifies pairs."""
+        examples = []
+        for number, line in enumerate(lines, 1):
+            text, _, pair = line.partition("\t") if self.s.text_pair_column else (line, "", "")
+            if self.s.text_pair_column and not pair:
+                raise BertwbError(f"input line {number}: no tab; a pair task reads `text<TAB>second text` lines")
+            examples.append(Example(number, text, pair or None, None))
+        return examples
+
+    def recorded(self) -> dict[str, Any]:
+        return {}
+
+    def rows(self, example: Example, prediction: dict[str, Any]) -> list[dict[str, Any]]:
+        row: dict[str, Any] = {"text": example.text}
+        if example.pair is not None:
+            row["text_pair"] = example.pair
+        if example.label is not None:
+            row["gold"] = example.label
+        return [{**row, **prediction}]
+
+
+def _label_text(value: Any) -> str:
+    """A label as text: JSON's true/false/1 read as the words a CSV would hold."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class ClassifyObjective(TaskObjective):
+    """Cross-entropy (mean squared error for regression) summed over the examples, divided by their global count."""
+
+    sums = ("loss_sum", "correct")
+    counts = ("n_examples",)
+
+    def count(self, batch: TaskBatch) -> list[float]:
+        return [batch.n_targets]
+
+    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> torch.Tensor:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
+
+    def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = out.float()
+        if self.task.s.regression:
+            loss_sum = F.mse_loss(logits[:, 0], batch.labels.float(), reduction="sum")
+            correct = torch.zeros((), device=logits.device)
+        else:
+            loss_sum = F.cross_entropy(logits, batch.labels, reduction="sum")
+            correct = (logits.argmax(-1) == batch.labels).sum()
+        sums = torch.stack([loss_sum.detach().double(), correct.double()])
+        return loss_sum / max(totals[0], 1), sums
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        n = max(totals["n_examples"], 1)
+        rates = {"loss": round(totals["loss_sum"] / n, 6)}
+        if not self.task.s.regression:
+            rates["acc"] = round(totals["correct"] / n, 6)
+        return rates

@@ -1,0 +1,90 @@
+"""The standard metrics of the fine-tuning tasks, from the libraries the field reports them with.
+
+* classification: accuracy, macro-F1 and the confusion matrix (scikit-learn);
+* regression: Pearson and Spearman correlation (scipy) and mean squared error;
+* tagging: entity-level precision, recall and F1 over BIO/IOB2 tags (seqeval, conlleval's counting);
+* extractive QA: exact match and F1 as the official SQuAD evaluation script defines them, written
+  here from that definition: answers are normalised (lowercase, punctuation and the articles a/an/the
+  removed, whitespace collapsed), F1 is over the bag of normalised tokens, and a prediction scores its
+  best match among a question's gold answers. A SQuAD v2.0 question without answers has the gold
+  answer "", so only an empty prediction scores there (1.0 on both), and an empty prediction scores
+  0 on an answerable question.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Any
+
+import numpy as np
+
+
+def classification(gold: list[int], predicted: list[int], label_names: list[str]) -> dict[str, Any]:
+    """Accuracy, macro-F1 over the labels and the confusion matrix (rows gold, columns predicted, label order)."""
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score  # noqa: PLC0415 - heavy, only when asked
+
+    labels = list(range(len(label_names)))
+    return {"accuracy": float(accuracy_score(gold, predicted)),
+            "macro_f1": float(f1_score(gold, predicted, labels=labels, average="macro", zero_division=0)),
+            "examples": len(gold),
+            "confusion_matrix": confusion_matrix(gold, predicted, labels=labels).tolist()}
+
+
+def regression(gold: list[float], predicted: list[float]) -> dict[str, Any]:
+    """Pearson and Spearman correlation and the mean squared error (correlations are 0 for constant input)."""
+    from scipy.stats import pearsonr, spearmanr  # noqa: PLC0415
+
+    gold_a, predicted_a = np.asarray(gold, np.float64), np.asarray(predicted, np.float64)
+    varies = len(gold_a) > 1 and gold_a.std() > 0 and predicted_a.std() > 0
+    return {"pearson": float(pearsonr(gold_a, predicted_a)[0]) if varies else 0.0,
+            "spearman": float(spearmanr(gold_a, predicted_a)[0]) if varies else 0.0,
+            "mse": float(np.mean((gold_a - predicted_a) ** 2)) if len(gold_a) else 0.0,
+            "examples": len(gold_a)}
+
+
+def tagging(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, Any]:
+    """Entity-level precision, recall and F1 (micro over entity types), and the token accuracy."""
+    from seqeval.metrics import f1_score, precision_score, recall_score  # noqa: PLC0415
+
+    tokens = sum(len(sentence) for sentence in gold)
+    right = sum(g == p for gs, ps in zip(gold, predicted, strict=True) for g, p in zip(gs, ps, strict=True))
+    return {"precision": float(precision_score(gold, predicted, zero_division=0)),
+            "recall": float(recall_score(gold, predicted, zero_division=0)),
+            "f1": float(f1_score(gold, predicted, zero_division=0)),
+            "token_accuracy": right / max(tokens, 1), "sentences": len(gold)}
+
+
+def squad(gold_answers: list[list[str]], predicted: list[str]) -> dict[str, Any]:
+    """Exact match and F1 in percent, each the best over a question's gold answers, averaged over questions."""
+    exact = [max(exact_match(p, g) for g in (golds or [""])) for golds, p in zip(gold_answers, predicted, strict=True)]
+    f1 = [max(f1_score(p, g) for g in (golds or [""])) for golds, p in zip(gold_answers, predicted, strict=True)]
+    count = max(len(predicted), 1)
+    return {"exact_match": 100.0 * sum(exact) / count, "f1": 100.0 * sum(f1) / count, "questions": len(predicted)}
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop punctuation and the articles a/an/the, collapse whitespace (the SQuAD normalisation)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(predicted: str, gold: str) -> float:
+    return float(normalize_answer(predicted) == normalize_answer(gold))
+
+
+def f1_score(predicted: str, gold: str) -> float:
+    """Harmonic mean of precision and recall over the bag of normalised tokens; 1.0 when both are empty."""
+    predicted_tokens, gold_tokens = normalize_answer(predicted).split(), normalize_answer(gold).split()
+    if not predicted_tokens or not gold_tokens:
+        return float(predicted_tokens == gold_tokens)
+    common = sum((collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted_tokens), common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)

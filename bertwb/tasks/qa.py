@@ -1,0 +1,220 @@
+"""qa: a question and a passage -> the answer's span in the passage (SQuAD v1.1 and v2.0).
+
+**Windows.** A question (cut to ``max_query_length`` tokens) and a window of its context make one
+feature, ``[CLS] question [SEP] window [SEP]``. A context longer than one window gets several, each
+starting ``doc_stride`` tokens after the last, as in the original BERT ``run_squad.py``, so every
+token is in at least one window and most see context on both sides.
+
+**Answers outside a window map to the [CLS] position** (start = end = 0), as the original and Hugging
+Face's examples do, rather than -100. A -100 would drop such windows from the loss; with [CLS] every
+window still teaches something — "the answer is not here" — which is what SQuAD v2.0's unanswerable
+questions need and what lets predictions compare windows: a window whose [CLS] wins says it holds
+no answer.
+
+**Predictions.** In each window the ``n_best`` most likely starts and ends inside the context give the
+candidate spans (end not before start, at most ``max_answer_length`` tokens); a span's score is
+P(start) × P(end), each a softmax over the window's context tokens and its [CLS] — the scores of
+different windows are then comparable probabilities, as in ``transformers``' question-answering
+pipeline. The best span is mapped back through the tokenizer's character offsets to the original
+text. With SQuAD v2.0 data (any train question marked ``is_impossible``) the answer is empty when the
+lowest no-answer score of the question's windows, P([CLS] start) × P([CLS] end), beats the best span's
+by more than ``null_threshold``. Metrics: exact match and F1 as the official script computes them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from bertwb.config import FinetuneTaskConfig
+from bertwb.errors import BertwbError
+from bertwb.tasks import metrics
+from bertwb.tasks.finetuning import Features, TaskBatch, TaskObjective, example_ranges
+from bertwb.tasks.readers import Question, format_of, read_squad
+
+
+@dataclass
+class Window:
+    """Where a feature's context window sits: its first token in the feature, and its tokens' character spans."""
+
+    context_start: int  # position of the window's first context token in the feature
+    char_spans: list[tuple[int, int]]  # (start, end) in the context of each window token
+
+
+class QATask:
+    model_kind = "question_answering"
+    main_metric = "f1"
+
+    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
+        self.s, self.setting = settings, setting
+        self.version_2 = bool(recorded.get("version_2", False))
+
+    def read(self, path: Path, labelled: bool = True) -> list[Question]:
+        format_of(path, self.s.format, ("squad",), self.setting)
+        return read_squad(path, require_answers=labelled)
+
+    def label_names(self, train: list[Question], path: Path) -> None:
+        self.version_2 = any(question.impossible for question in train)  # unanswerable questions: SQuAD v2.0
+        return None
+
+    def check_labels(self, examples: list[Question], label_names: list[str] | None, path: Path) -> None:
+        return None
+
+    def featurize(self, examples: list[Question], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
+        questions = tokenizer.encode_batch([q.question for q in examples], add_special_tokens=False)
+        contexts = tokenizer.encode_batch([q.context for q in examples], add_special_tokens=False)
+        cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        ids, types, owner, starts, ends, windows = [], [], [], [], [], []
+        for index, (example, question, context) in enumerate(zip(examples, questions, contexts, strict=True)):
+            query = question.ids[:self.s.max_query_length]
+            room = self.s.max_seq_length - len(query) - 3
+            if room < 1:
+                raise BertwbError(f"{self.setting}.max_query_length {self.s.max_query_length} leaves no room for "
+                                  f"context in max_seq_length {self.s.max_seq_length}; lower one or raise the other")
+            answer = _token_span(example, context.offsets)
+            for first in _window_starts(len(context.ids), room, self.s.doc_stride):
+                last = min(first + room, len(context.ids))
+                offset = len(query) + 2  # [CLS] question [SEP]
+                ids.append([cls_id, *query, sep_id, *context.ids[first:last], sep_id])
+                types.append([0] * offset + [1] * (last - first + 1))
+                owner.append(index)
+                inside = answer is not None and first <= answer[0] and answer[1] < last
+                starts.append(answer[0] - first + offset if inside else 0)
+                ends.append(answer[1] - first + offset if inside else 0)
+                windows.append(Window(offset, list(context.offsets[first:last])))
+        return Features.from_encodings(ids, types, owner, meta=windows, start=np.array(starts, np.int64),
+                                       end=np.array(ends, np.int64))
+
+    def objective(self, label_names: list[str] | None) -> QAObjective:
+        return QAObjective(self, label_names)
+
+    def outputs(self, out: Any, batch: TaskBatch) -> list[Any]:
+        start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        return list(zip(start, end, strict=True))
+
+    def decode(self, examples: list[Question], features: Features, outputs: dict[int, Any],
+               label_names: list[str] | None) -> list[dict[str, Any]]:
+        predictions = []
+        for example, rows in zip(examples, example_ranges(features, len(examples)), strict=True):
+            best: dict[str, Any] = {"answer": "", "start": None, "end": None, "score": 0.0}
+            null = 1.0
+            for row in rows:
+                window = features.meta[row]
+                span, score, null_score = self._best_span(*outputs[int(row)], window)
+                null = min(null, null_score)
+                if span is not None and score > best["score"]:
+                    start_char, end_char = window.char_spans[span[0]][0], window.char_spans[span[1]][1]
+                    best = {"answer": example.context[start_char:end_char], "start": start_char, "end": end_char,
+                            "score": score}
+            if self.version_2 and null - best["score"] > self.s.null_threshold:
+                best = {"answer": "", "start": None, "end": None, "score": null}
+            predictions.append({**best, "score": round(float(best["score"]), 6)})
+        return predictions
+
+    def _best_span(self, start_logits: np.ndarray, end_logits: np.ndarray,
+                   window: Window) -> tuple[tuple[int, int] | None, float, float]:
+        """The window's best (start, end) in window-token indices, its probability, and the no-answer one."""
+        first, count = window.context_start, len(window.char_spans)
+        keep = np.r_[0, first:first + count]  # [CLS] and the context tokens
+        start_p, end_p = _softmax(start_logits[keep]), _softmax(end_logits[keep])
+        null = float(start_p[0] * end_p[0])
+        top_starts = np.argsort(-start_p[1:], kind="stable")[:self.s.n_best]
+        top_ends = np.argsort(-end_p[1:], kind="stable")[:self.s.n_best]
+        best, best_score = None, 0.0
+        for s in top_starts:
+            for e in top_ends:
+                if e < s or e - s + 1 > self.s.max_answer_length:
+                    continue
+                score = float(start_p[1 + s] * end_p[1 + e])
+                if score > best_score:
+                    best, best_score = (int(s), int(e)), score
+        return best, best_score, null
+
+    def score(self, examples: list[Question], predictions: list[dict[str, Any]],
+              label_names: list[str] | None) -> dict[str, Any]:
+        return metrics.squad([[a["text"] for a in q.answers] for q in examples], [p["answer"] for p in predictions])
+
+    def from_lines(self, lines: list[str]) -> list[Question]:
+        """Stdin lines: ``{"question": ..., "context": ...}`` JSON objects, or ``question<TAB>context``."""
+        examples = []
+        for number, line in enumerate(lines, 1):
+            if line.lstrip().startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    raise BertwbError(f"input line {number}: invalid JSON ({exc.msg})") from None
+                question, context = record.get("question"), record.get("context")
+                qid = str(record.get("id", number))
+            else:
+                question, _, context = line.partition("\t")
+                qid = str(number)
+            if not isinstance(question, str) or not isinstance(context, str) or not context:
+                raise BertwbError(f"input line {number}: give a question and its context, as "
+                                  '{"question": ..., "context": ...} or question<TAB>context')
+            examples.append(Question(number, qid, question, context))
+        return examples
+
+    def recorded(self) -> dict[str, Any]:
+        return {"version_2": self.version_2}
+
+    def rows(self, example: Question, prediction: dict[str, Any]) -> list[dict[str, Any]]:
+        row = {"id": example.id, "question": example.question, **prediction}
+        return [row if not example.answers else {**row, "gold": [a["text"] for a in example.answers]}]
+
+
+def _window_starts(n_tokens: int, room: int, stride: int) -> list[int]:
+    """First context token of every window: 0, stride, 2·stride, ... until a window reaches the end."""
+    starts = [0]
+    while starts[-1] + room < n_tokens:
+        starts.append(starts[-1] + min(room, stride))
+    return starts
+
+
+def _token_span(example: Question, offsets: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The first answer's first and last context token, or None for an unanswerable question."""
+    if not example.answers:
+        return None
+    start_char = example.answers[0]["answer_start"]
+    end_char = start_char + len(example.answers[0]["text"])
+    tokens = [i for i, (start, end) in enumerate(offsets) if start < end_char and end > start_char]
+    return (tokens[0], tokens[-1]) if tokens else None
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max())
+    return shifted / shifted.sum()
+
+
+class QAObjective(TaskObjective):
+    """Cross-entropy of the start and of the end position, averaged, summed over windows and divided by
+    their global count."""
+
+    sums = ("loss_sum", "correct")
+    counts = ("n_windows",)
+
+    def count(self, batch: TaskBatch) -> list[float]:
+        return [batch.n_targets]
+
+    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> Any:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask)
+
+    def loss(self, out: Any, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = out.start_logits.float(), out.end_logits.float()
+        if batch.attention_mask is not None:  # padding is never an answer
+            start = start.masked_fill(batch.attention_mask == 0, torch.finfo(start.dtype).min)
+            end = end.masked_fill(batch.attention_mask == 0, torch.finfo(end.dtype).min)
+        loss_sum = (F.cross_entropy(start, batch.start_positions, reduction="sum")
+                    + F.cross_entropy(end, batch.end_positions, reduction="sum")) / 2
+        correct = ((start.argmax(-1) == batch.start_positions) & (end.argmax(-1) == batch.end_positions)).sum()
+        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        n = max(totals["n_windows"], 1)
+        return {"loss": round(totals["loss_sum"] / n, 6), "acc": round(totals["correct"] / n, 6)}

@@ -1,0 +1,218 @@
+"""Reading labelled files for fine-tuning: tables (CSV, TSV, JSONL, Parquet), CoNLL and SQuAD JSON.
+
+Every reader returns rows that remember where they came from (``line``: a line number, or the row
+number of a Parquet file), so that a bad example is one error naming ``file:line`` and the fix.
+Unlike ingest, which skips and counts bad input in a raw corpus, fine-tuning data is refused at
+the first bad example: a silently dropped label would change what the model learns and how it is scored.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertwb.errors import BertwbError
+
+TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+@dataclass
+class Row:
+    """One record of a table file: its values by column, and its line (row number for Parquet)."""
+
+    line: int
+    values: dict[str, Any]
+
+
+def format_of(path: Path, fmt: str, allowed: tuple[str, ...], setting: str) -> str:
+    """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed``."""
+    if fmt == "auto":
+        fmt = {**TABLE_FORMATS, ".conll": "conll", ".txt": "conll", ".json": "squad"}.get(path.suffix.lower(), "")
+    if fmt not in allowed:
+        raise BertwbError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
+                          f"reads ({', '.join(allowed)}); set {setting}.format or rename the file")
+    return fmt
+
+
+def read_text(path: Path) -> str:
+    """A whole UTF-8 file; one line naming the file when it is missing, unreadable, not UTF-8 or empty."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BertwbError(f"{path}: no such file; fix the path in the task's train/dev/test") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise BertwbError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
+    except OSError as exc:
+        raise BertwbError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    if not text.strip():
+        raise BertwbError(f"{path}: the file is empty; it needs at least one example")
+    return text
+
+
+def read_table(path: Path, fmt: str) -> tuple[list[str], list[Row]]:
+    """The column names and rows of a CSV, TSV, JSONL or Parquet file."""
+    if fmt == "parquet":
+        return _read_parquet(path)
+    text = read_text(path)
+    if fmt == "jsonl":
+        return _read_jsonl(path, text)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
+    columns = list(reader.fieldnames or [])
+    rows = []
+    try:
+        for values in reader:
+            if None in values:  # more fields than the header has columns
+                separator = "tab" if fmt == "tsv" else "comma"
+                raise BertwbError(f"{path}:{reader.line_num}: {len(columns) + len(values[None])} fields but the "
+                                  f"header has {len(columns)}; quote fields that hold a {separator}")
+            rows.append(Row(reader.line_num, values))
+    except csv.Error as exc:
+        raise BertwbError(f"{path}:{reader.line_num}: {exc}; fix the quoting") from None
+    return columns, rows
+
+
+def _read_jsonl(path: Path, text: str) -> tuple[list[str], list[Row]]:
+    rows, columns = [], {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise BertwbError(f"{path}:{number}: invalid JSON ({exc.msg}); one JSON object per line") from None
+        if not isinstance(record, dict):
+            raise BertwbError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        columns.update(dict.fromkeys(record))
+        rows.append(Row(number, record))
+    return list(columns), rows
+
+
+def _read_parquet(path: Path) -> tuple[list[str], list[Row]]:
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError:
+        raise BertwbError(f"{path}: no such file; fix the path in the task's train/dev/test") from None
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for files that are not Parquet
+        raise BertwbError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    if table.num_rows == 0:
+        raise BertwbError(f"{path}: the file is empty; it needs at least one example")
+    return table.column_names, [Row(number, values) for number, values in enumerate(table.to_pylist(), 1)]
+
+
+def column(rows: list[Row], columns: list[str], name: str, path: Path, setting: str) -> list[Any]:
+    """Every row's value of column ``name``; one line naming the columns found when it is missing or empty."""
+    if name not in columns:
+        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}); set {setting}")
+    values = []
+    for row in rows:
+        value = row.values.get(name)
+        if value is None or isinstance(value, str) and not value.strip():
+            raise BertwbError(f"{path}:{row.line}: empty {name!r}; every example needs one")
+        values.append(value)
+    return values
+
+
+@dataclass
+class Sentence:
+    """One CoNLL sentence: its words and their tags (None when the file has no tag column)."""
+
+    line: int
+    words: list[str]
+    tags: list[str] | None = None
+
+
+def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str) -> list[Sentence]:
+    """Sentences of a CoNLL file: one token per line in whitespace-separated columns, a blank line between
+    sentences, ``-DOCSTART-`` lines skipped. Every line must have as many columns as the first."""
+    sentences: list[Sentence] = []
+    current: Sentence | None = None
+    width = None
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            current = None
+            continue
+        if width is None:
+            width = len(fields)
+            needed = max(_position(token_column), _position(tag_column) if tag_column is not None else 0) + 1
+            if width < needed:
+                raise BertwbError(f"{path}:{number}: {width} column(s), but {setting}.token_column/tag_column need "
+                                  f"{needed}; one token and its tag per line, separated by whitespace")
+        elif len(fields) != width:
+            raise BertwbError(f"{path}:{number}: {len(fields)} column(s) where the file has {width}; "
+                              "every token line needs the same columns")
+        if current is None:
+            current = Sentence(number, [], [] if tag_column is not None else None)
+            sentences.append(current)
+        current.words.append(fields[token_column])
+        if current.tags is not None:
+            current.tags.append(fields[tag_column])
+    if not sentences:
+        raise BertwbError(f"{path}: no sentences; CoNLL has one token per line and a blank line between sentences")
+    return sentences
+
+
+def _position(index: int) -> int:
+    return index if index >= 0 else -index - 1
+
+
+@dataclass
+class Question:
+    """One SQuAD question with its context; ``answers`` empty for an unanswerable (v2.0) one."""
+
+    line: int
+    id: str
+    question: str
+    context: str
+    answers: list[dict[str, Any]] = field(default_factory=list)  # {"text", "answer_start"}
+    impossible: bool = False
+
+
+def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
+    """Questions of a SQuAD v1.1 or v2.0 JSON file; every answer's ``answer_start`` must point at its text."""
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BertwbError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg}); a SQuAD file is one JSON object") from None
+    articles = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(articles, list):
+        raise BertwbError(f"{path}: no \"data\" list of articles; is it a SQuAD v1.1/v2.0 file?")
+    questions = []
+    for article in articles:
+        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+            context = paragraph.get("context")
+            for qa in paragraph.get("qas", []):
+                qid = str(qa.get("id", len(questions)))
+                line = _line_of(text, qid)
+                if not isinstance(context, str) or not isinstance(qa.get("question"), str):
+                    raise BertwbError(f"{path}:{line}: question {qid} lacks its question or context text")
+                answers = qa.get("answers") or []
+                impossible = bool(qa.get("is_impossible", False))
+                for answer in answers:
+                    start, answer_text = answer.get("answer_start"), answer.get("text")
+                    if not isinstance(start, int) or not isinstance(answer_text, str) or \
+                            context[start:start + len(answer_text)] != answer_text:
+                        found = context[start:start + len(answer_text or "")] if isinstance(start, int) else None
+                        raise BertwbError(f"{path}:{line}: question {qid}: answer_start {start} points at {found!r}, "
+                                          f"not at the answer {answer_text!r}; fix answer_start")
+                if require_answers and not answers and not impossible:
+                    raise BertwbError(f"{path}:{line}: question {qid} has no answers and is not marked "
+                                      "is_impossible; give its answers (or is_impossible: true for SQuAD v2.0)")
+                questions.append(Question(line, qid, qa["question"], context, answers, impossible))
+    if not questions:
+        raise BertwbError(f"{path}: no questions; a SQuAD file holds data[].paragraphs[].qas[]")
+    return questions
+
+
+def _line_of(text: str, qid: str) -> int:
+    """The line of the file where question ``qid`` is (where its id appears), for error messages."""
+    position = text.find(json.dumps(qid))
+    return text.count("\n", 0, position) + 1 if position >= 0 else 1
