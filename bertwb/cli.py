@@ -11,22 +11,24 @@ import click
 from bertwb import __version__, engine, memory, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
-from bertwb.errors import BertwbError
+from bertwb.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, environment_error,
+                           internal_error)
 from bertwb.workspace import Workspace
 
 
 def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
-    """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 1."""
+    """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 2."""
     if exc.ctx is not None and exc.ctx.parent is not None:
         where = exc.ctx.command_path  # the subcommand whose options were wrong
     ui.error(f"{exc.format_message().rstrip('.')}; see `{where} --help`")
-    sys.exit(1)
+    sys.exit(EXIT_USAGE)
 
 
 class _Group(click.Group):
-    """Turns user errors into one red line and exit code 1 (a traceback only with --debug).
+    """Every error as one red line (a traceback only with --debug) and an exit code (bertwb.errors).
 
-    That includes click's usage errors, which click itself reports with a usage block and exit code 2.
+    1: a user or environment error; 2: a mistyped command line, which click alone reports with a usage
+    block; 130: interrupted; and a bug says it is one.
     """
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
@@ -47,17 +49,17 @@ class _Group(click.Group):
             if debug:
                 raise
             ui.error(str(exc))
-            ctx.exit(1)
+            ctx.exit(EXIT_ERROR)
         except KeyboardInterrupt:
             ui.error("interrupted; outputs already built are kept")
-            ctx.exit(130)
+            ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except Exception as exc:  # a bug, not bad input: still one line unless asked
+        except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
             if debug:
                 raise
-            ui.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
-            ctx.exit(1)
+            ui.error(environment_error(exc) or internal_error(exc))
+            ctx.exit(EXIT_ERROR)
 
 
 def _common(func: Callable) -> Callable:
