@@ -312,29 +312,29 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the result to this file.")
 @click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
-@click.option("--max-rows", type=int, default=100, show_default=True, help="Rows shown in a table.")
+@click.option("--max-rows", type=click.IntRange(0), default=100, show_default=True, help="Rows shown in a table.")
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
         sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
     """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
     _, ws = _load(config_path, overrides, workdir)
     text = sql_module.read_query(query, sql_file)
-    if output and fmt != "table" or fmt == "parquet":
-        if not output:
-            raise BertwbError("--format parquet needs --output FILE.parquet")
-        count = sql_module.export(ws, text, fmt, output, write)
-        ui.info(f"wrote {count:,} rows to {output}")
-        return
-    columns, rows = sql_module.run_query(ws, text, write)
-    if fmt == "table":
-        ui.table(None, columns, [list(r) for r in rows[:max_rows]])
-        if len(rows) > max_rows:
-            ui.info(f"{len(rows) - max_rows:,} more rows not shown (raise --max-rows or use --format csv)")
-        return
-    text_out = sql_module.to_text(columns, rows, fmt)
+    if fmt == "parquet" and not output:
+        raise BertwbError("--format parquet needs --output FILE.parquet")
+    output_format = sql_module.output_format(ws, fmt, output) if output else fmt
+    result = sql_module.run_query(ws, text, write)
     if output:
-        Path(output).write_text(text_out, encoding="utf-8")
+        ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")
+    elif fmt == "table":
+        if result is None:
+            ui.info("no result: the SQL has no statement that returns rows")
+        columns, rows = sql_module.rows(result, max_rows)
+        if columns:
+            ui.table(None, columns, [list(r) for r in rows])
+        hidden = (result.num_rows if result is not None else 0) - max_rows
+        if hidden > 0:
+            ui.info(f"{hidden:,} more rows not shown (raise --max-rows or use --format csv)")
     else:
-        click.echo(text_out, nl=False)
+        click.echo(sql_module.to_text(result, fmt), nl=False)
 
 
 def main() -> None:

@@ -36,10 +36,15 @@ def test_exit_code_0_1_and_2_from_a_real_process(project: Project):
 
 @pytest.mark.parametrize("args, line", [
     (["init", "/dev/null/x"], "error: /dev/null/x: Not a directory; check the path"),
+    (["sql", "select 1", "--format", "csv", "--output", "/dev/full"],
+     "error: --output /dev/full: cannot write (No space left on device); check the path and the free space"),
 ])
 def test_the_machine_s_errors_are_exit_code_1_not_internal_errors(project: Project, args: list[str], line: str):
     if not Path("/dev/full").exists():
         pytest.skip("needs Linux's /dev/null and /dev/full")
+    if args[0] == "sql":
+        project.run("ingest")
+        args = [args[0], "--config", str(project.config), *args[1:]]
     result = _bertwb(*args)
     assert result.returncode == 1 and result.stderr.splitlines() == [line], result.stderr
 
