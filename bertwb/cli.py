@@ -11,22 +11,24 @@ import click
 from bertwb import __version__, engine, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
-from bertwb.errors import BertwbError
+from bertwb.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, environment_error,
+                           internal_error)
 from bertwb.workspace import Workspace
 
 
 def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
-    """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 1."""
+    """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 2."""
     if exc.ctx is not None and exc.ctx.parent is not None:
         where = exc.ctx.command_path  # the subcommand whose options were wrong
     ui.error(f"{exc.format_message().rstrip('.')}; see `{where} --help`")
-    sys.exit(1)
+    sys.exit(EXIT_USAGE)
 
 
 class _Group(click.Group):
-    """Turns user errors into one red line and exit code 1 (a traceback only with --debug).
+    """Every error as one red line (a traceback only with --debug) and an exit code (bertwb.errors).
 
-    That includes click's usage errors, which click itself reports with a usage block and exit code 2.
+    1: a user or environment error; 2: a mistyped command line, which click alone reports with a usage
+    block; 130: interrupted; and a bug says it is one.
     """
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
@@ -47,17 +49,17 @@ class _Group(click.Group):
             if debug:
                 raise
             ui.error(str(exc))
-            ctx.exit(1)
+            ctx.exit(EXIT_ERROR)
         except KeyboardInterrupt:
             ui.error("interrupted; outputs already built are kept")
-            ctx.exit(130)
+            ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except Exception as exc:  # a bug, not bad input: still one line unless asked
+        except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
             if debug:
                 raise
-            ui.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
-            ctx.exit(1)
+            ui.error(environment_error(exc) or internal_error(exc))
+            ctx.exit(EXIT_ERROR)
 
 
 def _config_options(func: Callable) -> Callable:
@@ -358,29 +360,29 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the result to this file.")
 @click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
-@click.option("--max-rows", type=int, default=100, show_default=True, help="Rows shown in a table.")
+@click.option("--max-rows", type=click.IntRange(0), default=100, show_default=True, help="Rows shown in a table.")
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
         sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
     """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
     _, ws = _load(config_path, overrides, workdir)
     text = sql_module.read_query(query, sql_file)
-    if output and fmt != "table" or fmt == "parquet":
-        if not output:
-            raise BertwbError("--format parquet needs --output FILE.parquet")
-        count = sql_module.export(ws, text, fmt, output, write)
-        ui.info(f"wrote {count:,} rows to {output}")
-        return
-    columns, rows = sql_module.run_query(ws, text, write)
-    if fmt == "table":
-        ui.table(None, columns, [list(r) for r in rows[:max_rows]])
-        if len(rows) > max_rows:
-            ui.info(f"{len(rows) - max_rows:,} more rows not shown (raise --max-rows or use --format csv)")
-        return
-    text_out = sql_module.to_text(columns, rows, fmt)
+    if fmt == "parquet" and not output:
+        raise BertwbError("--format parquet needs --output FILE.parquet")
+    output_format = sql_module.output_format(ws, fmt, output) if output else fmt
+    result = sql_module.run_query(ws, text, write)
     if output:
-        Path(output).write_text(text_out, encoding="utf-8")
+        ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")
+    elif fmt == "table":
+        if result is None:
+            ui.info("no result: the SQL has no statement that returns rows")
+        columns, rows = sql_module.rows(result, max_rows)
+        if columns:
+            ui.table(None, columns, [list(r) for r in rows])
+        hidden = (result.num_rows if result is not None else 0) - max_rows
+        if hidden > 0:
+            ui.info(f"{hidden:,} more rows not shown (raise --max-rows or use --format csv)")
     else:
-        click.echo(text_out, nl=False)
+        click.echo(sql_module.to_text(result, fmt), nl=False)
 
 
 def main() -> None:

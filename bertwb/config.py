@@ -61,6 +61,9 @@ class IngestConfig:
     valid_fraction: float = _field(0.05, "Share of documents held out for validation.", min=0.0, max=0.5)
     seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0)
     min_sentence_chars: int = _field(1, "Drop sentences shorter than this after clean-up.", min=1)
+    max_sentence_chars: int = _field(2000, "Split longer sentences at whitespace (about 512 tokens, the most of "
+                                     "one segment BERT sees), so memory stays bounded on pathological lines.",
+                                     min=100, max=10_000_000)
     dedupe: bool = _field(True, "Remove exact duplicate documents.")
     content_hash: bool = _field(False, "Fingerprint inputs by content hash instead of modification time.")
 

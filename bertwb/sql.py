@@ -1,73 +1,180 @@
-"""``bertwb sql``: run a query against the workspace database, read-only unless asked otherwise."""
+"""``bertwb sql``: run a query against the workspace database, read-only unless asked otherwise.
+
+Read-only (no ``--write``) means the query can change nothing outside what it prints: the database
+opens read-only, and DuckDB is locked down before the query runs, so that no file is read or written
+outside the database (``COPY ... TO``, ``EXPORT DATABASE``, ``read_text``, ``read_csv``...), no other
+database is attached, no extension is installed or loaded and nothing goes to the network.
+``lock_configuration`` comes last, so no ``SET``, ``RESET`` or ``PRAGMA`` in the query can undo any of
+it. (Temporary tables and macros live in memory and go with the connection.)
+
+Results come out as Arrow, which needs no optional module for any type (DuckDB's Python rows need
+pytz for a ``TIMESTAMP WITH TIME ZONE``), and bertwb writes ``--output`` files itself from them.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
+import pyarrow as pa
 
 from bertwb.errors import BertwbError
+from bertwb.stages.ingest import bom_encoding
 from bertwb.workspace import Workspace
 
 FORMATS = ("table", "csv", "json", "parquet")
 
+# Applied in this order to every read-only connection; the last one freezes them all.
+READ_ONLY_SETTINGS = (
+    ("enable_external_access", "false"),  # no file but the database, no ATTACH, no URL, no INSTALL/LOAD
+    ("autoinstall_known_extensions", "false"),
+    ("autoload_known_extensions", "false"),
+    ("allow_community_extensions", "false"),
+    ("lock_configuration", "true"),
+)
+READ_ONLY_HINT = ("bertwb sql is read-only without --write: it reads the workspace database only "
+                  "(save a result with --output FILE; change the database with --write)")
+
 
 def read_query(query: str | None, file: str | None) -> str:
-    """The SQL text from the argument or a .sql file (exactly one of them)."""
+    """The SQL text from the argument or a .sql file (exactly one of them), not blank."""
     if bool(query) == bool(file):
         raise BertwbError("give a query or -f FILE.sql (one of them), e.g. bertwb sql \"select * from corpus_stats\"")
-    if file:
-        try:
-            return Path(file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BertwbError(f"{file}: cannot read the SQL file ({exc.strerror})") from None
-    return query or ""
-
-
-def run_query(ws: Workspace, query: str, write: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Execute ``query``; return column names and rows of its (last) result."""
-    con = ws.connect(read_only=not write)
+    if not file:
+        if not (query or "").strip():
+            raise BertwbError("the query is blank; give a statement, e.g. bertwb sql \"select * from corpus_stats\"")
+        return query or ""
     try:
-        result = con.execute(query)
-        columns = [d[0] for d in result.description] if result.description else []
-        rows = result.fetchall() if columns else []
+        data = Path(file).read_bytes()
+    except OSError as exc:
+        raise BertwbError(f"{file}: cannot read the SQL file ({exc.strerror})") from None
+    encoding = bom_encoding(data[:4]) or "utf-8"
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise BertwbError(f"{file}: not {encoding.upper().removesuffix('-SIG')} text (byte 0x{data[exc.start]:02x} "
+                          f"at offset {exc.start}); save the SQL file as UTF-8") from None
+    if not text.strip():
+        raise BertwbError(f"{file}: the SQL file is empty; put a query in it")
+    return text
+
+
+def run_query(ws: Workspace, query: str, write: bool = False) -> pa.Table | None:
+    """Execute ``query`` (one or more statements); the rows of the last statement that returns any, as Arrow.
+
+    None when no statement returns rows (only comments, say).
+    """
+    con = connect(ws, write)
+    try:
+        relation = con.sql(query)
+        return relation.to_arrow_table() if relation is not None else None
     except duckdb.Error as exc:
-        raise BertwbError(f"sql: {_first_line(exc)}") from None
+        raise BertwbError(_error_line(exc, write)) from None
     finally:
         con.close()
-    return columns, rows
 
 
-def export(ws: Workspace, query: str, fmt: str, output: str, write: bool = False) -> int:
-    """Write the query's result to ``output`` as csv/json/parquet through DuckDB; return the row count."""
+def connect(ws: Workspace, write: bool = False) -> duckdb.DuckDBPyConnection:
+    """The workspace database: read-write with ``write``, else read-only and locked down (READ_ONLY_SETTINGS)."""
     con = ws.connect(read_only=not write)
-    options = {"csv": "format csv, header true", "json": "format json, array true", "parquet": "format parquet"}
-    escaped = str(output).replace("'", "''")
-    try:
-        row = con.execute(f"copy ({query.strip().rstrip(';')}) to '{escaped}' ({options[fmt]})").fetchone()
-        count = row[0] if row else 0
-    except duckdb.Error as exc:
-        raise BertwbError(f"sql: {_first_line(exc)}") from None
-    finally:
-        con.close()
-    return count
+    if not write:
+        for name, value in READ_ONLY_SETTINGS:
+            con.execute(f"set {name} = {value}")
+    return con
 
 
-def to_text(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> str:
-    """Rows as CSV or JSON text (for stdout)."""
+def rows(result: pa.Table | None, limit: int | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Column names and Python rows (the first ``limit``) of a result."""
+    if result is None:
+        return [], []
+    if limit is not None:
+        result = result.slice(0, limit)
+    columns = [_python_values(column) for column in result.columns]
+    return list(result.column_names), list(zip(*columns, strict=True)) if columns else []
+
+
+def _python_values(column: pa.ChunkedArray) -> list[Any]:
+    """A column as Python values; whole-number decimals (DuckDB's HUGEINT, what sum() returns) as int."""
+    values = column.to_pylist()
+    if pa.types.is_decimal(column.type) and column.type.scale == 0:
+        return [None if value is None else int(value) for value in values]
+    return values
+
+
+def to_text(result: pa.Table | None, fmt: str) -> str:
+    """A result as CSV (header first) or as a JSON array of objects."""
+    columns, values = rows(result)
     if fmt == "csv":
+        if not columns:
+            return ""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows(rows)
+        writer.writerows(values)
         return buffer.getvalue()
-    records = [dict(zip(columns, row, strict=True)) for row in rows]
+    records = [dict(zip(columns, row, strict=True)) for row in values]
     return json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
-def _first_line(exc: Exception) -> str:
-    return " ".join(str(exc).split("\n")[:1]) or type(exc).__name__
+def output_format(ws: Workspace, fmt: str, output: str) -> str:
+    """The format to write ``--output`` in: ``fmt``, or for ``table`` the one the file name says."""
+    if Path(output).resolve() == ws.db_path.resolve():
+        raise BertwbError(f"--output {output} is the workspace database; write the result to another file")
+    if fmt != "table":
+        return fmt
+    suffix = Path(output).suffix.lower().lstrip(".")
+    if suffix not in ("csv", "json", "parquet"):
+        raise BertwbError(f"--output {output}: say --format csv, json or parquet (or name the file .csv, .json "
+                          "or .parquet)")
+    return suffix
+
+
+def write_output(result: pa.Table | None, fmt: str, output: str) -> int:
+    """Write a result to ``output`` as csv, json or parquet, whole or not at all; return the row count."""
+    if result is None:
+        raise BertwbError(f"--output {output}: the query returns no rows to write (it has no SELECT)")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        def write(path: str) -> None:
+            try:
+                pq.write_table(result, path)
+            except (pa.ArrowException, ValueError) as exc:  # a type Parquet has no place for (an INTERVAL)
+                raise BertwbError(f"sql: cannot write the result as Parquet ({str(exc).splitlines()[0]}); "
+                                  "cast that column in the query, e.g. to VARCHAR") from None
+    else:
+        text = to_text(result, fmt)
+
+        def write(path: str) -> None:
+            Path(path).write_text(text, encoding="utf-8")
+    _write_whole(output, write)
+    return result.num_rows
+
+
+def _write_whole(output: str, write: Callable[[str], None]) -> None:
+    """Write under a temporary name beside ``output``, then rename; a device or pipe is written in place."""
+    target = Path(output)
+    special = target.exists() and not target.is_file()  # /dev/stdout, a named pipe
+    tmp = target if special else target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        write(str(tmp))
+        if not special:
+            os.replace(tmp, target)
+    except OSError as exc:
+        raise BertwbError(f"--output {output}: cannot write ({exc.strerror or exc}); check the path and the "
+                          "free space") from None
+    finally:
+        if not special and tmp.exists():
+            tmp.unlink()
+
+
+def _error_line(exc: duckdb.Error, write: bool) -> str:
+    line = " ".join(str(exc).split("\n")[:1]) or type(exc).__name__
+    refused = isinstance(exc, duckdb.PermissionException) or any(
+        phrase in line for phrase in ("configuration has been locked", "read-only mode"))
+    return f"sql: {line}; {READ_ONLY_HINT}" if refused and not write else f"sql: {line}"

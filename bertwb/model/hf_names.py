@@ -8,6 +8,7 @@ weight names, and a classifier's labels travel as ``id2label`` / ``label2id``, a
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import MISSING, fields
 
@@ -250,7 +251,22 @@ def config_from_hf_dict(d: dict) -> BertConfig:
     for f in fields(BertConfig):
         key = _HF_CONFIG_NAMES.get(f.name, f.name)
         if key in d:
-            values[f.name] = d[key]
+            values[f.name] = _checked(key, d[key], f.type)
         elif f.default is MISSING:  # a required field
             raise BertwbError(f"config.json lacks {key!r}, which every BERT config.json has; is it a BERT model?")
     return BertConfig(**values)
+
+
+def _checked(key: str, value: object, kind: str) -> object:
+    """A config.json value of the type BertConfig's field declares (``kind``: its annotation as text)."""
+    if kind == "int":
+        least = 0 if key == "pad_token_id" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BertwbError(f"config.json has {key} {value!r}; it must be a whole number of at least {least}")
+    elif kind.startswith("float"):
+        if value is None and "None" in kind:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise BertwbError(f"config.json has {key} {value!r}; it must be a number")
+        return float(value)
+    return value

@@ -108,7 +108,10 @@ def open_model_dir(path: Path) -> ModelDir:
     step = None
     if (path / "config.json").is_file():
         hf_config = _read_json(path / "config.json")
-        config = config_from_hf_dict(hf_config)
+        try:
+            config = config_from_hf_dict(hf_config)
+        except BertwbError as exc:
+            raise BertwbError(f"{path}: {exc}") from None
         kind, label_names = _kind_from_config_json(path / "config.json", hf_config, tensor_names(weights))
         training = path / "training.json"
         if training.is_file():

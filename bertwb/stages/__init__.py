@@ -61,4 +61,6 @@ def get(name: str, cfg: Config) -> Stage:
 def select(cfg: Config, name: str) -> list[Stage]:
     """The pipeline's stages called ``name``: one stage, one instance, or every instance of a template."""
     chosen = [stage for stage in pipeline(cfg) if stage.name == name or stage.template == name]
-    return chosen or [get(name, cfg)]
+    if chosen or any(stage.name == name and stage.instances is not None for stage in templates()):
+        return chosen  # a template without instances in this config runs nothing
+    return [get(name, cfg)]

@@ -58,6 +58,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
+    tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
     counts, n_tokens, n_words, n_unk = _tokenise_all(tokenizer, con, build.table("tokens"),
                                                      n_sentences, cfg.vocab.batch_size)
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}

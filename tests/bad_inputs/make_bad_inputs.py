@@ -1,0 +1,173 @@
+"""Writes the small hostile files under tests/bad_inputs/ that test_bad_inputs.py feeds to every
+command that reads files. Deterministic; rerun it after changing a file here and commit the result:
+
+    python tests/bad_inputs/make_bad_inputs.py
+
+corpus/     inputs for `bertwb ingest` (every format): broken containers, encodings, JSONL, CSV, Parquet
+vocab/      files for `vocab.from_file`
+sql/        files for `bertwb sql -f`
+fill_mask/  files for `bertwb fill-mask --file`
+hf/         folders for `bertwb import-hf`
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import zstandard
+
+HERE = Path(__file__).resolve().parent
+GOOD_TEXT = ("The captain sailed at dawn.\nThe crew cheered on the deck.\n\n"
+             "Bread rose in the warm oven.\nSalt went in last.\n")
+SPECIALS = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
+TINY_BERT = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_size": 8, "hidden_size": 8,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
+             "max_position_embeddings": 16, "type_vocab_size": 2}
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)  # mtime 0: the same bytes on every run
+
+
+def zstd_bytes(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+def corpus() -> dict[str, bytes]:
+    text = GOOD_TEXT.encode()
+    return {
+        # Containers.
+        "truncated.txt.gz": gzip_bytes(text * 40)[:-30],
+        "truncated.txt.zst": zstd_bytes(text * 40)[:-30],
+        "not_gzip.txt.gz": b"this was never gzip data\n",
+        "not_zstd.txt.zst": b"this was never zstd data\n",
+        "empty_inside.txt.gz": gzip_bytes(b""),
+        "binary_inside.txt.zst": zstd_bytes(bytes(range(256)) * 4),
+        "two_frames.txt.zst": zstd_bytes(b"First frame line.\n") + zstd_bytes(b"Second frame line.\n"),
+        # Empty, blank and binary.
+        "empty.txt": b"",
+        "blank_lines.txt": b"\n\n   \n\t\n\n",
+        "control_only.txt": b"\x07\x1b\x7f\n\x01\x02\n",
+        "binary.bin": bytes(range(256)) * 8,
+        "nul_after_sniff.txt": b"A line before the NUL.\n" * 400 + b"\x00\x00\x00 NUL bytes late in a text file.\n",
+        # Encodings.
+        "utf8_bom.txt": "\ufeffUTF-8 with a byte-order mark.\n".encode(),
+        "utf16le_bom.txt": "UTF-16 little-endian with a byte-order mark.\nIt has two lines é.\n".encode("utf-16"),
+        "utf16be_bom.txt": b"\xfe\xff" + "UTF-16 big-endian with a byte-order mark.\n".encode("utf-16-be"),
+        "utf32_bom.txt": "UTF-32 with a byte-order mark.\n".encode("utf-32"),
+        "utf16_no_bom.txt": "UTF-16 without a byte-order mark.\n".encode("utf-16-le"),
+        "utf16_odd_byte.txt": "UTF-16 cut in the middle of a character.\n".encode("utf-16")[:-1],
+        "latin1.txt": "café crème, naïve façade.\n".encode("latin-1"),
+        "mixed_utf8.txt": b"A good line.\n\xff\xfe a broken line\nAnother good line.\n",
+        "overlong_utf8.txt": b"An overlong slash \xc0\xaf here.\nA clean line after it.\n",
+        "surrogate_utf8.txt": b"An encoded surrogate \xed\xa0\x80 here.\nA clean line after it.\n",
+        # Line shapes.
+        "crlf.txt": b"Windows line one.\r\nWindows line two.\r\n\r\nSecond document.\r\n",
+        "lone_cr.txt": b"Old Mac line one.\rOld Mac line two.\r",
+        "no_final_newline.txt": b"The last line has no newline.",
+        "long_line.txt": b"word " * 5000 + b"\n",
+        "long_word.txt": b"x" * 25000 + b"\n",
+        # JSONL.
+        "records.jsonl": "\n".join([
+            json.dumps({"text": "A good record."}),
+            '{"text": "unterminated',
+            json.dumps({"body": "no text field", "id": 3}),
+            json.dumps(["not", "an", "object"]),
+            json.dumps({"text": None}),
+            json.dumps({"text": 42}),
+            "[" * 5000 + "]" * 5000,
+            '{"text": "a lone surrogate \\udc80 escaped"}',
+            "1" * 5000,
+            json.dumps({"text": "Another good record."}),
+            '{"text": "cut off at the end',
+        ]).encode(),
+        "no_text_field.jsonl": "\n".join(json.dumps({"body": f"record {i}", "id": i}) for i in range(5)).encode(),
+        "not_json.jsonl": b"plain text, not JSON\nmore plain text\n",
+        # CSV and Parquet (read by DuckDB).
+        "ragged.csv": b'text,label\n"A good row.",1\n"Too many",2,3,4\nshort\n"Unclosed quote,5\n',
+        "no_text_column.csv": b"id,body\n1,hello\n",
+        "header_only.csv": b"text\n",
+        "binary.csv": bytes(range(256)) * 4,
+        "truncated.parquet": b"PAR1" + bytes(range(200)),
+        "not_parquet.parquet": b"this is not a parquet file\n",
+    }
+
+
+def vocab_files() -> dict[str, bytes]:
+    tokenizer = {"version": "1.0", "model": {"type": "WordPiece", "vocab": {"[PAD]": 0}}}
+    return {
+        "empty.txt": b"",
+        "binary.txt": bytes(range(256)) * 4,
+        "latin1.txt": (SPECIALS + "café\n").encode("latin-1"),
+        "utf16.txt": (SPECIALS + "hello\n").encode("utf-16"),
+        "repeated.txt": (SPECIALS + "hello\nhello\n").encode(),
+        "blank_line.txt": (SPECIALS + "\nhello\n").encode(),
+        "no_specials.txt": b"hello\nworld\n",
+        "truncated_tokenizer.json": json.dumps(tokenizer).encode()[:40],
+        "wrong_tokenizer.json": json.dumps({"vocab": ["[PAD]"]}).encode(),
+        "binary_tokenizer.json": bytes(range(256)),
+    }
+
+
+def sql_files() -> dict[str, bytes]:
+    return {
+        "empty.sql": b"",
+        "comment_only.sql": b"-- nothing but a comment\n",
+        "binary.sql": bytes(range(256)),
+        "latin1.sql": "select 'café' as word;\n".encode("latin-1"),
+        "utf16_bom.sql": "select 'from UTF-16' as word;\n".encode("utf-16"),
+        "nul.sql": b"select 1;\x00 select 2;\n",
+        "writes_a_file.sql": b"copy (select 1 as x) to 'written_by_sql.csv';\n",
+        "deletes.sql": b"delete from documents;\n",
+    }
+
+
+def fill_mask_files() -> dict[str, bytes]:
+    return {
+        "empty.txt": b"",
+        "blank_lines.txt": b"\n  \n\t\n",
+        "binary.bin": bytes(range(256)) * 4,
+        "latin1.txt": "the café [MASK] .\n".encode("latin-1"),
+        "utf16.txt": "the [MASK] sat .\n".encode("utf-16"),
+    }
+
+
+def hf_folders() -> dict[str, dict[str, bytes]]:
+    vocab = (SPECIALS + "the\nsea\nship\n").encode()
+    config = json.dumps(TINY_BERT, indent=2).encode()
+    return {
+        "empty_folder": {".keep": b""},
+        "config_not_json": {"config.json": b"{not json", "model.safetensors": bytes(64), "vocab.txt": vocab},
+        "config_wrong_types": {"config.json": json.dumps({**TINY_BERT, "hidden_size": "big"}).encode(),
+                               "model.safetensors": bytes(64), "vocab.txt": vocab},
+        "weights_garbage": {"config.json": config, "model.safetensors": bytes(range(256)), "vocab.txt": vocab},
+        "weights_truncated": {"config.json": config, "vocab.txt": vocab,
+                              "model.safetensors": b"\x40\x00\x00\x00\x00\x00\x00\x00" + b'{"a": {"dtype"'},
+        "bin_garbage": {"config.json": config, "pytorch_model.bin": b"not a pickle", "vocab.txt": vocab},
+        "no_tokenizer": {"config.json": config, "model.safetensors": bytes(64)},
+        "no_weights": {"config.json": config, "vocab.txt": vocab},
+    }
+
+
+def write(folder: Path, files: dict[str, bytes]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+
+def main() -> None:
+    write(HERE / "corpus", corpus())
+    write(HERE / "vocab", vocab_files())
+    write(HERE / "sql", sql_files())
+    write(HERE / "fill_mask", fill_mask_files())
+    shutil.rmtree(HERE / "hf", ignore_errors=True)
+    for name, files in hf_folders().items():
+        write(HERE / "hf" / name, files)
+
+
+if __name__ == "__main__":
+    main()

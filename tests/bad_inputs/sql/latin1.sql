@@ -1,0 +1,1 @@
+select 'café' as word;
