@@ -318,7 +318,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
     for section_name, values in raw.items():
         if section_name not in SECTIONS:
             raise BertwbError(_locate(where, lines, (section_name,))
-                              + f"unknown section '{section_name}'{_suggest(section_name, SECTIONS)}")
+                              + f"unknown section {_quoted(section_name)}{_suggest(section_name, SECTIONS)}")
         if values is None:
             continue
         setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines))
@@ -355,7 +355,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:
-                raise _DuplicateKey(f"line {line}: key '{key}' is given twice (first at line {seen[key]}); "
+                raise _DuplicateKey(f"line {line}: key {_quoted(key)} is given twice (first at line {seen[key]}); "
                                     "keep one of them")
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
@@ -404,6 +404,11 @@ def _locate(where: str, lines: Lines, key: tuple[str, ...]) -> str:
     return f"{where} line {line}: " if line else f"{where}: "
 
 
+def _quoted(name: object) -> str:
+    """A key as it appears in a message: quoted, with control characters escaped, so the message stays one line."""
+    return repr(str(name)) if not str(name).isprintable() else f"'{name}'"
+
+
 def _suggest(name: str, choices: typing.Iterable[str]) -> str:
     choices = list(choices)
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
@@ -420,7 +425,7 @@ def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lin
     """The section dataclass ``cls`` from a raw mapping found at ``path``."""
     name = ".".join(path)
     if not isinstance(values, dict):
-        raise BertwbError(_locate(where, lines, path) + f"section '{name}' must be a mapping of key: value")
+        raise BertwbError(_locate(where, lines, path) + f"section {_quoted(name)} must be a mapping of key: value")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     kwargs = dict(inherited or {})
@@ -428,7 +433,7 @@ def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lin
         key_path = path + (str(key),)
         prefix = _locate(where, lines, key_path)
         if key not in fields:
-            raise BertwbError(prefix + f"unknown key '{'.'.join(key_path)}'{_suggest(str(key), fields)}")
+            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}{_suggest(str(key), fields)}")
         hint = hints[key]
         if _is_subsections(hint):
             kwargs[key] = _build_named(hint, values, key, key_path, where, lines, fields[key], cls)
@@ -444,7 +449,7 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
     if entries is None:
         return {}
     if not isinstance(entries, dict):
-        raise BertwbError(_locate(where, lines, path) + f"'{'.'.join(path)}' must be a mapping of names to "
+        raise BertwbError(_locate(where, lines, path) + f"{_quoted('.'.join(path))} must be a mapping of names to "
                           "sections")
     entry_cls = typing.get_args(hint)[1]
     shared: dict[str, Any] = {}
@@ -457,7 +462,7 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
     for name, values in entries.items():
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
             raise BertwbError(_locate(where, lines, path + (str(name),))
-                              + f"'{name}' is not a usable name under {'.'.join(path)}; use letters, digits, - and _")
+                              + f"{_quoted(name)} is not a usable name under {'.'.join(path)}; use letters, digits, - and _")
         built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
     return built
 

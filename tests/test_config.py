@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bertwb.config import SECTIONS, load_config
 from bertwb.errors import BertwbError
@@ -87,3 +91,43 @@ def test_bad_values_name_their_key_and_line_at_every_depth(tmp_path, text, overr
     with pytest.raises(BertwbError) as caught:
         load_config(tmp_path / "bertwb.yaml", overrides)
     assert str(caught.value).removeprefix(str(tmp_path) + "/") == message
+
+
+# --- any mapping: it loads, or one line names what is wrong --------------------------------------------
+
+_NAMES = sorted({name for cls in SECTIONS.values() for name in (f.name for f in dataclasses.fields(cls))})
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**9) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8) | st.sampled_from(["auto", "tiny", "classify", "1e-3", ".nan"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(_NAMES) | st.text(max_size=5),
+                                                                 inner, max_size=3),
+    max_leaves=6)
+_sections = st.dictionaries(
+    st.sampled_from(sorted(SECTIONS)) | st.text(min_size=1, max_size=6),
+    st.none() | _values | st.dictionaries(st.sampled_from(_NAMES) | st.text(min_size=1, max_size=6), _values,
+                                          max_size=4),
+    max_size=4)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mapping=_sections)
+def test_any_mapping_loads_or_gives_one_line_naming_the_file_and_key(tmp_path, mapping):
+    path = tmp_path / "bertwb.yaml"
+    path.write_text(yaml.safe_dump(mapping, allow_unicode=True), encoding="utf-8")
+    try:
+        cfg = load_config(path)
+    except BertwbError as exc:
+        message = str(exc)
+        assert "\n" not in message and message.startswith(str(path)), message
+        parsed = yaml.safe_load(path.read_text(encoding="utf-8")) or {}  # YAML may read exotic characters otherwise
+        named = [str(key) for key in parsed] + [f"{section}.{key}" for section, keys in parsed.items()
+                                                if isinstance(keys, dict) for key in keys]
+        shown = {form for name in named for form in (name, repr(name), f"'{name}'")}  # as printed, escaped or not
+        assert any(form in message for form in shown) or "mapping of sections" in message, message
+        assert re.search(r"\.yaml line \d+: ", message) or "mapping of sections" in message, message
+    else:
+        for section in SECTIONS:  # what loaded is typed and in range: it round-trips through the loader
+            assert load_config(None, [f"{section}.{f.name}={json.dumps(getattr(cfg.section(section), f.name))}"
+                                      for f in dataclasses.fields(SECTIONS[section])
+                                      if not isinstance(getattr(cfg.section(section), f.name), dict)])
