@@ -177,12 +177,11 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
             input_file: str | None, output: str | None, fmt: str, checkpoint: str | None, device: str,
             batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
-    from bertwb.tasks.finetuning import predict as predict_rows
-    from bertwb.tasks.finetuning import rows_text
+    from bertwb.tasks.finetuning import open_predictor, rows_text
 
     cfg, ws = _load(config_path, overrides, workdir)
-    lines = None if input_file else _texts((), None)
-    rows = predict_rows(cfg, ws, task, checkpoint, device, batch_size, Path(input_file) if input_file else None, lines)
+    predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
+    rows = predictor.rows(Path(input_file)) if input_file else predictor.rows(lines=_texts((), None))
     text = rows_text(rows, fmt)
     if output:
         Path(output).write_text(text, encoding="utf-8")

@@ -461,8 +461,8 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
     built = {}
     for name, values in entries.items():
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-            raise BertwbError(_locate(where, lines, path + (str(name),))
-                              + f"{_quoted(name)} is not a usable name under {'.'.join(path)}; use letters, digits, - and _")
+            raise BertwbError(_locate(where, lines, path + (str(name),)) + f"{_quoted(name)} is not a usable name "
+                              f"under {'.'.join(path)}; use letters, digits, - and _")
         built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
     return built
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import sys
@@ -82,6 +83,16 @@ vocab:
   vocab_size: 256
   min_frequency: 1
 """
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread() -> None:
+    """One intra-op thread for every test and its subprocesses, module fixtures that train included: on a
+    shared 2-core machine OpenMP's spin-waits made 2 threads 3–5× slower than one."""
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture

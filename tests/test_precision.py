@@ -21,14 +21,6 @@ from conftest import Project, run_metrics, stand_in_pairs
 STEPS = 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _train(*settings: str, steps: int = STEPS) -> tuple[list[float], list[torch.Tensor]]:
     """Per-step losses and the final parameters of a small model trained ``steps`` steps on stand-in pairs."""
     torch.manual_seed(0)

@@ -36,16 +36,6 @@ from bertwb.train.trainer import Trainer
 from conftest import (PRETRAIN_CONFIG, PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, run_metrics,
                       stand_in_pairs, write_bert_format)
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch: pytest.MonkeyPatch):
-    """One intra-op thread: on a shared 2-core machine OpenMP spin-waits made 2 threads 3–5× slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the subprocesses
-    yield
-    torch.set_num_threads(threads)
-
-
 # --- batching on an in-memory split ---------------------------------------------------------------------
 
 def test_collate_pads_rows_and_points_masked_positions_at_the_right_tokens():

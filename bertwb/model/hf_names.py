@@ -215,7 +215,8 @@ def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: l
     """The `config.json` fields with which `transformers.BertConfig(**d)` describes the same model.
 
     `architectures` names the transformers class of `kind`; a classifier's labels are written as HF writes
-    them, `id2label` (ids as strings) and its inverse `label2id`, from which HF counts `num_labels`.
+    them, `id2label` (ids as strings) and its inverse `label2id`, from which HF counts `num_labels`, and a
+    sequence classifier's `problem_type` (regression for one output, as its loss is).
     """
     d = {_HF_CONFIG_NAMES.get(f.name, f.name): getattr(config, f.name) for f in fields(config)}
     labels = {}
@@ -224,6 +225,8 @@ def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: l
             raise ValueError(f"the config.json of a {kind} model needs its label_names")
         labels = {"id2label": {str(i): name for i, name in enumerate(label_names)},
                   "label2id": {name: i for i, name in enumerate(label_names)}}
+        if kind == "sequence_classification":  # one output is a regressor, as transformers reads num_labels 1
+            labels["problem_type"] = "regression" if len(label_names) == 1 else "single_label_classification"
     return {
         "architectures": [MODEL_KINDS[kind].hf_architecture],
         "model_type": "bert",

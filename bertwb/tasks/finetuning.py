@@ -364,6 +364,12 @@ class Predictor:
         self.label_names = model_dir.label_names
         self.device, self.batch_size, self.precision = device, batch_size, settings.precision
 
+    def rows(self, path: Path | None = None, lines: list[str] | None = None) -> list[dict[str, Any]]:
+        """Output rows for the examples of ``path`` (the task's format) or of ``lines`` (stdin's)."""
+        examples = self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines)
+        return [row for example, prediction in zip(examples, self.predict(examples), strict=True)
+                for row in self.task.rows(example, prediction)]
+
     def predict(self, examples: list[Any]) -> list[dict[str, Any]]:
         """One prediction per example, in order."""
         features = self.task.featurize(examples, self.tokenizer, None)
@@ -389,12 +395,11 @@ def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: 
     return outputs
 
 
-def predict(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str, batch_size: int,
-            path: Path | None = None, lines: list[str] | None = None) -> list[dict[str, Any]]:
-    """``bertwb predict``: output rows for the examples of ``path`` (the task's format) or of ``lines``.
+def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
+                   batch_size: int) -> Predictor:
+    """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory).
 
-    The model is the task's stage output, or ``checkpoint`` (any fine-tuned model directory); its
-    ``task.json``, when it has one, says how inputs become features, as in training.
+    The directory's ``task.json``, when it has one, says how inputs become features, as in training.
     """
     from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
     from bertwb.train.device import resolve_device  # noqa: PLC0415
@@ -402,18 +407,14 @@ def predict(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str
     if checkpoint:
         folder = cfg.resolve(checkpoint) if not Path(checkpoint).exists() else Path(checkpoint)
     else:
+        task_settings(cfg, task)  # an unknown task is named first
         folder = ws.stage_dir(f"finetune/{task}")
         if ws.read_manifest(f"finetune/{task}") is None or not folder.is_dir():
-            task_settings(cfg, task)  # an unknown task is named first
             raise BertwbError(f"finetune/{task} has not run in {ws.root}; run `bertwb finetune {task}` first, "
                               "or pass --checkpoint DIR")
     model_dir = modeldir.open_model_dir(folder)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    predictor = Predictor(model_dir, settings, resolve_device(device), batch_size, recorded)
-    examples = predictor.task.read(path, labelled=False) if path is not None else predictor.task.from_lines(lines)
-    predictions = predictor.predict(examples)
-    return [row for example, prediction in zip(examples, predictions, strict=True)
-            for row in predictor.task.rows(example, prediction)]
+    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded)
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:

@@ -1,0 +1,311 @@
+"""finetune and predict, driven like a user on the sample corpus's labelled sets.
+
+A tiny model pre-trains once per module on part of the sample corpus (``pretrained``); every test
+fine-tunes in its own copy of that workspace. Measured on this setup (2 cores, one thread, batch 16,
+lr 1e-3): sentiment reaches 100% dev accuracy in 150 steps (the majority class is 50%; the first ~70
+steps sit at 50%), the three-way NLI set 93% in 300 steps (majority 33.3%), NER entity F1 0.73 in
+200 steps and QA exact match 13% (F1 15) in 200 steps of a barely pre-trained tiny model. The
+thresholds leave room below those numbers for runs that are shorter or drift with the host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+from bertwb import ui
+from conftest import REPO, Project, assert_one_line_error
+
+FINETUNE = REPO / "sample_corpus" / "finetune"
+CONFIG = f"""
+ingest:
+  inputs: [{REPO / "sample_corpus" / "pretrain" / "part-000.txt"}]
+  valid_fraction: 0.1
+vocab:
+  vocab_size: 1024
+pairs:
+  max_seq_length: 64
+  dupe_factor: 1
+pretrain:
+  steps: 40
+  batch_size: 16
+  log_every: 20
+  eval_every: 0
+finetune:
+  steps: 150
+  batch_size: 16
+  lr: 1.0e-3
+  max_seq_length: 64
+  log_every: 10
+  eval_every: 50
+  checkpoint_every: 20
+  tasks:
+    sentiment:
+      type: classify
+      train: {FINETUNE / "sentiment_train.csv"}
+      dev: {FINETUNE / "sentiment_dev.csv"}
+    nli:
+      type: classify
+      train: {FINETUNE / "pairs_train.tsv"}
+      dev: {FINETUNE / "pairs_dev.tsv"}
+      text_column: sentence1
+      text_pair_column: sentence2
+      steps: 200
+    ner:
+      type: tag
+      train: {FINETUNE / "ner_train.conll"}
+      dev: {FINETUNE / "ner_dev.conll"}
+      steps: 200
+    qa:
+      type: qa
+      train: {FINETUNE / "qa_train.json"}
+      dev: {FINETUNE / "qa_dev.json"}
+      max_seq_length: 128
+      doc_stride: 64
+"""
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("finetune")
+    project = Project(root)
+    project.write_config(CONFIG)
+    project.run("run", "--until", "pretrain")
+    return root
+
+
+@pytest.fixture
+def project(pretrained: Path, tmp_path: Path) -> Project:
+    shutil.copytree(pretrained, tmp_path / "p")
+    return Project(tmp_path / "p")
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Every task of the config fine-tuned once, by one `bertwb finetune`."""
+    root = tmp_path_factory.mktemp("finetuned") / "p"
+    shutil.copytree(pretrained, root)
+    project = Project(root)
+    result = project.run("finetune")
+    assert all(f"finetune/{task}: done" in result.output for task in ("sentiment", "nli", "ner", "qa"))
+    return project
+
+
+def _results(project: Project, task: str) -> dict:
+    return json.loads((project.workspace / "finetune" / task / "metrics.json").read_text())
+
+
+def _predict(project: Project, task: str, *args: str, stdin: str | None = None) -> list[dict]:
+    from click.testing import CliRunner
+
+    from bertwb.cli import cli
+
+    result = CliRunner().invoke(cli, ["predict", task, "--config", str(project.config), *args], input=stdin)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_classification_beats_the_majority_class_and_predicts_what_it_scored(finetuned: Project):
+    project = finetuned
+    dev = _results(project, "sentiment")["dev"]
+    assert dev["accuracy"] >= 0.8, dev  # majority class: 50%
+    assert dev["confusion_matrix"] and sum(map(sum, dev["confusion_matrix"])) == 300
+    predictions = _predict(project, "sentiment", str(FINETUNE / "sentiment_dev.csv"))
+    assert len(predictions) == 300
+    right = sum(p["label"] == p["gold"] for p in predictions) / len(predictions)
+    assert right == pytest.approx(dev["accuracy"])  # predict gives the predictions the metrics scored
+    assert all(abs(sum(p["probabilities"].values()) - 1) < 1e-4 for p in predictions)
+    two = _predict(project, "sentiment", stdin="The soup was wonderful, we will return.\nAwful service, I regret it.\n")
+    assert [p["label"] for p in two] == ["positive", "negative"]
+    config = json.loads((project.workspace / "finetune" / "sentiment" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"} and config["architectures"] == \
+        ["BertForSequenceClassification"]
+    assert "finetune/sentiment: fresh" in project.run("finetune", "sentiment").output
+    rows = project.run("sql", "select metric, value from finetune_metrics where task = 'sentiment' "
+                       "and metric = 'dev_accuracy'", "--format", "json").stdout
+    assert json.loads(rows)[0]["value"] == pytest.approx(dev["accuracy"])
+
+
+def test_sentence_pairs(finetuned: Project):
+    dev = _results(finetuned, "nli")["dev"]
+    assert dev["accuracy"] >= 0.5 and len(dev["confusion_matrix"]) == 3, dev  # majority class: 33.3%
+    pair = _predict(finetuned, "nli", stdin="Anna sailed to Lisbon on Friday.\tAnna sailed somewhere.\n")
+    assert pair[0]["label"] in ("entailment", "contradiction", "neutral") and pair[0]["text_pair"]
+
+
+def test_regression(project: Project, tmp_path: Path):
+    """The sentiment set with numbers for labels: one output, mean squared error, correlations."""
+    lines = (FINETUNE / "sentiment_train.csv").read_text().replace(",positive\n", ",0.9\n").replace(",negative\n",
+                                                                                                  ",0.1\n")
+    (tmp_path / "scores.csv").write_text(lines)
+    dev_lines = (FINETUNE / "sentiment_dev.csv").read_text().replace(",positive\n", ",0.9\n").replace(",negative\n",
+                                                                                                    ",0.1\n")
+    (tmp_path / "scores_dev.csv").write_text(dev_lines)
+    task = "finetune.tasks.score"
+    project.run("finetune", "score", "--set", f"{task}.type=classify", "--set", f"{task}.regression=true",
+                "--set", f"{task}.train={tmp_path / 'scores.csv'}",
+                "--set", f"{task}.dev={tmp_path / 'scores_dev.csv'}",
+                "--set", f"{task}.steps=100")
+    results = json.loads((project.workspace / "finetune" / "score" / "metrics.json").read_text())
+    assert results["dev"]["pearson"] > 0.5 and results["labels"] == ["score"], results
+    config = json.loads((project.workspace / "finetune" / "score" / "config.json").read_text())
+    assert config["problem_type"] == "regression"
+
+
+def test_tagging_and_question_answering_learn(finetuned: Project):
+    project = finetuned
+    ner = _results(project, "ner")["dev"]
+    assert ner["f1"] > 0.1 and ner["token_accuracy"] > 0.8, ner
+    tagged = _predict(project, "ner", stdin="Captain Jonas sailed to Lisbon .\n")[0]
+    assert tagged["words"] == ["Captain", "Jonas", "sailed", "to", "Lisbon", "."] and len(tagged["tags"]) == 6
+    qa = _results(project, "qa")["dev"]
+    assert qa["exact_match"] > 0 and qa["f1"] >= qa["exact_match"], qa
+    answer = _predict(project, "qa", stdin=json.dumps({"question": "Where did Jonas sail?",
+                                                       "context": "Captain Jonas sailed to Lisbon on Friday."}) + "\n")
+    row = answer[0]
+    assert row["answer"] == "Captain Jonas sailed to Lisbon on Friday."[row["start"]:row["end"]]
+
+
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    original = ui._PlainTraining.update
+
+    def update(self, done, stats):  # noqa: ANN001
+        original(self, done, stats)
+        if done == step:
+            os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(ui._PlainTraining, "update", update)
+
+
+def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    straight = Project(tmp_path / "straight")
+    shutil.copytree(project.root, straight.root)
+    straight.run("finetune", "sentiment")
+    _interrupt_at(monkeypatch, 30)  # a logging step; checkpoints come every 20
+    result = project.run("finetune", "sentiment", expect=130)
+    assert "checkpoint at step 30" in result.output
+    monkeypatch.undo()
+    result = project.run("finetune", "sentiment")
+    assert "resuming from" in result.output and "(step 30 of 150)" in result.output
+    ours, theirs = (safetensors.torch.load_file(str(p.workspace / "finetune" / "sentiment" / "model.safetensors"))
+                    for p in (project, straight))
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)  # bit-exact, dropout included
+    assert _results(project, "sentiment")["dev"] == _results(straight, "sentiment")["dev"]
+
+
+def test_each_task_is_its_own_cached_stage(project: Project):
+    quick = [f"--set=finetune.tasks.{task}.steps=4" for task in ("sentiment", "nli", "ner", "qa")]
+    project.run("finetune", "sentiment", *quick)
+    project.run("finetune", "nli", *quick)
+    rows = {r["stage"]: r for r in json.loads(project.run("status", "--json", *quick).stdout)}
+    assert rows["finetune/sentiment"]["state"] == rows["finetune/nli"]["state"] == "fresh"
+    assert rows["finetune/ner"]["state"] == "missing"
+    result = project.run("finetune", "--set", "finetune.tasks.nli.lr=5e-4", *quick)
+    assert "finetune/sentiment: fresh" in result.output
+    assert "finetune/nli: running (stale: finetune.tasks.nli.lr 0.001 → 0.0005)" in result.output
+    assert "finetune/ner: running (missing" in result.output
+
+
+@pytest.mark.parametrize("task, mutate, needles", [
+    ("sentiment", lambda p: p.write_text("review,label\nok,positive\n"), ["no column 'text' (has: review, label)",
+                                                                         "finetune.tasks.sentiment.text_column"]),
+    ("sentiment", lambda p: p.write_text(p.read_text() + "Meh.,neutral\n"), [":302: label 'neutral' is not among "
+                                                                            "the train labels (negative, positive)"]),
+    ("sentiment", lambda p: p.write_text(""), ["the file is empty"]),
+    ("ner", lambda p: p.write_text("Jonas B-PER\nsailed O extra\n"), [":2: 3 column(s) where the file has 2"]),
+    ("qa", lambda p: p.write_text(p.read_text().replace('"answer_start": 374', '"answer_start": 370', 1)),
+     ["answer_start 370 points at", "fix answer_start"]),
+])
+def test_bad_data_is_one_line_naming_file_and_line(project: Project, tmp_path: Path, task: str, mutate, needles):
+    names = {"sentiment": "sentiment_dev.csv", "ner": "ner_dev.conll", "qa": "qa_train.json"}
+    bad = tmp_path / names[task]
+    shutil.copy(FINETUNE / names[task], bad)
+    mutate(bad)
+    role = "train" if task == "qa" else "dev"
+    result = project.run("finetune", task, "--set", f"finetune.tasks.{task}.{role}={bad}", expect=1)
+    assert_one_line_error(result, str(bad), *needles)
+    assert not (project.workspace / "finetune" / task).exists()  # nothing half-built
+
+
+def test_an_unknown_task_is_one_line(project: Project):
+    assert_one_line_error(project.run("finetune", "sentimnt", expect=1), "no task 'sentimnt' in finetune.tasks",
+                          "sentiment, nli, ner, qa")
+    assert_one_line_error(project.run("predict", "sentimnt", expect=1), "no task 'sentimnt'")
+
+
+# --- the exported model predicts the same in transformers -------------------------------------------
+
+def _export(project: Project, task: str, tmp_path: Path) -> Path:
+    out = tmp_path / f"{task}-hf"
+    project.run("export", "--checkpoint", str(project.workspace / "finetune" / task), str(out))
+    return out
+
+
+def test_exported_classifiers_predict_as_the_text_classification_pipeline(finetuned: Project, tmp_path: Path):
+    transformers = pytest.importorskip("transformers")
+    texts = ["The soup was wonderful, we will return.", "Awful service, I regret it.",
+             "I thought the metronome would be awful, but it was actually delightful."]
+    classifier = transformers.pipeline("text-classification", model=str(_export(finetuned, "sentiment", tmp_path)),
+                                       device="cpu")
+    ours = _predict(finetuned, "sentiment", stdin="\n".join(texts) + "\n")
+    theirs = classifier(texts)
+    assert [p["label"] for p in ours] == [t["label"] for t in theirs]
+    assert [p["score"] for p in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
+    pairs = [("Anna sailed to Lisbon on Friday.", "Anna sailed somewhere."),
+             ("Anna sailed to Lisbon on Friday.", "Anna spent Friday in Oslo.")]
+    nli = transformers.pipeline("text-classification", model=str(_export(finetuned, "nli", tmp_path)), device="cpu")
+    ours = _predict(finetuned, "nli", stdin="".join(f"{a}\t{b}\n" for a, b in pairs))
+    theirs = [nli({"text": a, "text_pair": b}) for a, b in pairs]
+    theirs = [t[0] if isinstance(t, list) else t for t in theirs]
+    assert [p["label"] for p in ours] == [t["label"] for t in theirs]
+    assert [p["score"] for p in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
+
+
+def test_exported_tagger_predicts_as_the_token_classification_pipeline(finetuned: Project, tmp_path: Path):
+    transformers = pytest.importorskip("transformers")
+    tagger = transformers.pipeline("token-classification", model=str(_export(finetuned, "ner", tmp_path)),
+                                   aggregation_strategy="first", device="cpu")
+    sentences = ["Captain Jonas Silva sailed to Lisbon with Meridian Trust .",
+                 "Dr. Chloé Novak met Arjun Ferreira at Northside Clinic in São Paulo ."]
+    ours = _predict(finetuned, "ner", stdin="\n".join(sentences) + "\n")
+    assert any(p["entities"] for p in ours)  # something to compare
+    for sentence, prediction in zip(sentences, ours, strict=True):
+        words = sentence.split(" ")
+        starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]  # words joined by single spaces
+        mine = [(e["type"], starts[e["start"]], starts[e["end"]] + len(words[e["end"]]))
+                for e in prediction["entities"]]
+        theirs = [(t["entity_group"], t["start"], t["end"]) for t in tagger(sentence)]
+        assert mine == theirs, (sentence, prediction["tags"])
+
+
+def test_exported_qa_model_gives_our_answer_from_its_own_logits(finetuned: Project, tmp_path: Path):
+    """transformers 5 has no question-answering pipeline; its BertForQuestionAnswering's logits must give the
+    answer we predict: the most probable span (P(start) × P(end) over the context and [CLS]) up to 30 tokens."""
+    transformers = pytest.importorskip("transformers")
+    out = _export(finetuned, "qa", tmp_path)
+    model = transformers.BertForQuestionAnswering.from_pretrained(str(out)).eval()
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(str(out))
+    context = json.loads((FINETUNE / "qa_train.json").read_text())["data"][0]["paragraphs"][0]["context"][:200]
+    question = "Who is the best baker?"  # the context fits one window, as transformers reads it whole
+    ours = _predict(finetuned, "qa", stdin=json.dumps({"question": question, "context": context}) + "\n")[0]
+    encoded = tokenizer(question, context, return_offsets_mapping=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(input_ids=encoded["input_ids"], token_type_ids=encoded["token_type_ids"])
+    context_tokens = [i for i, kind in enumerate(encoded.sequence_ids(0)) if kind == 1]
+    keep = [0, *context_tokens]
+    start_p = logits.start_logits[0, keep].softmax(-1)[1:]
+    end_p = logits.end_logits[0, keep].softmax(-1)[1:]
+    spans = [(float(start_p[s] * end_p[e]), s, e) for s in range(len(context_tokens))
+             for e in range(s, min(s + 30, len(context_tokens)))]
+    score, s, e = max(spans)
+    offsets = encoded["offset_mapping"][0]
+    start, end = int(offsets[context_tokens[s]][0]), int(offsets[context_tokens[e]][1])
+    assert (ours["start"], ours["end"], ours["answer"]) == (start, end, context[start:end])
+    assert ours["score"] == pytest.approx(score, abs=1e-5)
