@@ -34,6 +34,9 @@ demo: install
 	$(BIN)/bertwb fill-mask "captain jonas scrubbed the nautical [MASK] in the harbour ." "pavel baked the crispy [MASK] slowly ." --top-k 3
 	$(BIN)/bertwb nsp "Captain Jonas scrubbed the nautical deck in the harbour." "Then Jonas steered the breezy yacht out of the marina."
 	$(BIN)/bertwb nsp "Captain Jonas scrubbed the nautical deck in the harbour." "Pavel baked the crispy croissants slowly."
+	$(BIN)/bertwb sql "select metric, round(value, 4) as value from finetune_metrics where task = 'sentiment' and metric like 'dev_%'"
+	printf '%s\n' "The crème brûlée at Café Lumière was superb, and we will definitely return." \
+		"The service was awful, and I regret going." | $(BIN)/bertwb predict sentiment
 
 test: install-dev
 	$(BIN)/python -m pytest -q
