@@ -317,7 +317,7 @@ def _after_import(path: str, kind: str) -> str:
               help="Corpus file, directory or glob for ingest.inputs; repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
-    """Write a commented bertwb.yaml and a pipelines/Makefile."""
+    """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
     from bertwb.init import init
     for path in init(Path(directory), list(inputs), force):
         ui.info(f"wrote {path}")
@@ -325,14 +325,25 @@ def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
 
 @cli.command()
 @_config_options
-@click.option("--force", is_flag=True, help="Run every stage, fresh or not.")
-@click.option("--until", type=click.Choice(stages.names()), default=None, help="Last stage to run.")
-def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
-        until: str | None) -> None:
-    """Run the pipeline, skipping every stage that is fresh."""
+@click.option("--force", is_flag=True, help="Run every chosen stage, fresh or not.")
+@click.option("--from", "start", metavar="STAGE", default=None, help="First stage to run.")
+@click.option("--until", metavar="STAGE", default=None, help="Last stage to run.")
+@click.option("--only", multiple=True, metavar="STAGE", help="Run only this stage (or finetune/TASK); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary table as JSON.")
+def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool, start: str | None,
+        until: str | None, only: tuple[str, ...], as_json: bool) -> None:
+    """Run the pipeline (or part of it), skipping every stage that is fresh; end with a summary table."""
     cfg, ws = _load(config_path, overrides, workdir)
-    names = stages.names()
-    engine.run_pipeline(cfg, ws, names[: names.index(until) + 1] if until else names, force=force)
+    names = stages.between(cfg, start, until, only)
+    with ui.tables_to_stderr(as_json):
+        ran = engine.run_pipeline(cfg, ws, names, force=force)
+    rows = engine.run_summary(cfg, ws, names, ran)
+    if as_json:
+        ui.print_json(rows)
+    else:
+        ui.table("run", ["stage", "", "took", "result"],
+                 [[r["stage"], "ran" if r["ran"] else "skipped", f"{r['seconds']:.1f}s" if r["ran"] else "",
+                   r["headline"]] for r in rows])
 
 
 @cli.command()

@@ -280,13 +280,36 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
         ws.recover()
         con = ws.connect()
         try:
-            for stage in chosen:
-                summary = run_stage(stage, cfg, ws, con, force=force, runtime=runtime)
+            for index, stage in enumerate(chosen, 1):
+                if len(chosen) > 1:
+                    ui.pipeline_step(index, len(chosen), stage.name)
+                try:
+                    summary = run_stage(stage, cfg, ws, con, force=force, runtime=runtime)
+                except BertwbError as exc:
+                    if len(chosen) > 1 and not str(exc).startswith(f"{stage.name}:"):
+                        raise BertwbError(f"{stage.name}: {exc}") from None
+                    raise
+                except Exception:
+                    if len(chosen) > 1:
+                        ui.stage_line(stage.name, f"failed; the {index - 1} stage(s) before it are built and kept")
+                    raise
                 if summary is not None:
                     ran[stage.name] = summary
         finally:
             con.close()
     return ran
+
+
+def run_summary(cfg: Config, ws: Workspace, names: list[str], ran: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per stage of a `bertwb run`: whether it ran, how long it took, and its result in one line."""
+    rows = []
+    for stage in (stage for name in names for stage in stages.select(cfg, name)):
+        manifest = ws.read_manifest(stage.name) or {}
+        summary = ran.get(stage.name, manifest.get("summary"))
+        rows.append({"stage": stage.name, "ran": stage.name in ran,
+                     "seconds": manifest.get("duration_s", 0.0) if stage.name in ran else 0.0,
+                     "headline": stage.headline_of(summary), "summary": summary})
+    return rows
 
 
 def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:

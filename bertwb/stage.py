@@ -45,8 +45,16 @@ class Stage:
     fingerprint: Callable[[Config, Workspace], list[dict[str, Any]]] | None = None
     behind: Callable[[Config, dict[str, Any]], str | None] | None = None
     report: Callable[[dict[str, Any]], None] | None = None  # prints the summary its own way (default: a table)
+    headline: str = ""  # the summary in one line for `bertwb run`'s table: a format string over its keys
     instances: Callable[[Config], list[str]] | None = None  # a template: the names of its instances
     instance: str | None = None  # this instance's name (None: not an instance)
+
+    def headline_of(self, summary: dict[str, Any] | None) -> str:
+        """``headline`` filled from ``summary``; empty when the summary lacks what it names."""
+        try:
+            return self.headline.format_map(summary or {})
+        except (KeyError, ValueError, TypeError):
+            return ""
 
     def of(self, instance: str) -> Stage:
         """The instance ``instance`` of this template: its own name, directory and config section.

@@ -41,6 +41,14 @@ def stage_line(stage: str, message: str) -> None:
         err.print(f"{stage}: {message}", markup=False)
 
 
+def pipeline_step(index: int, total: int, stage: str) -> None:
+    """Where `bertwb run` is: a rule on a terminal, a plain line elsewhere."""
+    if interactive():
+        err.rule(f"[bold]{index}/{total}[/bold] {stage}", align="left")
+    else:
+        err.print(f"run: {index}/{total} {stage}", markup=False)
+
+
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/yellow] {message}" if interactive() else f"warning: {message}",
               markup=interactive())

@@ -64,3 +64,25 @@ def select(cfg: Config, name: str) -> list[Stage]:
     if chosen or any(stage.name == name and stage.instances is not None for stage in templates()):
         return chosen  # a template without instances in this config runs nothing
     return [get(name, cfg)]
+
+
+def between(cfg: Config, start: str | None = None, until: str | None = None,
+            only: tuple[str, ...] = ()) -> list[str]:
+    """The stages `bertwb run` runs, in order: ``only`` those (stages, templates or instances), else every
+    stage from ``start`` to ``until`` (each a stage or template name; a template brings all its instances)."""
+    if only:
+        return [stage.name for name in only for stage in select(cfg, name)]
+
+    def order_of(name: str) -> int:
+        template = name.split("/")[0]
+        found = next((stage for stage in templates() if stage.name == template), None)
+        if found is None:
+            raise BertwbError(f"no stage called {name!r}; the stages are {', '.join(names())}")
+        return found.order
+
+    low = order_of(start) if start else -1
+    high = order_of(until) if until else 1 << 30
+    if low > high:
+        raise BertwbError(f"--from {start} comes after --until {until}; the stages run {' → '.join(names())}")
+    orders = {stage.name: stage.order for stage in templates()}
+    return [stage.name for stage in pipeline(cfg) if low <= orders[stage.template] <= high]

@@ -10,7 +10,7 @@ every one-sentence chunk a random next, since it has no second sentence to be B,
 share is 50% plus half the share of one-sentence chunks. They come from two places: a document's last
 chunk is often one sentence (a share that shrinks as documents grow longer), and a document that draws
 a short target below one sentence's length makes only one-sentence chunks, and many of them (the
-plain-Python port of the original in tests/test_pairs.py gives ~58% random next on the sample corpus).
+plain-Python port of the original in tests/test_pairs.py shows the surplus on the sample corpus).
 With ``split`` (the default) the coin decides for every chunk: a one-sentence chunk whose coin says
 actual next is cut inside its sentence at a uniform token, A the first part and B the rest, which is
 contiguous text of one document as every IsNext pair is ("sentence" in BERT means a span of text, not
@@ -137,7 +137,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 STAGE = Stage(
     "pairs", version=1, order=30, run=run, sections=("pairs",), deps=("vocab",), tables=("pairs",), views=tuple(VIEWS),
-    has_files=True, help="Build masked-LM + next-sentence pairs from the tokenised documents.")
+    has_files=True, headline="{instances_train:,} train and {instances_valid:,} valid pairs",
+    help="Build masked-LM + next-sentence pairs from the tokenised documents.")
 
 
 # ---------------------------------------------------------------------------------------------------

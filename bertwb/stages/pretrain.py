@@ -96,4 +96,5 @@ def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
 STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), deps=("pairs",), has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
+    headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")

@@ -91,7 +91,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 STAGE = Stage(
     "vocab", version=2, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
-    views=tuple(VIEWS), has_files=True,
+    views=tuple(VIEWS), has_files=True, headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 

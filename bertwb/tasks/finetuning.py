@@ -320,6 +320,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
         "steps_done": trainer.total_steps, "stopped_early_at": trainer.stopped_early_at,
         "steps_per_epoch": training.batches.steps_per_epoch,
         "best_step": trainer.best.get("step"), "weights": "best" if final.name == BEST_DIR else "last",
+        "main_metric": task.main_metric, "main_value": results.get("dev", {}).get(task.main_metric),
         "started_from": str(source.path), "pad_fraction": round(training.batches.padding_fraction(0), 4),
         **{f"{split_name}_{name}": value for split_name, metrics in results.items()
            for name, value in metrics.items() if isinstance(value, (int, float))},
