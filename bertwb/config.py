@@ -158,7 +158,7 @@ class TrainingConfig:
     compile: bool = _field(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
                            "slower on CPU).", cache=False)
     cpu_fast_paths: bool = _field(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
-                                  "(the same math, ~1.2-3x faster pieces); false: plain PyTorch.", cache=False)
+                                  "(the same math, faster; BENCHMARKS.md); false: plain PyTorch.", cache=False)
     log_every: int = _field(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
     eval_every: int = _field(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
                              min=0, cache=False)

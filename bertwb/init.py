@@ -1,4 +1,9 @@
-"""``bertwb init``: write a commented ``bertwb.yaml`` and a ``pipelines/Makefile`` to start from."""
+"""``bertwb init [DIR]``: a commented ``bertwb.yaml``, a ``Makefile`` and a ``corpus/`` folder to start from.
+
+The config holds every key at its default with its one-line doc (BERT's own recipe: 15% masking, 20
+predictions, dropout 0.1, fine-tuning at lr 5e-5), the Makefile chains the stages with their
+manifests as targets, and ``corpus/README.md`` says what to put where ``ingest.inputs`` looks.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +16,57 @@ from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS
 from bertwb.errors import BertwbError
 
 _MAKEFILE = """\
-# Stages chained by Make. Each bertwb command is idempotent and skips fresh stages; manifests
-# change only when their stage really ran, so they serve as targets.
+# The bertwb pipeline, stage by stage. Each target is a stage's manifest: bertwb writes it only when
+# the stage really ran, so `make` reruns a stage when what it depends on was rebuilt, and a second
+# `make` does nothing. Every bertwb command also skips fresh stages by itself.
 BERTWB ?= bertwb
-CONFIG ?= {config}
-WORKDIR ?= {workdir}
+CONFIG ?= bertwb.yaml
+WORKDIR ?= .bertwb
+RUN = $(BERTWB) --config $(CONFIG) --workdir $(WORKDIR)
+M = $(WORKDIR)/manifests
 
-all: $(WORKDIR)/manifests/vocab.json
+all: $(M)/evaluate.json finetune
 
-$(WORKDIR)/manifests/ingest.json: $(CONFIG)
-\t$(BERTWB) ingest --config $(CONFIG) --workdir $(WORKDIR)
+$(M)/ingest.json: $(CONFIG) $(shell find corpus -type f 2>/dev/null)
+\t$(RUN) ingest
 
-$(WORKDIR)/manifests/vocab.json: $(WORKDIR)/manifests/ingest.json
-\t$(BERTWB) vocab --config $(CONFIG) --workdir $(WORKDIR)
+$(M)/vocab.json: $(M)/ingest.json
+\t$(RUN) vocab
 
-# A sweep over vocabulary sizes, one workspace each: make sweep
-SIZES ?= 4096 8192 16384
-sweep: $(foreach n,$(SIZES),runs/vocab-$(n)/manifests/vocab.json)
+$(M)/pairs.json: $(M)/vocab.json
+\t$(RUN) pairs
 
-runs/vocab-%/manifests/vocab.json: $(CONFIG)
-\t$(BERTWB) run --config $(CONFIG) --workdir runs/vocab-$* --until vocab --set vocab.vocab_size=$*
+$(M)/pretrain.json: $(M)/pairs.json
+\t$(RUN) pretrain
 
-.PHONY: all sweep
+$(M)/evaluate.json: $(M)/pretrain.json
+\t$(RUN) evaluate
+
+# every task of finetune.tasks (each skips itself when fresh)
+finetune: $(M)/pretrain.json
+\t$(RUN) finetune
+
+status:
+\t$(RUN) status
+
+.PHONY: all finetune status
+"""
+
+_CORPUS_README = """\
+# corpus/
+
+Put the text bertwb pre-trains on here; `ingest.inputs` in ../bertwb.yaml reads this folder.
+
+- **BERT format** (`.txt`, the default): one sentence per line, a blank line between documents.
+- **Plain paragraphs**: set `ingest.format: paragraphs`; each blank-line-separated paragraph is a
+  document, split into sentences by bertwb.
+- **JSONL** (`.jsonl`): one JSON object per line, the text under `ingest.text_field` (default `text`).
+- **CSV, TSV, Parquet**: one row per document, the text in column `ingest.text_field`.
+
+Files may be gzip (`.gz`) or zstandard (`.zst`) compressed, and sit in subfolders. More text makes a
+better model: BERT-base saw 3.3 billion words; a laptop-sized run works with a few megabytes.
+Labelled files for fine-tuning (CSV/TSV/JSONL/Parquet, CoNLL, SQuAD JSON) can live anywhere: name
+them under `finetune.tasks` in bertwb.yaml.
 """
 
 
@@ -53,15 +87,16 @@ def render_config(inputs: list[str]) -> str:
 
 
 def init(directory: Path, inputs: list[str], force: bool = False) -> list[Path]:
-    """Write ``bertwb.yaml`` and ``pipelines/Makefile`` under ``directory``; return the paths written."""
-    config = directory / DEFAULT_CONFIG_NAME
-    makefile = directory / "pipelines" / "Makefile"
-    existing = [p for p in (config, makefile) if p.exists()]
+    """Write ``bertwb.yaml``, ``Makefile`` and ``corpus/README.md`` under ``directory``; return the paths written.
+
+    Nothing is written when any of them exists, unless ``force``.
+    """
+    files = {directory / DEFAULT_CONFIG_NAME: render_config(inputs), directory / "Makefile": _MAKEFILE,
+             directory / "corpus" / "README.md": _CORPUS_README}
+    existing = [path for path in files if path.exists()]
     if existing and not force:
         raise BertwbError(f"{existing[0]} already exists; pass --force to overwrite it")
-    directory.mkdir(parents=True, exist_ok=True)
-    config.write_text(render_config(inputs), encoding="utf-8")
-    makefile.parent.mkdir(exist_ok=True)
-    makefile.write_text(_MAKEFILE.format(config=f"../{DEFAULT_CONFIG_NAME}", workdir="../.bertwb"),
-                        encoding="utf-8")
-    return [config, makefile]
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return list(files)

@@ -23,11 +23,10 @@ def keep_freed_memory() -> bool:
     """Have glibc keep freed memory in the process instead of handing big blocks back to the kernel.
 
     A CPU training step allocates and frees the same large activations every step (the (V, n) MLM
-    logits alone are ~70 MB at BERT-mini); glibc serves blocks that big with mmap and unmaps them on
-    free, so every step first-touches tens of thousands of fresh pages (~25k minor faults a step,
-    ~3-5% of its time, measured in BENCHMARKS.md). With mmap off and a high trim threshold the heap
-    keeps them and later steps reuse them; the process's memory stays at its peak instead of
-    shrinking between steps. Only on glibc; returns whether it applied.
+    logits among them); glibc serves blocks that big with mmap and unmaps them on free, so every step
+    first-touches tens of thousands of fresh pages (the cost is measured in BENCHMARKS.md). With mmap
+    off and a high trim threshold the heap keeps them and later steps reuse them; the process's memory
+    stays at its peak instead of shrinking between steps. Only on glibc; returns whether it applied.
     """
     libc = _glibc()
     return libc is not None and bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
@@ -37,11 +36,10 @@ def malloc_tunables_env(environ: dict[str, str], glibc: bool) -> dict[str, str] 
     """``environ`` with glibc's per-thread cache (tcache) off, or None to leave malloc as it is.
 
     glibc's tcache holds freed small blocks as if in use, so the big blocks freed around them cannot
-    merge; with batch shapes changing every step, a CPU run's heap then fragments without end:
-    BERT-mini's resident memory climbed from 1.0 to 2.3 GB in 400 steps with ~260 MB live, the tiny
-    demo model's from 0.7 to 2.8 GB in 1,500. With the cache off it stays flat (~1.15 GB over 300
-    steps) with steps no slower (BENCHMARKS.md). glibc reads the setting only at start-up
-    (``GLIBC_TUNABLES``), hence a re-exec, before anything heavy is imported.
+    merge; with batch shapes changing every step, a CPU run's heap then fragments without end and its
+    resident memory keeps climbing far above what is live. With the cache off it stays flat, with
+    steps no slower (benchmarks/pretrain_memory.py, BENCHMARKS.md). glibc reads the setting only at
+    start-up (``GLIBC_TUNABLES``), hence a re-exec, before anything heavy is imported.
 
     None when not glibc, the user already chose a tcache setting or preloads another allocator, or
     ``BERTWB_MALLOC=system`` asks to leave malloc alone.

@@ -179,6 +179,9 @@ def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
         if section == "ingest":
             defaults.inputs = ["texts/*.txt"]
         assert dataclasses.asdict(cfg.section(section)) == dataclasses.asdict(defaults)
-    assert "$(BERTWB) vocab" in (tmp_path / "pipelines" / "Makefile").read_text()
+    makefile = (tmp_path / "Makefile").read_text()
+    assert "$(M)/vocab.json: $(M)/ingest.json" in makefile and "$(RUN) finetune" in makefile
+    assert "BERT format" in (tmp_path / "corpus" / "README.md").read_text()
+    assert cfg.pairs.masked_lm_prob == 0.15 and cfg.finetune.lr == 5e-5  # BERT's own recipe
     again = CliRunner().invoke(cli, ["init", str(tmp_path)])
     assert again.exit_code == 1 and "already exists; pass --force" in again.output

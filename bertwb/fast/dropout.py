@@ -2,7 +2,7 @@
 
 ``F.dropout`` on CPU draws one Bernoulli sample per element, which took up to a tenth of a CPU
 training step; this draws int64 words from torch's own generator (so ``torch.manual_seed`` repeats
-the masks) and reads four decisions from each, about 3x faster, and keeps a one-byte mask for
+the masks) and reads four decisions from each, several times faster, and keeps a one-byte mask for
 backward instead of four bytes per element. On other devices it is ``F.dropout``.
 """
 

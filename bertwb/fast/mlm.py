@@ -2,7 +2,7 @@
 
 While training on CPU, `TransposedMLMHead` computes the vocabulary scores as (V, H) @ (H, n) + bias
 -> (V, n) and hands back its (n, V) transpose (a view): the same numbers, but MKL runs this output
-layout ~1.6x faster than (n, H) @ (H, V), and the bias is added inside the GEMM. `mlm_loss_sum` reads
+layout faster than (n, H) @ (H, V) (BENCHMARKS.md), and the bias is added inside the GEMM. `mlm_loss_sum` reads
 that layout. Without gradients (evaluation, inference) the head gives the plain contiguous (n, V)
 logits, which row-wise softmax and argmax read faster.
 """
