@@ -347,6 +347,21 @@ def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 
 @cli.command()
+@click.argument("workdirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def compare(workdirs: tuple[str, ...], as_json: bool) -> None:
+    """One table of several workspaces' differing settings and results (a sweep's runs), from their manifests."""
+    from bertwb.compare import compare as compare_runs
+
+    columns, rows = compare_runs([Path(w) for w in workdirs])
+    if as_json:
+        ui.print_json([dict(zip(columns, row, strict=True)) for row in rows])
+    else:  # one column per run, one row per setting or result: sweeps have few runs and many numbers
+        ui.table("compare", ["", *(row[0] for row in rows)],
+                 [[name, *(ui.cell(row[i]) for row in rows)] for i, name in enumerate(columns) if i])
+
+
+@cli.command()
 @_config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, as_json: bool) -> None:

@@ -103,6 +103,11 @@ def print_json(data: Any) -> None:
     out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False)
 
 
+def cell(value: Any) -> str:
+    """A value as a table shows it: numbers with separators and 4 significant digits, None empty."""
+    return "" if value is None else _fmt(value)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
