@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
@@ -126,6 +126,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
             for built in _map_ordered(job.build, tasks, min(workers, n_tasks)):
                 writer.write(built)
                 bar.advance(built.source_tokens)
+                faults.point("work")
     except BaseException:
         writer.abort()
         raise

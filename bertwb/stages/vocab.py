@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer, trainers
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer, write_tokenizer_files
 from bertwb.stage import Build, Stage
@@ -234,32 +234,45 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     # One transaction for all batches: per-batch autocommits each go through the WAL again.
     inserter = con.cursor()
     inserter.execute("begin transaction")
-    # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
-    with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
-            ThreadPoolExecutor(max_workers=1) as writer:
-        pending = None
-        for batch in reader:
-            encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
-            id_lists = [e.ids for e in encodings]
-            lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
-            flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-            np.cumsum(lengths, out=offsets[1:])
-            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-            rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                             "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+    try:
+        # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
+        with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
+                ThreadPoolExecutor(max_workers=1) as writer:
+            pending = None
+            for batch in reader:
+                encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
+                id_lists = [e.ids for e in encodings]
+                lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
+                flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+                np.cumsum(lengths, out=offsets[1:])
+                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(_insert, inserter, table, rows)
+                bar.advance(batch.num_rows)
+                faults.point("work")
             if pending is not None:
                 pending.result()
-            pending = writer.submit(_insert, inserter, table, rows)
-            bar.advance(batch.num_rows)
-        if pending is not None:
-            pending.result()
-    inserter.execute("commit")
-    inserter.close()
-    cursor.close()
+        inserter.execute("commit")
+    except BaseException:
+        _rollback(inserter)  # so the engine can drop the half-filled table
+        raise
+    finally:
+        inserter.close()
+        cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
+
+
+def _rollback(cursor: Any) -> None:
+    try:
+        cursor.execute("rollback")
+    except Exception:  # noqa: BLE001 - no transaction left to roll back, or a database already failed
+        pass
 
 
 def _insert(cursor: Any, table: str, rows: pa.Table) -> None:

@@ -1,0 +1,80 @@
+"""Faults of the machine, not of bertwb: a full disk, a permission, a read-only workspace, a damaged database.
+
+`user_error` turns the OS and DuckDB errors they raise into one-line `BertwbError`\\ s that name the path
+and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal error". Anything
+it does not recognise stays what it was: a bug to report.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+
+import duckdb
+
+from bertwb.errors import BertwbError
+
+# What DuckDB's messages say for each fault (it reports the OS error as text, not as errno).
+_DUCKDB_FAULTS = (
+    ("No space left on device", errno.ENOSPC),
+    ("Disk full", errno.ENOSPC),
+    ("Permission denied", errno.EACCES),
+    ("Read-only file system", errno.EROFS),
+)
+_DAMAGED = ("not a valid DuckDB database file", "Could not read enough bytes", "checksum", "Corrupt",
+            "truncated", "failed to read database header")
+
+
+def user_error(exc: BaseException, workspace: Path | None = None, needed: str | None = None) -> BertwbError | None:
+    """The one-line error for an environment fault, or None when ``exc`` is not one.
+
+    ``workspace`` (where bertwb writes) tells writes from reads; ``needed`` says how much room the work
+    took last time, for a full disk.
+    """
+    if isinstance(exc, BertwbError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return _os_error(exc.errno, exc.filename, exc.strerror or str(exc), workspace, needed)
+    if isinstance(exc, duckdb.Error):
+        text = str(exc)
+        quoted = re.search(r'"([^"]+)"', text)
+        path = quoted.group(1) if quoted else (str(workspace / "bertwb.duckdb") if workspace else None)
+        for needle, code in _DUCKDB_FAULTS:
+            if needle.lower() in text.lower():
+                return _os_error(code, path, needle, workspace, needed)
+        if any(needle.lower() in text.lower() for needle in _DAMAGED):
+            return damaged_database(Path(path) if path else Path("bertwb.duckdb"), text)
+    return None
+
+
+def damaged_database(path: Path, reason: str) -> BertwbError:
+    first = reason.strip().splitlines()[0] if reason.strip() else "unreadable"
+    return BertwbError(f"{path} is not a DuckDB database or is truncated ({first}); move it aside (or delete "
+                       "it) and run `bertwb run` to rebuild the tables")
+
+
+def _os_error(code: int, filename: str | None, reason: str, workspace: Path | None,
+              needed: str | None) -> BertwbError | None:
+    path = str(filename) if filename else (str(workspace) if workspace else "the workspace")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        took = f"; {needed}" if needed else ""
+        return BertwbError(f"disk full: no space left writing {path} ({reason}{took}); free some space or point "
+                           "workspace.dir (--workdir) at a disk with room, then rerun")
+    if code == errno.EROFS:
+        return BertwbError(f"{path} is on a read-only file system; point workspace.dir (--workdir) at a writable "
+                           "place")
+    if code in (errno.EACCES, errno.EPERM):
+        if workspace is not None and _is_within(Path(path), workspace):
+            return BertwbError(f"permission denied: {path} (in the workspace); make it writable "
+                               f"(chmod -R u+w {workspace}) or point --workdir at a directory you own")
+        return BertwbError(f"permission denied: {path}; make it readable (chmod u+r) or leave it out of the config")
+    return None
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
