@@ -8,7 +8,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, engine, memory, stages, ui
+from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
 from bertwb.errors import BertwbError
@@ -56,7 +56,9 @@ class _Group(click.Group):
         except Exception as exc:  # a bug, not bad input: still one line unless asked
             if debug:
                 raise
-            ui.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+            known = environment.user_error(exc)  # a full disk, a permission, a damaged database
+            ui.error(str(known) if known is not None else
+                     f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
             ctx.exit(1)
 
 

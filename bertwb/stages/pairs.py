@@ -310,7 +310,12 @@ class _Writer:
         self.cursor.execute(f"insert into {self.table} select * from rows")
 
     def _append(self, split: str, name: str, values: np.ndarray) -> None:
-        np.ascontiguousarray(values, dtype=ARRAYS[name]).tofile(self.files[split][name])
+        data = np.ascontiguousarray(values, dtype=ARRAYS[name])
+        handle = self.files[split][name]
+        try:
+            handle.write(memoryview(data))  # not ndarray.tofile: its error names neither the file nor the cause
+        except OSError as exc:
+            raise _naming(exc, handle.name, data.nbytes) from exc
         self.stats[split].array_lengths[name] += len(values)
 
     def abort(self) -> None:
@@ -322,7 +327,10 @@ class _Writer:
             self.cursor.execute("rollback")
         for handles in self.files.values():
             for handle in handles.values():
-                handle.close()
+                try:
+                    handle.close()
+                except OSError:
+                    pass  # a full disk again; the files are discarded with the build anyway
 
     def close(self, meta: dict[str, Any]) -> None:
         """Finish the inserts, close the files and write meta.json (counts and what a loader needs)."""
@@ -334,10 +342,19 @@ class _Writer:
         self.cursor.close()
         for handles in self.files.values():
             for handle in handles.values():
-                handle.close()
+                try:
+                    handle.close()  # writes what is still buffered
+                except OSError as exc:
+                    raise _naming(exc, handle.name) from exc
         meta["splits"] = {split: {"instances": s.instances, "tokens": s.tokens, "masked": s.masked,
                                   "array_lengths": s.array_lengths} for split, s in self.stats.items()}
         (self.out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _naming(exc: OSError, path: str, size: int | None = None) -> OSError:
+    """``exc`` with the file it failed on (and how much it was writing), for a one-line error."""
+    writing = f" ({size:,} bytes to write)" if size is not None else ""
+    return OSError(exc.errno, f"{exc.strerror or exc}{writing}", path)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
