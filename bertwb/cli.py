@@ -228,7 +228,8 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
-    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force)
+    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force,
+                           hf.protected_paths(cfg, ws))
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
@@ -247,7 +248,7 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
-    done = hf.import_hf(Path(source), target, force)
+    done = hf.import_hf(Path(source), target, force, hf.protected_paths(cfg, ws))
     sizes = done["config"]
     ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
             f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
