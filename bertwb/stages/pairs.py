@@ -49,6 +49,8 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import select
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -213,7 +215,8 @@ def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: 
         return
     # forkserver: the main process holds DuckDB's threads, which a plain fork would copy mid-state.
     context = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_with,
+                                                initargs=(os.getpid(),)) as pool:
         pending: deque[concurrent.futures.Future] = deque()
         for task in tasks:
             pending.append(pool.submit(function, task))
@@ -221,6 +224,41 @@ def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: 
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _exit_with(pid: int) -> None:
+    """Pool initializer: end this worker when process ``pid`` (the stage's) ends.
+
+    A SIGKILL gives the stage no chance to stop its pool, and its workers (children of the forkserver,
+    not of the stage) would wait for tasks forever, with the forkserver and the resource tracker waiting
+    on them. A thread here waits on a pidfd (polls on systems without one) and exits the worker.
+    """
+    try:
+        handle = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:
+        handle = None
+    threading.Thread(target=_wait_for_exit, args=(pid, handle), name="bertwb-exit-with-stage", daemon=True).start()
+
+
+def _wait_for_exit(pid: int, handle: int | None) -> None:
+    if handle is not None:
+        select.select([handle], [], [])  # a pidfd turns readable when its process ends
+    else:
+        while _alive(pid):
+            time.sleep(0.5)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, and someone else's: only after pid reuse, which a pidfd rules out
+    return True
 
 
 @dataclass
