@@ -68,7 +68,8 @@ def _os_error(code: int, filename: str | None, reason: str, workspace: Path | No
         if workspace is not None and _is_within(Path(path), workspace):
             return BertwbError(f"permission denied: {path} (in the workspace); make it writable "
                                f"(chmod -R u+w {workspace}) or point --workdir at a directory you own")
-        return BertwbError(f"permission denied: {path}; make it readable (chmod u+r) or leave it out of the config")
+        return BertwbError(f"permission denied: {path}; give yourself access to it (chmod u+rw, u+rwx for a "
+                           "folder) or use another path")
     return None
 
 
