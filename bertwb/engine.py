@@ -143,13 +143,16 @@ def _labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     return dict(con.execute(query).fetchall())
 
 
-# DuckDB's file: three 4 KiB headers, then blocks of block_size; a block in use is written whole.
+# DuckDB's file: three 4 KiB headers, then blocks of block_size.
 _DUCKDB_HEADERS = 3 * 4096
 
 
 def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
     """Why the database file is too short for the blocks its tables use (a truncated copy opens, and its
-    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status."""
+    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status.
+
+    Lenient by one block: the file must reach into the last block in use, not to its end, so a DuckDB
+    that one day writes its last block short is not taken for a damaged one."""
     block_size = con.execute("select block_size from pragma_database_size()").fetchone()[0]
     needed, needing = 0, None
     for (table,) in con.execute("select table_name from duckdb_tables() where schema_name = 'main' "
@@ -157,11 +160,11 @@ def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
         quoted = table.replace("'", "''")
         last = con.execute(f"select max(block_id) from pragma_storage_info('{quoted}') where block_id >= 0"
                            ).fetchone()[0]
-        if last is not None and _DUCKDB_HEADERS + (last + 1) * block_size > needed:
-            needed, needing = _DUCKDB_HEADERS + (last + 1) * block_size, table
+        if last is not None and _DUCKDB_HEADERS + last * block_size + 1 > needed:
+            needed, needing = _DUCKDB_HEADERS + last * block_size + 1, table
     size = path.stat().st_size
     if size < needed:
-        return f"truncated: {size:,} bytes, and table {needing} needs {needed:,}"
+        return f"truncated: {size:,} bytes, and the blocks of table {needing} start at {needed - 1:,}"
     return None
 
 
