@@ -8,11 +8,10 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, engine, memory, stages, ui
+from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config, load_config
-from bertwb.errors import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, environment_error,
-                           internal_error)
+from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
 from bertwb.workspace import Workspace
 
 
@@ -58,7 +57,8 @@ class _Group(click.Group):
         except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
             if debug:
                 raise
-            ui.error(environment_error(exc) or internal_error(exc))
+            known = environment.user_error(exc)  # a full disk, a permission, memory, a damaged database
+            ui.error(str(known) if known is not None else internal_error(exc))
             ctx.exit(EXIT_ERROR)
 
 
@@ -260,7 +260,7 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 @cli.command()
 @_config_options
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,
               help="hf: a folder transformers' from_pretrained loads.")
 @_checkpoint_option
@@ -272,7 +272,8 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
-    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force)
+    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force,
+                           hf.protected_paths(cfg, ws))
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
@@ -280,7 +281,7 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @cli.command("import-hf")
 @_config_options
 @click.argument("source", type=click.Path(file_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=click.Path(), default=None,
               help="Where to write the bertwb model (default: WORKSPACE/imports/<name of SOURCE>).")
 @click.option("--force", is_flag=True, help="Replace OUT when it exists.")
 def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, source: str,
@@ -291,7 +292,7 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
-    done = hf.import_hf(Path(source), target, force)
+    done = hf.import_hf(Path(source), target, force, hf.protected_paths(cfg, ws))
     sizes = done["config"]
     ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
             f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")

@@ -1,11 +1,28 @@
 """The stage engine: keys, manifests, freshness, atomic commits, for any stage (:mod:`bertwb.stage`).
 
 A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
-config fields it reads, its upstream stages' keys and a fingerprint of what it reads from outside
-the workspace's stages (ingest: its input files; pretrain and evaluate: the weights they start from
-or score). A stage is fresh when its manifest holds the current key and its outputs exist. Stages build
-into ``<table>__new`` tables and a temporary directory; the engine swaps both in (tables in one
-DuckDB transaction, the directory by rename) and writes the manifest last.
+config fields it reads, the *identity* of what each upstream stage built (a digest of its files and
+checksums of its tables, recorded in its manifest when it committed) and a fingerprint of what it reads
+from outside the workspace's stages (ingest: its input files; pretrain and evaluate: the weights they
+start from or score). So a rebuild that changes an upstream's outputs makes everything below it stale,
+and one that rebuilds the same bytes does not. A stage is fresh when its manifest holds the current key
+and its outputs are the ones that manifest describes.
+
+**The commit protocol.** Every build has a build id. A stage builds into ``<table>__new`` tables and a
+temporary directory; then the engine
+
+1. writes the stage's new manifest as ``manifests/<stage>.pending.json`` (the intent), with the build id
+   and the sizes and digests of the new outputs;
+2. swaps the tables in, in one DuckDB transaction that also labels each table with the build id (its
+   comment) and recreates the stage's views;
+3. swaps the directory in (two renames), which carries the build id in ``.bertwb-build``;
+4. renames the pending manifest over the manifest.
+
+Tables, directory and manifest thus share one generation. A crash, SIGKILL or full disk anywhere leaves
+each of them either old or new; `check` compares the manifest's build id with the tables' labels and
+the directory's file (and the files' sizes, and that the database opens) on every `bertwb status`, so
+a mixed stage is stale, never fresh. The next run finishes a commit whose outputs are all in place
+(step 4 was all that was left) and otherwise discards it; a stale stage then rebuilds.
 """
 
 from __future__ import annotations
@@ -13,21 +30,25 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import secrets
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from bertwb import __version__, stages, ui
+from bertwb import __version__, environment, faults, stages, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
-from bertwb.workspace import Workspace, building
+from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # 2: deps hold upstream identities; build ids and output digests
+TABLE_LABEL = "bertwb build "  # a table's comment: the build that made it
 
 
 @dataclass
@@ -47,7 +68,7 @@ def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, A
         "stage": stage.name,
         "version": stage.version,
         "params": {section: cfg.cache_params(section) for section in stage.sections},
-        "deps": {dep: (ws.read_manifest(dep) or {}).get("key") for dep in stage.deps},
+        "deps": {dep: (ws.read_manifest(dep) or {}).get("identity") for dep in stage.deps},
         "inputs": inputs,
     }
     canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
@@ -60,35 +81,138 @@ def input_fingerprints(stage: Stage, cfg: Config, ws: Workspace) -> list[dict[st
 
 
 def current_key(name: str, cfg: Config, ws: Workspace) -> str:
-    """The key stage ``name`` has under the current config and upstream manifests."""
+    """The key stage ``name`` has under the current config and upstream manifests.
+
+    While an upstream's manifest is behind the config (vocab rebuilt, pairs not yet), the key is one no
+    run has: no checkpoint was trained on what that upstream is about to build, so none is "latest".
+    """
     stage = stages.get(name, cfg)
-    return stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
+    key = stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
+    behind = [dep for dep in stage.deps if not _manifest_current(stages.get(dep, cfg), cfg, ws)]
+    return hashlib.sha256(f"{key} before {behind} rebuild".encode()).hexdigest() if behind else key
+
+
+def _manifest_current(stage: Stage, cfg: Config, ws: Workspace) -> bool:
+    """Whether the stage's manifest, and every upstream one, holds the key the config now gives it."""
+    manifest = ws.read_manifest(stage.name)
+    return manifest is not None and all(_manifest_current(stages.get(dep, cfg), cfg, ws) for dep in stage.deps) \
+        and manifest.get("key") == stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
+
+
+@dataclass
+class _Probe:
+    """What `check` reads from the workspace, read once per command: the tables with their build labels
+    (None when another process holds the database), or why the database is unusable; and the verdicts
+    on stages checked so far."""
+
+    ws: Workspace
+    con: duckdb.DuckDBPyConnection | None = None
+    states: dict[str, State] = field(default_factory=dict)
+    _tables: dict[str, str | None] | None = None
+    _read: bool = False
+    problem: str | None = None  # the database does not open, or is shorter than its tables need
+
+    def tables(self) -> dict[str, str | None] | None:
+        if not self._read:
+            self._read = True
+            try:
+                self._tables, self.problem = _read_tables(self.ws, self.con)
+            except BertwbError as exc:
+                self._tables, self.problem = {}, str(exc)
+        return self._tables
+
+
+def _read_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> tuple[dict[str, str | None] | None,
+                                                                                str | None]:
+    """Every table's comment (its build label) by name, and whether the file is truncated; (None, None)
+    when the database is busy (another bertwb writes to it)."""
+    if con is not None:
+        return _labels(con), truncation(con, ws.db_path)
+    if not ws.db_path.exists():
+        return {}, None
+    try:
+        with duckdb.connect(str(ws.db_path), read_only=True) as ro:
+            return _labels(ro), truncation(ro, ws.db_path)
+    except duckdb.Error as exc:
+        if "lock" in str(exc).lower():
+            return None, None
+        raise environment.user_error(exc, ws.root) or environment.damaged_database(ws.db_path, str(exc)) from None
+
+
+def _labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    query = "select table_name, comment from duckdb_tables() where schema_name = 'main' and not temporary"
+    return dict(con.execute(query).fetchall())
+
+
+# DuckDB's file: three 4 KiB headers, then blocks of block_size.
+_DUCKDB_HEADERS = 3 * 4096
+
+
+def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the database file is too short for the blocks its tables use (a truncated copy opens, and its
+    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status.
+
+    Lenient by one block: the file must reach into the last block in use, not to its end, so a DuckDB
+    that one day writes its last block short is not taken for a damaged one."""
+    block_size = con.execute("select block_size from pragma_database_size()").fetchone()[0]
+    needed, needing = 0, None
+    for (table,) in con.execute("select table_name from duckdb_tables() where schema_name = 'main' "
+                                "and not temporary").fetchall():
+        quoted = table.replace("'", "''")
+        last = con.execute(f"select max(block_id) from pragma_storage_info('{quoted}') where block_id >= 0"
+                           ).fetchone()[0]
+        if last is not None and _DUCKDB_HEADERS + last * block_size + 1 > needed:
+            needed, needing = _DUCKDB_HEADERS + last * block_size + 1, table
+    size = path.stat().st_size
+    if size < needed:
+        return f"truncated: {size:,} bytes, and the blocks of table {needing} start at {needed - 1:,}"
+    return None
 
 
 def check(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
-          inputs: list[dict[str, Any]] | None = None) -> State:
-    """Compare the stage's manifest with the current config, upstream keys and outputs."""
+          inputs: list[dict[str, Any]] | None = None, probe: _Probe | None = None) -> State:
+    """Compare the stage's manifest with the current config, upstream identities and outputs."""
+    probe = probe or _Probe(ws, con)
     name = stage.name
+    if inputs is None and name in probe.states:
+        return probe.states[name]
     manifest = ws.read_manifest(name)
+    state = None
     for dep in stage.deps:
-        dep_state = check(stages.get(dep, cfg), cfg, ws, con)
+        dep_state = check(stages.get(dep, cfg), cfg, ws, probe=probe)
         if dep_state.state != "fresh":
-            return State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
-                         None, manifest)
+            state = State(name, "stale" if manifest else "missing", f"upstream {dep} is {dep_state.state}",
+                          None, manifest)
+            break
+    if state is None:
+        state = _check_own(stage, cfg, ws, manifest, probe, inputs)
+    if inputs is None:
+        probe.states[name] = state
+    return state
+
+
+def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any] | None, probe: _Probe,
+               inputs: list[dict[str, Any]] | None) -> State:
+    name = stage.name
     if inputs is None:
         inputs = input_fingerprints(stage, cfg, ws)
     key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)
-    if manifest.get("key") == key:
-        missing = _missing_output(manifest, ws, con)
-        if missing:
-            return State(name, "stale", f"output missing: {missing}", key, manifest)
-        behind = stage.behind(cfg, manifest) if stage.behind else None
-        if behind:
-            return State(name, "stale", behind, key, manifest)
-        return State(name, "fresh", f"key {key[:8]}", key, manifest)
-    return State(name, "stale", _why_changed(manifest, parts), key, manifest)
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return State(name, "stale", f"made by an older bertwb (manifest format {manifest.get('format')} → "
+                                    f"{MANIFEST_FORMAT})", key, manifest)
+    if manifest.get("key") != key:
+        return State(name, "stale", _why_changed(manifest, parts), key, manifest)
+    broken = _inconsistent(name, manifest, ws, probe)
+    if broken:
+        return State(name, "stale", broken, key, manifest)
+    behind = stage.behind(cfg, manifest) if stage.behind else None
+    if behind:
+        return State(name, "stale", behind, key, manifest)
+    unchecked = " (tables not checked: the database is in use)" if manifest.get("outputs", {}).get("tables") \
+        and probe.tables() is None else ""
+    return State(name, "fresh", f"key {key[:8]}{unchecked}", key, manifest)
 
 
 def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
@@ -101,10 +225,10 @@ def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
         for key in sorted(set(params) | set(old)):
             if old.get(key) != params.get(key):
                 changes.append(f"{section}.{key} {old.get(key)!r} → {params.get(key)!r}")
-    for dep, key in parts["deps"].items():
-        old_key = manifest.get("deps", {}).get(dep)
-        if old_key != key:
-            changes.append(f"upstream {dep} changed ({str(old_key)[:8]} → {str(key)[:8]})")
+    for dep, identity in parts["deps"].items():
+        old_identity = manifest.get("deps", {}).get(dep)
+        if old_identity != identity:
+            changes.append(f"upstream {dep} was rebuilt ({str(old_identity)[:8]} → {str(identity)[:8]})")
     old_inputs = {i["path"]: i for i in manifest.get("inputs", [])}
     new_inputs = {i["path"]: i for i in parts["inputs"]}
     for path in sorted(set(old_inputs) | set(new_inputs)):
@@ -120,46 +244,44 @@ def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
     return ", ".join(changes[:3]) + more
 
 
-def _missing_output(manifest: dict[str, Any], ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> str | None:
-    outputs = manifest.get("outputs", {})
-    for rel in outputs.get("files", {}):
-        if not (ws.root / rel).exists():
-            return rel
-    tables = outputs.get("tables", {})
-    if tables:
-        existing = _existing_tables(ws, con)
-        if existing is not None:
-            for table in tables:
-                if table not in existing:
-                    return f"table {table}"
+def _inconsistent(name: str, manifest: dict[str, Any], ws: Workspace, probe: _Probe) -> str | None:
+    """Why the stage's outputs are not the ones its manifest describes, from what is cheap to read: the
+    files' sizes, the directory's and the tables' build ids, whether the database opens. None: they are."""
+    outputs, build = manifest.get("outputs", {}), manifest.get("build")
+    for rel, size in outputs.get("files", {}).items():
+        try:
+            actual = (ws.root / rel).stat().st_size
+        except OSError:
+            return f"output missing: {rel}"
+        if actual != size:
+            return f"output changed: {rel} is {actual:,} bytes, its build wrote {size:,}"
+    interrupted = "; the next run repairs it" if ws.pending_path(name).exists() else ""
+    if manifest.get("has_files") and ws.files_build(name) != build:
+        return f"interrupted commit: {name}/ is not the build its manifest describes{interrupted}"
+    if outputs.get("tables"):
+        tables = probe.tables()
+        if probe.problem:
+            return f"database unreadable: {probe.problem}"
+        for table in outputs["tables"] if tables is not None else ():
+            if table not in tables:
+                return f"output missing: table {table}"
+            if tables[table] != TABLE_LABEL + str(build):
+                return f"interrupted commit: table {table} is not the build its manifest describes{interrupted}"
     return None
-
-
-def _existing_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> set[str] | None:
-    """Table names in the database, or None when it cannot be read now (busy)."""
-    if not ws.db_path.exists():
-        return set()
-    query = "select table_name from information_schema.tables where table_type = 'BASE TABLE'"
-    if con is not None:
-        return {row[0] for row in con.execute(query).fetchall()}
-    try:
-        with duckdb.connect(str(ws.db_path), read_only=True) as ro:
-            return {row[0] for row in ro.execute(query).fetchall()}
-    except duckdb.Error:
-        return None
 
 
 def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection, force: bool = False,
               runtime: Any = None) -> dict[str, Any] | None:
     """Run one stage unless fresh; return its summary, or None when skipped. Caller holds the lock."""
     name = stage.name
+    probe = _Probe(ws, con)
     for dep in stage.deps:
-        dep_state = check(stages.get(dep, cfg), cfg, ws, con)
+        dep_state = check(stages.get(dep, cfg), cfg, ws, probe=probe)
         if dep_state.state != "fresh":
             raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
                               f"run `bertwb {dep}` or `bertwb run` first")
     inputs = input_fingerprints(stage, cfg, ws)
-    state = check(stage, cfg, ws, con, inputs)
+    state = check(stage, cfg, ws, inputs=inputs, probe=probe)
     if state.state == "fresh" and not force:
         ui.stage_line(name, f"fresh ({state.reason}), skipped")
         return None
@@ -168,33 +290,85 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
 
     started = time.time()
     key, parts = stage_key(stage, cfg, ws, inputs)
+    build_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + "-" + secrets.token_hex(4)
     new_tables = [f"{table}__new" for table in stage.tables]
     _drop_tables(con, new_tables)
+    out_dir = new_build_dir(ws.stage_dir(name))
+    committing = False
     try:
-        with building(ws.stage_dir(name), keep=stage.has_files) as out_dir:
-            build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime)
-            summary = stage.run(cfg, build)
-            _commit_tables(con, stage, summary)
+        with faults.within(name):
+            summary = stage.run(cfg, Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime))
+            outputs = _outputs(stage, out_dir, con)
+            finished = time.time()
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "stage": name,
+                "key": key,
+                **parts,
+                "build": build_id,
+                "identity": _identity(outputs["digests"]),
+                "has_files": stage.has_files,
+                "config": str(cfg.path) if cfg.path else None,
+                "outputs": outputs,
+                "started_at": _iso(started),
+                "finished_at": _iso(finished),
+                "duration_s": round(finished - started, 3),
+                "versions": _versions(),
+                "summary": summary,
+            }
+            if stage.has_files:
+                _write_synced(out_dir / BUILD_FILE, build_id + "\n")
+            ws.write_pending(name, manifest)
+            faults.point("before_commit")
+            committing = True
+            _commit_tables(con, stage, build_id, summary)
+            faults.point("after_tables")
+            if stage.has_files:
+                swap_in(out_dir, ws.stage_dir(name), fault_points=True)
+            faults.point("before_manifest")
+            ws.commit_pending(name)
     except BaseException:
-        _drop_tables(con, new_tables)
+        _clean_up(con, new_tables, out_dir)
+        if not committing:
+            ws.discard_pending(name)  # after the first swap, the next run decides (`settle`)
         raise
-    finished = time.time()
-    ws.write_manifest(name, {
-        "format": MANIFEST_FORMAT,
-        "stage": name,
-        "key": key,
-        **parts,
-        "config": str(cfg.path) if cfg.path else None,
-        "outputs": _outputs(stage, ws, con),
-        "started_at": _iso(started),
-        "finished_at": _iso(finished),
-        "duration_s": round(finished - started, 3),
-        "versions": _versions(),
-        "summary": summary,
-    })
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)  # stages without files built nothing there
     stage.report(summary) if stage.report is not None else ui.summary(name, summary)
     ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
     return summary
+
+
+def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
+    """Finish the commits a crash interrupted once their tables and directory were all in place (only the
+    manifest's rename was left), discard the others, and drop the temporary tables of dead builds.
+    Called under the lock, after `Workspace.recover` has put directories back."""
+    tables = _labels(con)
+    for name in ws.pending_stages():
+        pending = ws.read_pending(name)
+        if pending is not None and _in_place(name, pending, ws, tables):
+            ws.commit_pending(name)
+            ui.stage_line(name, "finished the commit an interrupted run left")
+        else:
+            ws.discard_pending(name)
+    _drop_tables(con, [table for table in tables if table.endswith("__new")])
+
+
+def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[str, str | None]) -> bool:
+    build = pending.get("build")
+    if any(tables.get(table) != TABLE_LABEL + str(build) for table in pending.get("outputs", {}).get("tables", {})):
+        return False
+    return not pending.get("has_files") or ws.files_build(name) == build
+
+
+def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) -> None:
+    """Drop a failed build's temporary tables, as far as the database still allows (after a fatal
+    DuckDB error it refuses everything; the next run drops them)."""
+    try:
+        _drop_tables(con, tables)
+    except duckdb.Error:
+        pass
+    shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
@@ -202,20 +376,24 @@ def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
         con.execute(f'drop table if exists "{table}"')
 
 
-def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, summary: dict[str, Any]) -> None:
-    """Swap every ``t__new`` in for ``t``, record the summary's numbers in ``stage_metrics`` and (re)create
-    the stage's views, in one transaction."""
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any]) -> None:
+    """Swap every ``t__new`` in for ``t`` and label it with the build, record the summary's numbers in
+    ``stage_metrics`` and (re)create the stage's views: one transaction."""
     con.execute("begin transaction")
     try:
         for table in stage.tables:
             con.execute(f'drop table if exists "{table}"')
             con.execute(f'alter table "{table}__new" rename to "{table}"')
+            con.execute(f"comment on table \"{table}\" is '{TABLE_LABEL}{build_id}'")
         _record_metrics(con, stage.name, summary)
         for view in stage.views:
             con.execute(view)
         con.execute("commit")
     except BaseException:
-        con.execute("rollback")
+        try:
+            con.execute("rollback")
+        except duckdb.Error:
+            pass  # a failed commit has already ended the transaction
         raise
     con.execute("checkpoint")
 
@@ -246,13 +424,28 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, float 
     return rows
 
 
-def _outputs(stage: Stage, ws: Workspace, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    files = {}
+def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The new outputs, as they will be once swapped in: file sizes and row counts, and a digest of each
+    (sha256 of a file; row count and a sum of row hashes of a table, which no row order changes)."""
+    files, digests = {}, {}
     if stage.has_files:
-        stage_dir = ws.stage_dir(stage.name)
-        files = {str(p.relative_to(ws.root)): p.stat().st_size for p in sorted(stage_dir.rglob("*")) if p.is_file()}
-    tables = {t: con.execute(f'select count(*) from "{t}"').fetchone()[0] for t in stage.tables}
-    return {"files": files, "tables": tables}
+        for path in sorted(out_dir.rglob("*")):
+            if path.is_file() and path.name != BUILD_FILE:
+                rel = f"{stage.name}/{path.relative_to(out_dir).as_posix()}"
+                files[rel] = path.stat().st_size
+                with open(path, "rb") as handle:
+                    digests[rel] = hashlib.file_digest(handle, "sha256").hexdigest()
+    tables = {}
+    for table in stage.tables:
+        rows, hashes = con.execute(f'select count(*), sum(hash(t)::HUGEINT) from "{table}__new" t').fetchone()
+        tables[table] = rows
+        digests[f"table {table}"] = f"{rows}:{hashes or 0}"
+    return {"files": files, "tables": tables, "digests": digests}
+
+
+def _identity(digests: dict[str, str]) -> str:
+    """What a stage built, in one hash: equal for equal outputs, whenever and however they were built."""
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
 
 
 def _versions() -> dict[str, str]:
@@ -270,34 +463,69 @@ def _iso(timestamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
 
 
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = False,
                  runtime: Any = None) -> dict[str, Any]:
     """Run the stages ``names`` (a template name runs all its instances) in order under the workspace
-    lock; return the summaries of those that ran. ``runtime`` goes to each stage's ``Build``."""
+    lock; return the summaries of those that ran. ``runtime`` goes to each stage's ``Build``.
+
+    A full disk, a permission or a damaged database is a one-line `BertwbError` (`bertwb.environment`)."""
     chosen = [stage for name in names for stage in stages.select(cfg, name)]
-    ran = {}
-    with ws.lock("bertwb " + " ".join(names)):
-        ws.recover()
-        con = ws.connect()
-        try:
-            for index, stage in enumerate(chosen, 1):
-                if len(chosen) > 1:
-                    ui.pipeline_step(index, len(chosen), stage.name)
-                try:
-                    summary = run_stage(stage, cfg, ws, con, force=force, runtime=runtime)
-                except BertwbError as exc:
-                    if len(chosen) > 1 and not str(exc).startswith(f"{stage.name}:"):
-                        raise BertwbError(f"{stage.name}: {exc}") from None
-                    raise
-                except Exception:
+    ran: dict[str, Any] = {}
+    current = None
+    try:
+        with ws.lock("bertwb " + " ".join(names)):
+            ws.recover()
+            con = ws.connect()
+            try:
+                damage = truncation(con, ws.db_path)
+                if damage:
+                    raise environment.damaged_database(ws.db_path, damage)
+                settle(ws, con)
+                for index, current in enumerate(chosen, 1):
                     if len(chosen) > 1:
-                        ui.stage_line(stage.name, f"failed; the {index - 1} stage(s) before it are built and kept")
-                    raise
-                if summary is not None:
-                    ran[stage.name] = summary
-        finally:
-            con.close()
+                        ui.pipeline_step(index, len(chosen), current.name)
+                    summary = _run_named(current, index, len(chosen), cfg, ws, con, force, runtime)
+                    if summary is not None:
+                        ran[current.name] = summary
+            finally:
+                try:
+                    con.close()
+                except duckdb.Error:
+                    pass  # invalidated by a fatal error, reported below
+    except (OSError, duckdb.Error) as exc:
+        known = environment.user_error(exc, ws.root, _last_size(ws, current.name) if current else None)
+        if known is None:
+            raise
+        raise known from exc
     return ran
+
+
+def _run_named(stage: Stage, index: int, total: int, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,
+               force: bool, runtime: Any) -> dict[str, Any] | None:
+    """`run_stage`, its failure naming the stage when it is one of several (what ran before it is kept)."""
+    try:
+        return run_stage(stage, cfg, ws, con, force=force, runtime=runtime)
+    except BertwbError as exc:
+        if total > 1 and not str(exc).startswith(f"{stage.name}:"):
+            raise BertwbError(f"{stage.name}: {exc}") from None
+        raise
+    except Exception:
+        if total > 1:
+            ui.stage_line(stage.name, f"failed; the {index - 1} stage(s) before it are built and kept")
+        raise
+
+
+def _last_size(ws: Workspace, name: str) -> str | None:
+    """How much the stage's last build wrote to files, in words, for a full disk's error."""
+    files = ((ws.read_manifest(name) or {}).get("outputs") or {}).get("files") or {}
+    return f"the last {name} build wrote {ui.human_bytes(sum(files.values()))} of files" if files else None
 
 
 def run_summary(cfg: Config, ws: Workspace, names: list[str], ran: dict[str, Any]) -> list[dict[str, Any]]:
@@ -315,8 +543,9 @@ def run_summary(cfg: Config, ws: Workspace, names: list[str], ran: dict[str, Any
 def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """One row per stage (and instance): state, reason, key, size, finish time and duration."""
     rows = []
+    probe = _Probe(ws)
     for stage in stages.pipeline(cfg):
-        state = check(stage, cfg, ws)
+        state = check(stage, cfg, ws, probe=probe)
         manifest = state.manifest or {}
         outputs = manifest.get("outputs", {})
         rows.append({

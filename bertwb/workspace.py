@@ -2,14 +2,17 @@
 
 Layout under ``workspace.dir``::
 
-    bertwb.duckdb          every data stage's tables
-    manifests/<stage>.json one manifest per stage, written last (finetune/<task>.json for instances)
-    <stage>/               a stage's files (tokenizer, checkpoints, ...), swapped in whole
-    .<stage>.tmp-<pid>/    a directory being built (`building`); never read by anything else
-    .lock                  held while a stage runs
+    bertwb.duckdb                  every data stage's tables
+    manifests/<stage>.json         one manifest per stage, written last (finetune/<task>.json for instances)
+    manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.engine`)
+    <stage>/                       a stage's files (tokenizer, checkpoints, ...), swapped in whole;
+        .bertwb-build              the build they came from (`BUILD_FILE`)
+    .<stage>.tmp-<pid>/            a directory being built (`building`); never read by anything else
+    .lock                          held while a stage runs
 
 Every directory bertwb writes whole (a stage's files, a checkpoint, an export) is built by
-`building`: under a temporary name beside its final place, then renamed into it.
+`building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place, then
+renamed into it.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from typing import Any, Iterator
 
 import duckdb
 
+from bertwb import environment, faults
 from bertwb.errors import BertwbError
 
 DB_NAME = "bertwb.duckdb"
+BUILD_FILE = ".bertwb-build"  # in a stage's directory: the id of the build that made its files
+PENDING_SUFFIX = ".pending.json"
 
 
 class Workspace:
@@ -54,6 +60,41 @@ class Workspace:
 
     def write_manifest(self, stage: str, manifest: dict[str, Any]) -> None:
         write_text_atomic(self.manifest_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    # A commit's manifest is written as pending first, then renamed over the manifest: the last step.
+    def pending_path(self, stage: str) -> Path:
+        return self.manifest_dir / f"{stage}{PENDING_SUFFIX}"
+
+    def write_pending(self, stage: str, manifest: dict[str, Any]) -> None:
+        write_text_atomic(self.pending_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    def read_pending(self, stage: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.pending_path(stage).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def commit_pending(self, stage: str) -> None:
+        """Make the pending manifest the stage's manifest (one rename)."""
+        os.replace(self.pending_path(stage), self.manifest_path(stage))
+        _fsync_dir(self.manifest_path(stage).parent)
+
+    def discard_pending(self, stage: str) -> None:
+        self.pending_path(stage).unlink(missing_ok=True)
+
+    def pending_stages(self) -> list[str]:
+        """Stages with a pending manifest: a commit that a crash interrupted."""
+        if not self.manifest_dir.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.manifest_dir))[: -len(PENDING_SUFFIX)]
+                      for p in self.manifest_dir.rglob(f"*{PENDING_SUFFIX}"))
+
+    def files_build(self, stage: str) -> str | None:
+        """The build id recorded in the stage's directory, or None when it has none."""
+        try:
+            return (self.stage_dir(stage) / BUILD_FILE).read_text().strip() or None
+        except OSError:
+            return None
 
     @contextmanager
     def lock(self, what: str) -> Iterator[None]:
@@ -86,11 +127,14 @@ class Workspace:
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             con = duckdb.connect(str(self.db_path), read_only=read_only)
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:
             if "lock" in str(exc).lower():
                 raise BertwbError(f"{self.db_path} is in use by another bertwb process; "
                                   "try again when it finishes") from None
-            raise BertwbError(f"{self.db_path}: cannot open the database ({exc})") from None
+            known = environment.user_error(exc, self.root)
+            if known is not None:
+                raise known from None
+            raise environment.damaged_database(self.db_path, str(exc)) from None
         try:
             # A cap keeps memory flat as corpora grow: DuckDB spills sorts and joins to disk past it.
             con.execute(f"set memory_limit = '{self.memory_limit}'")
@@ -103,9 +147,10 @@ class Workspace:
     def recover(self) -> None:
         """Undo swaps that a crash cut between their two renames, and drop leftovers of dead builds.
 
-        Called under the lock, so no other process is building here.
+        Called under the lock, so no other process is building here. Checkpoints of training runs
+        (``<stage>-runs/.../checkpoints/``) are cleaned up the same way.
         """
-        for depth in ("", "*/"):
+        for depth in ("", "*/", "*-runs/**/checkpoints/"):
             for old in self.root.glob(f"{depth}.*.old-*"):
                 final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
                 if not final.exists():
@@ -125,10 +170,7 @@ def building(final: Path, keep: bool = True) -> Iterator[Path]:
     `Workspace.recover` puts back. When the block fails, or with ``keep=False``, the new directory
     is removed and ``final`` is untouched.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = new_build_dir(final)
     try:
         yield tmp
     except BaseException:
@@ -137,10 +179,32 @@ def building(final: Path, keep: bool = True) -> Iterator[Path]:
     if not keep:
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    swap_in(tmp, final)
+
+
+def new_build_dir(final: Path) -> Path:
+    """An empty directory beside ``final`` (``.<name>.tmp-<pid>``) to build its replacement in."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
+    """Replace ``final`` by ``tmp``: ``final`` renamed aside, ``tmp`` renamed in, the old one removed.
+
+    ``fault_points``: pass `bertwb.faults`' ``mid_swap`` and ``after_swap`` (a stage's own directory).
+    """
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists():
         os.replace(final, old)
+    if fault_points:
+        faults.point("mid_swap")
     os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if fault_points:
+        faults.point("after_swap")
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -153,6 +217,20 @@ def write_text_atomic(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the renames in directory ``path`` durable (a power cut after it keeps them)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path) -> None:

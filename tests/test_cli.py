@@ -74,7 +74,7 @@ def test_run_builds_tables_files_and_manifests(project: Project):
 
     manifest = json.loads((project.workspace / "manifests" / "vocab.json").read_text())
     ingest_manifest = json.loads((project.workspace / "manifests" / "ingest.json").read_text())
-    assert manifest["deps"]["ingest"] == ingest_manifest["key"]
+    assert manifest["deps"]["ingest"] == ingest_manifest["identity"]  # what ingest built, not its key
     assert manifest["outputs"]["tables"]["tokens"] == n_sentences
     assert {"vocab/tokenizer.json", "vocab/vocab.txt"} <= set(manifest["outputs"]["files"])
     assert manifest["summary"]["unk_rate"] == 0

@@ -89,8 +89,9 @@ def test_export_loads_in_transformers_with_identical_outputs(project: Project, t
     ours = bertwb_model_dir(source)
     result = project.run("export", "--format", "hf", "--checkpoint", str(source), str(out))
     assert "exported" in result.output
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "special_tokens_map.json",
-                                                     "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".bertwb-export", "config.json", "model.safetensors",
+                                                     "special_tokens_map.json", "tokenizer.json",
+                                                     "tokenizer_config.json", "vocab.txt"]
 
     theirs, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
@@ -248,7 +249,7 @@ def test_export_import_export_writes_identical_files(project: Project, tmp_path:
     project.run("export", "--checkpoint", str(tmp_path / "imported"), str(tmp_path / "second"))
     first = {p.name: p.read_bytes() for p in (tmp_path / "first").iterdir()}
     second = {p.name: p.read_bytes() for p in (tmp_path / "second").iterdir()}
-    assert first.keys() == second.keys() and len(first) == 6
+    assert first.keys() == second.keys() and len(first) == 7  # 6 files transformers reads, and the marker
     for name in first:
         assert first[name] == second[name], name
     assert json.loads(first["config.json"])["architectures"] == [cls_name]

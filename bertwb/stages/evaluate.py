@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
@@ -57,6 +57,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device)
     metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals,
                "seconds": round(time.perf_counter() - started, 3)}
+    faults.point("work")
     (build.out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
 

@@ -51,7 +51,7 @@ from typing import Any, BinaryIO, Iterator
 import pyarrow as pa
 import zstandard
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
@@ -144,6 +144,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if writer.next_id == 0:
         raise BertwbError(_no_documents(stats, len(files), cfg))
     duplicates = _finish_tables(con, build, cfg.ingest.dedupe)
+    faults.point("work")
     counts = con.execute(f"select count(*), sum(n_sentences), sum(n_chars), count(*) filter (split = 'valid') "
                          f"from {build.table('documents')}").fetchone()
     seconds = time.perf_counter() - started

@@ -49,6 +49,8 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import select
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,7 +61,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
@@ -126,6 +128,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
             for built in _map_ordered(job.build, tasks, min(workers, n_tasks)):
                 writer.write(built)
                 bar.advance(built.source_tokens)
+                faults.point("work")
     except BaseException:
         writer.abort()
         raise
@@ -213,7 +216,8 @@ def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: 
         return
     # forkserver: the main process holds DuckDB's threads, which a plain fork would copy mid-state.
     context = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_with,
+                                                initargs=(os.getpid(),)) as pool:
         pending: deque[concurrent.futures.Future] = deque()
         for task in tasks:
             pending.append(pool.submit(function, task))
@@ -221,6 +225,41 @@ def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: 
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _exit_with(pid: int) -> None:
+    """Pool initializer: end this worker when process ``pid`` (the stage's) ends.
+
+    A SIGKILL gives the stage no chance to stop its pool, and its workers (children of the forkserver,
+    not of the stage) would wait for tasks forever, with the forkserver and the resource tracker waiting
+    on them. A thread here waits on a pidfd (polls on systems without one) and exits the worker.
+    """
+    try:
+        handle = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:
+        handle = None
+    threading.Thread(target=_wait_for_exit, args=(pid, handle), name="bertwb-exit-with-stage", daemon=True).start()
+
+
+def _wait_for_exit(pid: int, handle: int | None) -> None:
+    if handle is not None:
+        select.select([handle], [], [])  # a pidfd turns readable when its process ends
+    else:
+        while _alive(pid):
+            time.sleep(0.5)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, and someone else's: only after pid reuse, which a pidfd rules out
+    return True
 
 
 @dataclass
@@ -310,7 +349,12 @@ class _Writer:
         self.cursor.execute(f"insert into {self.table} select * from rows")
 
     def _append(self, split: str, name: str, values: np.ndarray) -> None:
-        np.ascontiguousarray(values, dtype=ARRAYS[name]).tofile(self.files[split][name])
+        data = np.ascontiguousarray(values, dtype=ARRAYS[name])
+        handle = self.files[split][name]
+        try:
+            handle.write(memoryview(data))  # not ndarray.tofile: its error names neither the file nor the cause
+        except OSError as exc:
+            raise _naming(exc, handle.name, data.nbytes) from exc
         self.stats[split].array_lengths[name] += len(values)
 
     def abort(self) -> None:
@@ -322,7 +366,10 @@ class _Writer:
             self.cursor.execute("rollback")
         for handles in self.files.values():
             for handle in handles.values():
-                handle.close()
+                try:
+                    handle.close()
+                except OSError:
+                    pass  # a full disk again; the files are discarded with the build anyway
 
     def close(self, meta: dict[str, Any]) -> None:
         """Finish the inserts, close the files and write meta.json (counts and what a loader needs)."""
@@ -334,10 +381,19 @@ class _Writer:
         self.cursor.close()
         for handles in self.files.values():
             for handle in handles.values():
-                handle.close()
+                try:
+                    handle.close()  # writes what is still buffered
+                except OSError as exc:
+                    raise _naming(exc, handle.name) from exc
         meta["splits"] = {split: {"instances": s.instances, "tokens": s.tokens, "masked": s.masked,
                                   "array_lengths": s.array_lengths} for split, s in self.stats.items()}
         (self.out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _naming(exc: OSError, path: str, size: int | None = None) -> OSError:
+    """``exc`` with the file it failed on (and how much it was writing), for a one-line error."""
+    writing = f" ({size:,} bytes to write)" if size is not None else ""
+    return OSError(exc.errno, f"{exc.strerror or exc}{writing}", path)
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:

@@ -11,6 +11,8 @@ what makes it stale, and how ``bertwb pretrain`` runs under torchrun.
         metrics.jsonl                   one line per logging step, with validation when it ran
     .bertwb/pretrain/                   the stage output, swapped in by the engine on success:
         model.safetensors, config.json  (Hugging Face config), metrics.jsonl, training.json
+        vocab.txt, tokenizer.json, ...  the vocabulary it was trained with, so an export or fill-mask of
+                                        this output never pairs it with a vocabulary rebuilt since
 
 The engine swaps the stage directory in only on success, so checkpoints cannot live there; the run
 directory is keyed like the stage, so a changed model or pretrain setting starts a new run while an
@@ -48,6 +50,7 @@ from bertwb.workspace import Workspace
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train (or resume, or continue) on rank 0 under the engine; return the stage summary."""
+    from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
     from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
@@ -59,7 +62,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         ui.stage_line("pretrain", f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
     plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")))
     session.send_plan(plan)
-    return train(cfg, plan, session.dist, out_dir=build.out_dir)
+    summary = train(cfg, plan, session.dist, out_dir=build.out_dir)
+    for name in TOKENIZER_FILES:
+        shutil.copy2(build.upstream_dir("vocab") / name, build.out_dir / name)
+    return summary
 
 
 def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:

@@ -8,25 +8,43 @@ embedding and output matrices aligned for fast matmuls; a ``vocab.from_file`` vo
 exactly, so a published model loaded with ``model.init_from`` finds its own ids. ``tokenizer.json``,
 ``vocab.txt`` and the files ``transformers.BertTokenizerFast.from_pretrained`` reads are written to
 the stage directory.
+
+**Deterministic training.** The same corpus and settings give the same ``vocab.txt`` on any machine and
+thread count. ``tokenizers``' ``WordPieceTrainer`` alone does not: it numbers the ``##x`` continuation
+pieces in the iteration order of a hash map, those numbers break ties between merges of equal count
+(so even the set of tokens changes), and with more distinct characters than ``limit_alphabet`` it drops
+the rarest by an unstable sort. So a first pass (`_alphabet`) computes both in a fixed order: the kept
+alphabet (the ``limit_alphabet`` most frequent characters of the normalised text, ties by character)
+and the characters that occur inside a word; the trainer gets the alphabet as its initial one and the
+``##x`` pieces right after the special tokens, so every id it hands out is fixed before it starts.
+Trained vocabularies therefore read ``[PAD] [UNK] [CLS] [SEP] [MASK]``, the ``##x`` pieces sorted, the
+alphabet sorted, then the merges. The pass reads the training text once more and costs about a tenth
+of the training (``alphabet_seconds`` in the summary; BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+import string
 import time
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-from tokenizers import Tokenizer, models, trainers
+from tokenizers import Tokenizer, trainers
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer, write_tokenizer_files
 from bertwb.stage import Build, Stage
 
 TOP_TOKENS = 20
+# Where the BERT pre-tokeniser ends a word: Rust's char::is_whitespace, and punctuation (ASCII or Unicode P*).
+_WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+                        + "".join(map(chr, range(0x2000, 0x200B))))
+_CODEPOINTS = 0x110000
 
 VIEWS = [
     # Each sentence beside its WordPiece tokens, decoded through the vocab table.
@@ -49,12 +67,12 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     started = time.perf_counter()
     con = build.con
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
+    alphabet_seconds = 0.0
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids
         tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
     else:
-        tokenizer = _train_tokenizer(cfg, con)
-        _pad_vocab(tokenizer, cfg.vocab.pad_to_multiple)
+        tokenizer, alphabet_seconds = _train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
@@ -84,27 +102,98 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "most_frequent": " ".join(tokens[i] for i in order[:10]),
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
         "train_seconds": round(train_seconds, 3),
+        "alphabet_seconds": round(alphabet_seconds, 3),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(n_tokens / max(seconds - train_seconds, 1e-9)),
     }
 
 
 STAGE = Stage(
-    "vocab", version=2, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
+    "vocab", version=3, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
     views=tuple(VIEWS), has_files=True, headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
-def _train_tokenizer(cfg: Config, con: Any) -> Tokenizer:
+def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float]:
+    """A deterministic WordPiece vocabulary (see the module's docstring), padded; and the seconds of the
+    alphabet pass."""
     tokenizer = build_tokenizer(None, cfg.vocab.lowercase)
-    trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
-                                        limit_alphabet=cfg.vocab.limit_alphabet, special_tokens=SPECIAL_TOKENS,
-                                        continuing_subword_prefix="##", show_progress=False)
     n_train = con.execute("select count(*) from sentences join documents using (doc_id) "
                           "where split = 'train'").fetchone()[0]
+    started = time.perf_counter()
+    with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
+        alphabet, continuing = _alphabet(tokenizer, _train_batches(con, bar), cfg.vocab.limit_alphabet)
+    alphabet_seconds = time.perf_counter() - started
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
+        limit_alphabet=len(alphabet), initial_alphabet=alphabet,
+        special_tokens=SPECIAL_TOKENS + [f"##{char}" for char in continuing],
+        continuing_subword_prefix="##", show_progress=False)
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
         tokenizer.train_from_iterator(_train_batches(con, bar), trainer=trainer, length=n_train)
-    return tokenizer
+    return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, cfg.vocab.lowercase), \
+        alphabet_seconds
+
+
+def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str]]:
+    """The trainer's alphabet and continuation characters, computed in a fixed order.
+
+    Returns the ``limit`` most frequent characters of the normalised training text (ties broken by the
+    character), sorted, and those of them that occur after another character of the same word (the
+    ``##x`` pieces the trainer makes). The BERT normaliser works character by character, so each distinct
+    character is normalised once and the text is mapped through a table, then counted with numpy.
+    """
+    table = _NormalisingTable(tokenizer)
+    counts = np.zeros(_CODEPOINTS, dtype=np.int64)
+    continuing = np.zeros(_CODEPOINTS, dtype=bool)
+    for batch in batches:
+        text = table.apply(np.frombuffer("\n".join(batch).encode("utf-32-le"), dtype=np.uint32))
+        counts += np.bincount(text, minlength=_CODEPOINTS)
+        in_word = ~table.ends_word[text]
+        continuing[text[1:][in_word[1:] & in_word[:-1]]] = True
+    counts[[ord(char) for char in _WHITESPACE]] = 0  # never part of a word
+    present = np.flatnonzero(counts)
+    kept = np.sort(present[np.lexsort((present, -counts[present]))][:limit])  # by count, then by codepoint
+    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]]
+
+
+class _NormalisingTable:
+    """What the tokenizer's normaliser makes of each codepoint (none, one or several codepoints), filled
+    in as new codepoints appear, and which normalised codepoints end a word (whitespace, punctuation)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.normalizer = tokenizer.normalizer
+        self.start = np.zeros(_CODEPOINTS, dtype=np.int64)  # where a codepoint's form starts in ``flat``
+        self.length = np.full(_CODEPOINTS, -1, dtype=np.int64)  # -1: not seen yet
+        self.single = np.zeros(_CODEPOINTS, dtype=np.uint32)  # the form, when it is one codepoint
+        self.flat = np.zeros(0, dtype=np.uint32)
+        self.ends_word = np.zeros(_CODEPOINTS, dtype=bool)
+
+    def apply(self, codes: np.ndarray) -> np.ndarray:
+        new = np.flatnonzero(np.bincount(codes, minlength=_CODEPOINTS).astype(bool) & (self.length < 0))
+        if len(new):
+            self._learn(new.tolist())
+        lengths = self.length[codes]
+        if (lengths == 1).all():
+            return self.single[codes]
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return self.flat[np.repeat(self.start[codes], lengths) + within]
+
+    def _learn(self, codes: list[int]) -> None:
+        forms = []
+        offset = len(self.flat)
+        for code in codes:
+            normalised = self.normalizer.normalize_str(chr(code))
+            form = np.frombuffer(normalised.encode("utf-32-le"), dtype=np.uint32)
+            self.start[code], self.length[code] = offset, len(form)
+            if len(form) == 1:
+                self.single[code] = form[0]
+            forms.append(form)
+            offset += len(form)
+            for char in normalised:
+                self.ends_word[ord(char)] = char in _WHITESPACE or char in string.punctuation \
+                    or unicodedata.category(char).startswith("P")
+        self.flat = np.concatenate([self.flat, *forms])
 
 
 def _train_batches(con: Any, bar: Any) -> Iterator[list[str]]:
@@ -117,18 +206,14 @@ def _train_batches(con: Any, bar: Any) -> Iterator[list[str]]:
     cursor.close()
 
 
-def _pad_vocab(tokenizer: Tokenizer, multiple: int) -> None:
-    """Append ``[unusedN]`` tokens until the size is a multiple of ``multiple``."""
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    pad = (-size) % multiple
-    if not pad:
-        return
-    vocab = tokenizer.get_vocab(with_added_tokens=False)
-    vocab.update({f"[unused{i}]": size + i for i in range(pad)})
-    model = tokenizer.model
-    tokenizer.model = models.WordPiece(vocab, unk_token=model.unk_token,
-                                       continuing_subword_prefix=model.continuing_subword_prefix,
-                                       max_input_chars_per_word=model.max_input_chars_per_word)
+def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
+    """The trained vocabulary with ``[unusedN]`` tokens appended up to a multiple of ``multiple``, as a
+    tokenizer whose only special tokens are BERT's five (the trainer also marked the ``##x`` seeds special)."""
+    size = len(vocab)
+    vocab = {**vocab, **{f"[unused{i}]": size + i for i in range((-size) % multiple)}}
+    tokenizer = build_tokenizer(vocab, lowercase)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    return tokenizer
 
 
 def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
@@ -150,32 +235,45 @@ def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     # One transaction for all batches: per-batch autocommits each go through the WAL again.
     inserter = con.cursor()
     inserter.execute("begin transaction")
-    # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
-    with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
-            ThreadPoolExecutor(max_workers=1) as writer:
-        pending = None
-        for batch in reader:
-            encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
-            id_lists = [e.ids for e in encodings]
-            lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
-            flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-            np.cumsum(lengths, out=offsets[1:])
-            counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-            rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                             "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+    try:
+        # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
+        with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
+                ThreadPoolExecutor(max_workers=1) as writer:
+            pending = None
+            for batch in reader:
+                encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
+                id_lists = [e.ids for e in encodings]
+                lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
+                flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+                np.cumsum(lengths, out=offsets[1:])
+                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(_insert, inserter, table, rows)
+                bar.advance(batch.num_rows)
+                faults.point("work")
             if pending is not None:
                 pending.result()
-            pending = writer.submit(_insert, inserter, table, rows)
-            bar.advance(batch.num_rows)
-        if pending is not None:
-            pending.result()
-    inserter.execute("commit")
-    inserter.close()
-    cursor.close()
+        inserter.execute("commit")
+    except BaseException:
+        _rollback(inserter)  # so the engine can drop the half-filled table
+        raise
+    finally:
+        inserter.close()
+        cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
+
+
+def _rollback(cursor: Any) -> None:
+    try:
+        cursor.execute("rollback")
+    except Exception:  # noqa: BLE001 - no transaction left to roll back, or a database already failed
+        pass
 
 
 def _insert(cursor: Any, table: str, rows: pa.Table) -> None:

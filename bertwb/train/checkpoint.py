@@ -31,7 +31,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from bertwb import ui
+from bertwb import faults, ui
 from bertwb.errors import BertwbError
 from bertwb.train.distributed import Dist
 from bertwb.train.runs import checkpoint_path, list_checkpoints, step_of
@@ -52,6 +52,7 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, dist: Dist, keep: int
         with building(final) as tmp:
             safetensors.torch.save_model(model, str(tmp / "model.safetensors"))  # drops a tied alias
             torch.save({**trainer, "rng": rng_states}, tmp / "trainer.pt")
+            faults.point("checkpoint")  # a test kills or fills the disk here: a checkpoint half written
             (tmp / "state.json").write_text(json.dumps(
                 {"step": step, "world_size": dist.world_size, **state,
                  "written_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2) + "\n")

@@ -1,0 +1,104 @@
+"""Faults of the machine, not of bertwb: a full disk, a permission, a read-only workspace, a damaged database,
+memory.
+
+`user_error` turns the OS, DuckDB, memory and CUDA errors they raise into one-line `BertwbError`\\ s that
+name the path and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal
+error". Anything it does not recognise stays what it was: a bug to report.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+
+import duckdb
+
+from bertwb.errors import BertwbError
+
+# The fix for the other OS errors a path or the machine can cause (disk, permissions: `_os_error`).
+_ERRNO_FIXES = {getattr(errno, name): fix for name, fix in (
+    ("ENOENT", "check the path"), ("ENOTDIR", "check the path"), ("EISDIR", "check the path"),
+    ("EEXIST", "check the path"), ("EMFILE", "too many open files; raise the limit (ulimit -n)"),
+) if hasattr(errno, name)}
+
+# What DuckDB's messages say for each fault (it reports the OS error as text, not as errno).
+_DUCKDB_FAULTS = (
+    ("No space left on device", errno.ENOSPC),
+    ("Disk full", errno.ENOSPC),
+    ("Permission denied", errno.EACCES),
+    ("Read-only file system", errno.EROFS),
+)
+_DAMAGED = ("not a valid DuckDB database file", "Could not read enough bytes", "checksum", "Corrupt",
+            "truncated", "failed to read database header")
+
+
+def user_error(exc: BaseException, workspace: Path | None = None, needed: str | None = None) -> BertwbError | None:
+    """The one-line error for an environment fault, or None when ``exc`` is not one.
+
+    ``workspace`` (where bertwb writes) tells writes from reads; ``needed`` says how much room the work
+    took last time, for a full disk.
+    """
+    if isinstance(exc, BertwbError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return BertwbError("out of memory; free memory, or lower workspace.memory_limit or the batch sizes")
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+        return BertwbError(f"GPU out of memory ({_first_line(exc)}); lower the batch_size or raise grad_accum "
+                           "(the same examples per step in smaller pieces)")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        known = _os_error(exc.errno, exc.filename, exc.strerror or str(exc), workspace, needed)
+        if known is not None:
+            return known
+        where = f"{exc.filename}: " if exc.filename else ""
+        fix = _ERRNO_FIXES.get(exc.errno)
+        return BertwbError(f"{where}{exc.strerror or _first_line(exc)}{'; ' + fix if fix else ''}")
+    if isinstance(exc, duckdb.Error):
+        text = str(exc)
+        quoted = re.search(r'"([^"]+)"', text)
+        path = quoted.group(1) if quoted else (str(workspace / "bertwb.duckdb") if workspace else None)
+        for needle, code in _DUCKDB_FAULTS:
+            if needle.lower() in text.lower():
+                return _os_error(code, path, needle, workspace, needed)
+        if any(needle.lower() in text.lower() for needle in _DAMAGED):
+            return damaged_database(Path(path) if path else Path("bertwb.duckdb"), text)
+        if type(exc).__name__ in ("IOException", "OutOfMemoryException", "PermissionException"):
+            return BertwbError(f"DuckDB: {_first_line(exc)}")
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n")[0] or type(exc).__name__
+
+
+def damaged_database(path: Path, reason: str) -> BertwbError:
+    first = reason.strip().splitlines()[0] if reason.strip() else "unreadable"
+    return BertwbError(f"{path} is not a DuckDB database or is truncated ({first}); move it aside (or delete "
+                       "it) and run `bertwb run` to rebuild the tables")
+
+
+def _os_error(code: int, filename: str | None, reason: str, workspace: Path | None,
+              needed: str | None) -> BertwbError | None:
+    path = str(filename) if filename else (str(workspace) if workspace else "the workspace")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        took = f"; {needed}" if needed else ""
+        return BertwbError(f"disk full: no space left writing {path} ({reason}{took}); free some space or point "
+                           "workspace.dir (--workdir) at a disk with room, then rerun")
+    if code == errno.EROFS:
+        return BertwbError(f"{path} is on a read-only file system; point workspace.dir (--workdir) at a writable "
+                           "place")
+    if code in (errno.EACCES, errno.EPERM):
+        if workspace is not None and _is_within(Path(path), workspace):
+            return BertwbError(f"permission denied: {path} (in the workspace); make it writable "
+                               f"(chmod -R u+w {workspace}) or point --workdir at a directory you own")
+        return BertwbError(f"permission denied: {path}; give yourself access to it (chmod u+rw, u+rwx for a "
+                           "folder) or use another path")
+    return None
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except (ValueError, OSError):
+        return False

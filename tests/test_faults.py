@@ -1,0 +1,144 @@
+"""Kill anywhere: every stage, killed (``os._exit(137)``, as a SIGKILL) or out of disk (``ENOSPC``) at every
+point of its work and of its commit, leaves a workspace whose ``status`` tells the truth, and the next run
+builds exactly what an uninterrupted run builds.
+
+The workspace holds a whole pipeline built with one config (A). Each cell rebuilds one stage with a
+setting changed (B), with ``BERTWB_FAULT`` failing it at one point (`bertwb.faults`). Then, under A and
+under B, every stage that ``status`` calls fresh must hold the artifacts (table checksums, file hashes,
+checkpoint tensors) of an uninterrupted run with that config; and rerunning the stage under B must give
+the artifacts of an uninterrupted run under B. Kills run in a child forked from a process that has
+bertwb loaded (`faultkit.Zygote`); full disks run in-process. Every cell starts from the same copy of
+the workspace at the same path, so paths recorded in keys and metrics compare equal.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import torch
+
+from conftest import Project, assert_one_line_error, make_documents, write_bert_format
+from faultkit import STAGES, Zygote, artifacts, assert_status_truthful, status_rows
+
+MATRIX_CONFIG = """
+ingest:
+  inputs: [corpus]
+  valid_fraction: 0.1
+vocab:
+  vocab_size: 256
+  min_frequency: 1
+pairs:
+  max_seq_length: 64
+  dupe_factor: 2
+  workers: 1
+model:
+  num_layers: 1
+  hidden_size: 64
+  num_heads: 2
+pretrain:
+  steps: 4
+  batch_size: 16
+  warmup_steps: 2
+  log_every: 1
+  eval_every: 0
+  eval_batches: 2
+  checkpoint_every: 2
+"""
+
+# The setting each stage is rebuilt with: every one changes what the stage builds.
+CHANGES = {"ingest": "ingest.valid_fraction=0.2", "vocab": "vocab.vocab_size=128", "pairs": "pairs.seed=7",
+           "pretrain": "pretrain.seed=99", "evaluate": "evaluate.checkpoint=2"}
+POINTS = {
+    "ingest": ("work", "before_commit", "after_tables", "before_manifest"),
+    "vocab": ("work", "before_commit", "after_tables", "mid_swap", "after_swap", "before_manifest"),
+    "pairs": ("work", "before_commit", "after_tables", "mid_swap", "after_swap", "before_manifest"),
+    "pretrain": ("checkpoint#2", "before_commit", "mid_swap", "after_swap", "before_manifest"),
+    "evaluate": ("work", "before_commit", "mid_swap", "after_swap", "before_manifest"),
+}
+CELLS = [(stage, point) for stage in STAGES for point in POINTS[stage]]
+
+
+class Matrix:
+    """The built workspace (kept aside), the place every cell works in, and the reference artifacts."""
+
+    def __init__(self, root: Path):
+        self.saved = root / "saved"
+        self.project = Project(root / "project")
+        write_bert_format(self.project.root / "corpus" / "a.txt", make_documents(300))
+        self.project.write_config(MATRIX_CONFIG)
+        self.project.run("run")
+        assert {row["state"] for row in status_rows(self.project).values()} == {"fresh"}
+        self.reference = {"A": artifacts(self.project.workspace)}
+        shutil.copytree(self.project.root, self.saved, symlinks=True)
+
+    def restore(self) -> Project:
+        shutil.rmtree(self.project.root)
+        shutil.copytree(self.saved, self.project.root, symlinks=True)
+        return self.project
+
+    def reference_b(self, stage: str) -> dict[str, Any]:
+        """Artifacts of an uninterrupted `bertwb run` with the stage's setting changed."""
+        if stage not in self.reference:
+            project = self.restore()
+            project.run("run", "--set", CHANGES[stage])
+            self.reference[stage] = artifacts(project.workspace)
+            assert self.reference[stage][stage] != self.reference["A"][stage], f"{CHANGES[stage]} changes nothing"
+        return self.reference[stage]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: on a shared 2-core machine OpenMP spin-waits made 2 threads 3–5× slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
+    return Matrix(tmp_path_factory.mktemp("matrix"))
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    forker = Zygote()
+    yield forker
+    forker.close()
+
+
+def _check_cell(matrix: Matrix, stage: str) -> None:
+    """Status tells the truth under both configs; the rerun under B builds what an uninterrupted one does."""
+    project, change = matrix.project, CHANGES[stage]
+    reference_b = matrix.reference_b(stage)
+    assert_status_truthful(project, matrix.reference["A"])
+    assert_status_truthful(project, reference_b, "--set", change)
+    project.run(stage, "--set", change)
+    rows = assert_status_truthful(project, reference_b, "--set", change)
+    assert rows[stage]["state"] == "fresh", rows[stage]
+    assert artifacts(project.workspace, (stage,))[stage] == reference_b[stage]
+    assert not list(project.workspace.glob(".*.tmp-*")) and not list(project.workspace.glob(".*.old-*"))
+    assert not list((project.workspace / "manifests").glob("*.pending.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage, point", CELLS, ids=[f"{s}-{p}" for s, p in CELLS])
+def test_killed_at_any_point(matrix: Matrix, zygote: Zygote, tmp_path: Path, stage: str, point: str):
+    project = matrix.restore()
+    code, output = zygote.run([stage, "--config", str(project.config), "--set", CHANGES[stage]],
+                              {"BERTWB_FAULT": f"{stage}.{point}:exit"}, tmp_path / "log.txt")
+    assert code == 137, output
+    _check_cell(matrix, stage)
+
+
+@pytest.mark.parametrize("stage, point", CELLS, ids=[f"{s}-{p}" for s, p in CELLS])
+def test_disk_full_at_any_point(matrix: Matrix, monkeypatch: pytest.MonkeyPatch, stage: str, point: str):
+    project = matrix.restore()
+    with monkeypatch.context() as patch:
+        patch.setenv("BERTWB_FAULT", f"{stage}.{point}:enospc")
+        result = project.run(stage, "--set", CHANGES[stage], expect=1)
+    assert_one_line_error(result, "disk full: no space left writing", "free some space")
+    _check_cell(matrix, stage)
