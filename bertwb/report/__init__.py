@@ -14,8 +14,9 @@ folder). Each run rewrites the figures it draws and removes the PNGs of ``figure
 
 **While training runs.** The report takes no lock and writes nothing in the workspace's stages: it
 reads the metrics files the trainer appends to, and the database read-only (:mod:`.sources`), so
-``bertwb report`` in a second terminal shows a run as far as it got. The headline table is read
-from the stages' manifests, which need no database either.
+``bertwb report`` in a second terminal shows a run as far as it got. The headline numbers come from
+the manifests and metrics files, and the stages' states are `bertwb status`'s (:func:`bertwb.engine.status`,
+which treats a busy database as unreadable rather than failing).
 """
 
 from __future__ import annotations
