@@ -381,6 +381,24 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
 @cli.command()
 @_config_options
+@click.option("--output", "-o", type=click.Path(file_okay=False), default=None,
+              help="Folder for index.html and figures/ (default: WORKSPACE/report).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, output: str | None,
+           as_json: bool) -> None:
+    """Draw training curves, data histograms and results as PNGs and one self-contained HTML page."""
+    from bertwb import report as report_module
+
+    cfg, ws = _load(config_path, overrides, workdir)
+    written = report_module.write_report(cfg, ws, Path(output) if output else None)
+    if as_json:
+        ui.print_json(written)
+    else:
+        report_module.show(written)
+
+
+@cli.command()
+@_config_options
 @click.argument("query", required=False)
 @click.option("-f", "--file", "sql_file", type=click.Path(dir_okay=False), help="Read the query from a .sql file.")
 @click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)

@@ -8,8 +8,9 @@ learning rate set from the schedule (linear warm-up, linear decay) and the optim
 loss means is the objective's (:mod:`bertwb.train.objective`); the trainer only sums its statistics.
 
 **Around it.** A metric window summed over ``log_every`` steps and reduced over processes becomes a
-line of ``metrics.jsonl`` and of the progress view (rank 0). Validation runs every ``eval_every``
-steps (0: at the end of every epoch) and at the end; with ``keep_best`` the weights of the best
+line of ``metrics.jsonl`` and of the progress view (rank 0), and TensorBoard scalars when the
+``tensorboard`` extra is installed (:mod:`bertwb.train.tensorboard`). Validation runs every
+``eval_every`` steps (0: at the end of every epoch) and at the end; with ``keep_best`` the weights of the best
 validation so far are kept in ``<run>/best/``, and with ``patience`` training stops after that many
 validations without improvement. Checkpoints (:mod:`bertwb.train.checkpoint`) are written every
 ``checkpoint_every`` steps, at the end, and on Ctrl-C/SIGTERM, which then raises KeyboardInterrupt.
@@ -45,7 +46,7 @@ from bertwb import fast, ui
 from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
-from bertwb.train import checkpoint
+from bertwb.train import checkpoint, tensorboard
 from bertwb.train.device import autocast
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
@@ -87,6 +88,7 @@ class Trainer:
         self.stale_evaluations = 0  # validations since the best one
         self.stopped_early_at: int | None = None
         self.last: dict[str, Any] = {}
+        self.events: tensorboard.EventWriter | None = None  # while `fit` runs, on rank 0, with the extra
         self.lr = 0.0
         torch.manual_seed(settings.seed + self.dist.rank)  # dropout differs per rank; the model's init does not
         if self.device.type == "cuda":
@@ -106,7 +108,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train from the newest checkpoint (or from scratch) to ``total_steps``; return the last metrics."""
         self.start_step = self._resume()
-        with _stop_on_signals() as stopper, self._view() as view:
+        events = tensorboard.open_events(self.run_dir, self.start_step) if self.dist.rank == 0 else nullcontext()
+        with _stop_on_signals() as stopper, self._view() as view, events as self.events:
             self.model.train()
             self.clock = self.started = time.perf_counter()
             for step in range(self.start_step, self.total_steps):
@@ -221,6 +224,8 @@ class Trainer:
         if self.dist.rank == 0 and self.run_dir is not None:
             with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(metrics) + "\n")
+            if self.events is not None:
+                self.events.write(metrics)
         view.update(done, metrics)
 
     @torch.no_grad()

@@ -1,0 +1,236 @@
+"""``bertwb report``: PNG figures of a workspace and one self-contained HTML page, during training or after.
+
+**What is drawn** (only what exists; a stage that has not run is listed as "not run yet"):
+
+* Data: the pairs by length and the masked positions by kind, per split (pairs stage), and the
+  vocabulary's fertility, WordPieces per word over a sample of sentences (vocab stage);
+* Pre-training: loss (MLM + NSP, and each), MLM and NSP accuracy, learning rate and tokens/s over
+  steps, with the validation points (the pretrain run's ``metrics.jsonl``);
+* Evaluation: evaluate's accuracies, overall and by what the input held at the masked position;
+* Fine-tuning: each task's loss and dev metrics over steps, and a classifier's dev confusion matrix.
+
+**Where.** ``<workspace>/report/index.html`` and ``report/figures/*.png`` (``--output DIR`` for another
+folder). Each run rewrites the figures it draws and removes the PNGs of ``figures/`` it no longer draws.
+
+**While training runs.** The report takes no lock and writes nothing in the workspace's stages: it
+reads the metrics files the trainer appends to, and the database read-only (:mod:`.sources`), so
+``bertwb report`` in a second terminal shows a run as far as it got. The headline numbers come from
+the manifests and metrics files, and the stages' states are `bertwb status`'s (:func:`bertwb.engine.status`,
+which treats a busy database as unreadable rather than failing).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+
+from bertwb import engine, ui
+from bertwb.config import Config
+from bertwb.errors import BertwbError
+from bertwb.report import figures, sources
+from bertwb.report.page import Shown, render
+from bertwb.workspace import Workspace, write_text_atomic
+
+PAGE = "index.html"
+FIGURES_DIR = "figures"
+
+
+@dataclass
+class _Planned:
+    name: str
+    section: str
+    title: str
+    caption: str
+    draw: Callable[[], Any]
+
+
+def write_report(cfg: Config, ws: Workspace, output: Path | None = None) -> dict[str, Any]:
+    """Draw every figure the workspace has data for and write the page; return what was written."""
+    if not ws.root.is_dir():
+        raise BertwbError(f"no workspace at {ws.root}: nothing to report; run `bertwb run` first "
+                          "(or point --workdir / --config at the workspace)")
+    found = _Findings(cfg, ws)
+    if not found.planned and not found.headline:
+        raise BertwbError(f"nothing to report in {ws.root} yet: no stage has finished or logged metrics; "
+                          "run `bertwb run` (or at least `bertwb pairs`) first")
+    out = output or ws.root / "report"
+    folder = out / FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    shown = []
+    for plan in found.planned:
+        path = folder / f"{plan.name}.png"
+        figures.save(plan.draw(), path)
+        shown.append(Shown(plan.name, plan.section, plan.title, plan.caption, path))
+    kept = {figure.path.name for figure in shown}
+    for stale in folder.glob("*.png"):  # figures of a task or stage no longer there
+        if stale.name not in kept:
+            stale.unlink()
+    states = found.states()
+    page = out / PAGE
+    write_text_atomic(page, render(f"bertwb report: {ws.root}", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                                   found.headline, list(states.items()), found.notes, shown))
+    return {"page": str(page), "figures": [{"name": f.name, "path": str(f.path), "section": f.section,
+                                            "title": f.title} for f in shown],
+            "stages": states, "notes": found.notes}
+
+
+def show(report: dict[str, Any]) -> None:
+    """What ``bertwb report`` prints: the page, every figure, and what could not be drawn."""
+    ui.info(f"wrote {report['page']} with {len(report['figures'])} figures:")
+    for figure in report["figures"]:
+        ui.info(f"  {figure['path']}: {figure['title']}")
+    for note in report["notes"]:
+        ui.warn(note)
+
+
+class _Findings:
+    """What the workspace holds, part by part of the pipeline: figures to draw, headline rows, notes."""
+
+    def __init__(self, cfg: Config, ws: Workspace):
+        self.cfg, self.ws = cfg, ws
+        self.planned: list[_Planned] = []
+        self.headline: list[tuple[str, str, str]] = []
+        self.notes: list[str] = []
+        self.logs: dict[str, sources.TrainingLog] = {}
+        self.data()
+        self.pretraining()
+        self.evaluation()
+        self.finetuning()
+
+    def states(self) -> dict[str, str]:
+        """Every stage as `bertwb status` sees it (not run yet, stale and why, fresh), and any run in progress."""
+        rows = {row["stage"]: row for row in engine.status(self.cfg, self.ws)}
+        names = list(rows) + [name for name in self.logs if name not in rows]
+        return {name: _state(rows.get(name), self.logs.get(name)) for name in names}
+
+    def data(self) -> None:
+        ws = self.ws
+        vocab = (ws.read_manifest("vocab") or {}).get("summary") or {}
+        if vocab:
+            self.headline.append(("vocab", f"{vocab.get('vocab_size', 0):,} tokens, "
+                                  f"{vocab.get('tokens_per_word', 0):.3f} WordPieces per word",
+                                  f"[UNK] {100 * vocab.get('unk_rate', 0):.3f}% of tokens, "
+                                  f"{100 * vocab.get('coverage', 0):.1f}% of the vocabulary used"))
+        pairs = (ws.read_manifest("pairs") or {}).get("summary") or {}
+        if pairs:
+            mask_rate = f", mask rate {100 * pairs['mask_rate']:.2f}%" if pairs.get("mask_rate") is not None else ""
+            self.headline.append(("pairs", f"{pairs.get('instances_train', 0):,} train, "
+                                  f"{pairs.get('instances_valid', 0):,} valid",
+                                  f"mean {pairs.get('mean_length', 0)} tokens, "
+                                  f"{pairs.get('percent_random_next', 0)}% random next{mask_rate}"))
+        stats = sources.pair_stats(ws)
+        if stats is not None:
+            self.planned.append(_Planned(
+                "pairs_length", "Data", "Pairs by length", "Share of each split's pairs with each length in tokens, "
+                "[CLS] A [SEP] B [SEP] included, from the pairs stage's arrays (the pairs_length_hist view in SQL).",
+                lambda: figures.pair_lengths(stats)))
+            if stats.kinds:
+                self.planned.append(_Planned(
+                    "pairs_mask_kinds", "Data", "Masked positions by kind", "What the input holds at each masked "
+                    "position: [MASK], a random token or the original one kept (the pairs_mask_kinds view in SQL).",
+                    lambda: figures.mask_kinds(stats)))
+            else:
+                self.notes.append("pairs: no mask-kind figure; with pairs.masking dynamic the masks are drawn "
+                                  "while training")
+        try:
+            fertility = sources.fertility(ws)
+        except (BertwbError, duckdb.Error) as exc:
+            fertility = None
+            self.notes.append(f"vocab: no fertility figure, the database could not be read "
+                              f"({str(exc).splitlines()[0]}); rerun `bertwb report` once it is free")
+        if fertility is not None:
+            unk = vocab.get("unk_rate")
+            self.planned.append(_Planned(
+                "vocab_fertility", "Data", "Vocabulary fertility", "Words by the number of WordPieces they were cut "
+                "into, over a fixed sample of tokenised sentences spread over the corpus. A word is what BERT's "
+                "pre-tokeniser yields (text split at whitespace and punctuation), so one starts at every piece "
+                "without the ## prefix; fertility is the mean number of pieces per word.",
+                lambda: figures.fertility(fertility, unk)))
+
+    def pretraining(self) -> None:
+        log = sources.training_log(self.cfg, self.ws, "pretrain")
+        if log is None:
+            return
+        self.logs["pretrain"] = log
+        state = "finished" if log.finished else "running or interrupted"
+        title = f"pretrain, step {log.last_step:,} ({state})"
+        shown = {"loss": "loss {:.4f}", "mlm_acc": "MLM acc {:.2%}", "nsp_acc": "NSP acc {:.2%}",
+                 "valid_loss": "valid loss {:.4f}"}
+        self.headline.append(("pretrain", f"step {log.last_step:,}, {state}", ", ".join(
+            text.format(log.last(name)) for name, text in shown.items() if log.last(name) is not None)))
+        source = f"From {log.path}: one point per logged step (pretrain.log_every); dots are validations."
+        self.planned += [
+            _Planned("pretrain_loss", "Pre-training", "Pre-training loss", source + " The loss is MLM + NSP.",
+                     lambda: figures.curves(log, {"loss": "loss", "mlm_loss": "MLM loss", "nsp_loss": "NSP loss"},
+                                            f"loss: {title}", "cross-entropy")),
+            _Planned("pretrain_accuracy", "Pre-training", "MLM and NSP accuracy", source,
+                     lambda: figures.curves(log, {"mlm_acc": "MLM accuracy", "nsp_acc": "NSP accuracy"},
+                                            f"accuracy: {title}", "accuracy", percent=True)),
+            _Planned("pretrain_lr", "Pre-training", "Learning rate", source + " Linear warm-up, then linear decay.",
+                     lambda: figures.curves(log, {"lr": "learning rate"}, f"learning rate: {title}", "learning rate")),
+            _Planned("pretrain_tokens_per_s", "Pre-training", "Throughput", source + " Tokens per second of each "
+                     "logging window (a window with a validation includes its time).",
+                     lambda: figures.curves(log, {"tokens_per_s": "tokens/s"}, f"throughput: {title}",
+                                            "tokens per second")),
+        ]
+
+    def evaluation(self) -> None:
+        metrics = sources.evaluate_metrics(self.ws)
+        if metrics is None:
+            return
+        step = f"step {metrics['step']:,}" if metrics.get("step") is not None else metrics.get("checkpoint", "")
+        self.headline.append(("evaluate", f"MLM acc {100 * metrics['mlm_acc']:.2f}%, perplexity "
+                              f"{metrics['perplexity']:,.2f}, NSP acc {100 * metrics['nsp_acc']:.2f}%",
+                              f"{step}, {metrics['pairs']:,} valid pairs"))
+        self.planned.append(_Planned(
+            "evaluate", "Evaluation", "Held-out accuracy", f"evaluate on the valid pairs with "
+            f"{metrics.get('checkpoint')}: MLM accuracy overall and by what the input held at the masked position, "
+            "and NSP accuracy.", lambda: figures.evaluate_bars(metrics)))
+
+    def finetuning(self) -> None:
+        for task in sources.task_names(self.cfg, self.ws):
+            self._task(task)
+
+    def _task(self, task: str) -> None:
+        stage, section = f"finetune/{task}", f"Fine-tuning: {task}"
+        file_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task)
+        log = sources.training_log(self.cfg, self.ws, stage)
+        if log is not None:
+            self.logs[stage] = log
+            title = f"{stage}, step {log.last_step:,} ({'finished' if log.finished else 'running or interrupted'})"
+            self.planned.append(_Planned(
+                f"finetune_{file_name}_curves", section, f"{task}: training", f"From {log.path}: training loss and "
+                "accuracy per logged step; dots are the dev evaluations.", lambda: figures.task_curves(log, title)))
+        results = sources.task_results(self.ws, task)
+        if results is None:
+            return
+        split = "dev" if "dev" in results else "test"
+        scores = results.get(split) or {}
+        shown = [name for name in (results.get("main_metric"), "loss") if isinstance(scores.get(name), (int, float))]
+        labels = results.get("labels") or []
+        self.headline.append((stage, ", ".join(f"{split} {name} {scores[name]:.4f}" for name in shown),
+                              f"{results.get('type')}" + (f", labels {', '.join(labels)}" if labels else "")))
+        if scores.get("confusion_matrix") and labels:
+            chart = f"{stage}: {split} accuracy {100 * scores.get('accuracy', 0):.2f}%"
+            self.planned.append(_Planned(
+                f"finetune_{file_name}_confusion", section, f"{task}: {split} confusion matrix",
+                f"Gold labels (rows) against the final model's predictions (columns) on {split}; the colour is the "
+                "share of the row, so the diagonal is each label's recall.",
+                lambda: figures.confusion(labels, scores["confusion_matrix"], chart)))
+
+
+def _state(row: dict[str, Any] | None, log: sources.TrainingLog | None) -> str:
+    if row is None or row["state"] == "missing":
+        text = "not run yet"
+    elif row["state"] == "stale":
+        text = f"stale: {row['reason']}"
+    else:
+        text = f"fresh, finished {row['finished_at']}"
+    if log is not None and not log.finished:
+        text += f"; a run is going or was interrupted at step {log.last_step:,}"
+    return text
