@@ -170,8 +170,24 @@ class TrainingConfig:
 
 
 @dataclass
+class PretrainPhase(TrainingConfig):
+    """One phase of a phased pre-training (``pretrain.phases.<name>``): the pretrain section's settings
+    where it says nothing, and pairs of its own length (BERT trained 90% of its steps at 128 tokens,
+    then 10% at 512, to learn the long positions cheaply)."""
+
+    max_seq_length: int | None = _field(None, "This phase's pairs: longest instance in tokens (default: "
+                                        "pairs.max_seq_length).", min=5, max=32767)
+    max_predictions_per_seq: int | None = _field(None, "This phase's pairs: most masked positions per instance "
+                                                 "(default: pairs.max_predictions_per_seq).", min=1, max=32767)
+
+
+@dataclass
 class PretrainConfig(TrainingConfig):
-    """pretrain: the shared training settings at their pre-training defaults."""
+    """pretrain: the shared training settings at their pre-training defaults, and optional phases."""
+
+    phases: dict[str, PretrainPhase] = _field(
+        {}, "Named phases trained in order, each from the previous one's weights with its own pairs and "
+        "schedule; each starts from this section's settings. None: one run.", inherit=True)
 
 
 @dataclass
@@ -239,6 +255,8 @@ class EvaluateConfig:
     device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
 
 
+PHASE_PAIRS_KEYS = ("max_seq_length", "max_predictions_per_seq")  # what a phase may change in its pairs
+
 SECTIONS: dict[str, type] = {
     "workspace": WorkspaceConfig,
     "ingest": IngestConfig,
@@ -277,6 +295,18 @@ class Config:
         """A path from the config, resolved against the config file's directory."""
         path = Path(relative).expanduser()
         return path if path.is_absolute() else self.base_dir / path
+
+    def pretrain_phases(self) -> list[tuple[str | None, TrainingConfig, PairsConfig]]:
+        """Pre-training as phases, in order: (name, training settings, pairs settings). Without
+        ``pretrain.phases``, one unnamed phase: the pretrain and pairs sections themselves."""
+        if not self.pretrain.phases:
+            return [(None, self.pretrain, self.pairs)]
+        phases = []
+        for name, phase in self.pretrain.phases.items():
+            pairs = dataclasses.replace(self.pairs, **{key: getattr(phase, key) for key in PHASE_PAIRS_KEYS
+                                                       if getattr(phase, key) is not None})
+            phases.append((name, phase, pairs))
+        return phases
 
     def cache_params(self, path: str) -> dict[str, Any]:
         """The values of the section at ``path`` that change a stage's outputs, for the stage key.

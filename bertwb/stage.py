@@ -35,6 +35,8 @@ class Stage:
     help: str  # one line: what the stage makes
     run: Callable[[Config, Build], dict[str, Any]]  # does the work; returns the summary for the manifest
     sections: tuple[str, ...] = ()  # config sections whose cache fields enter the key ("{instance}" allowed)
+    # more key params than whole sections give, by dotted path: {"pretrain.phases.seq128": {...}}
+    params: Callable[[Config], dict[str, dict[str, Any]]] | None = None
     deps: tuple[str, ...] = ()  # upstream stages whose outputs this stage reads
     tables: tuple[str, ...] = ()  # DuckDB tables it builds (as <table>__new, swapped in at commit)
     views: tuple[str, ...] = ()  # SQL statements run in the commit's transaction, after the tables

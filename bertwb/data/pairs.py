@@ -2,8 +2,10 @@
 
 The stage directory holds one folder per split of flat binary arrays (``ARRAYS``) plus ``meta.json``
 and the vocabulary's masking flags; :func:`load_pairs` maps them into memory (no copy, whatever the
-corpus size). Training's view of a split is :mod:`bertwb.data.pair_batches`. Nothing here imports
-torch, so the pairs stage and ``bertwb status`` stay light.
+corpus size). With ``pretrain.phases`` it holds one such *pair set* per phase, in a folder named after
+the phase, and ``phases.json`` lists them in training order (:func:`pair_sets`). Training's view of a
+split is :mod:`bertwb.data.pair_batches`. Nothing here imports torch, so the pairs stage and
+``bertwb status`` stay light.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ARRAYS = {
     "mask_offsets": np.int64,  # [n + 1], like offsets, into the three masked_* arrays
 }
 FLAGS_FILE = "token_flags.npy"
+PHASES_FILE = "phases.json"
 
 
 @dataclass
@@ -105,3 +108,24 @@ def _map_array(path: Path, dtype: Any, length: int) -> np.ndarray:
     if length == 0:  # mmap cannot map an empty file
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(length,))
+
+
+def pair_sets(stage_dir: str | Path) -> dict[str | None, Path]:
+    """The pair sets of a pairs output, in training order: ``{None: stage_dir}`` for one set, else
+    ``{phase: stage_dir/phase}`` in the order of ``pretrain.phases``."""
+    stage_dir = Path(stage_dir)
+    listing = stage_dir / PHASES_FILE
+    if not listing.is_file():
+        return {None: stage_dir}
+    return {name: stage_dir / name for name in json.loads(listing.read_text())["phases"]}
+
+
+def pair_set(stage_dir: str | Path, phase: str | None = None) -> Path:
+    """The folder of ``phase``'s pairs (None: the last phase's, which evaluation uses)."""
+    sets = pair_sets(stage_dir)
+    if phase is None:
+        return list(sets.values())[-1]
+    if phase not in sets:
+        raise BertwbError(f"{stage_dir} has no pairs for phase {phase!r} (it has: {', '.join(map(str, sets))}); "
+                          "run `bertwb pairs`")
+    return sets[phase]

@@ -24,11 +24,10 @@ import numpy as np
 
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.train.runs import current_run_dir, run_dir_of
+from bertwb.train.runs import METRICS_FILE, current_run_dir, phase_dirs, read_metrics, run_dir_of, run_metrics
 from bertwb.workspace import Workspace
 
-# The trainer's and the finetune stage's file names; their modules import torch, which the report does not need.
-METRICS_LINES = "metrics.jsonl"
+# The finetune stage's file name; its module imports torch, which the report does not need.
 TASK_RESULTS = "metrics.json"
 FERTILITY_SAMPLE = 50_000  # sentences; enough for a stable histogram, quick on any corpus
 _CHUNK = 1 << 22  # array elements per histogram chunk: memory stays flat however many pairs there are
@@ -58,37 +57,31 @@ class TrainingLog:
         return values[-1] if values else None
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a metrics file, sorted by step; a torn line (one being written) is skipped."""
-    lines = []
-    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            line = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(line, dict) and isinstance(line.get("step"), int):
-            lines.append(line)
-    return sorted(lines, key=lambda line: line["step"])
-
-
 def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
-    """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one."""
+    """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
+    (a phased pre-training's phases one after another, `bertwb.train.runs.run_metrics`)."""
     try:
-        current = current_run_dir(cfg, ws, stage) / METRICS_LINES
+        current = current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
         current = None
     every_run = run_dir_of(ws, stage, "*")
-    newest_first = sorted(every_run.parent.glob(f"{every_run.name}/{METRICS_LINES}"),
-                          key=lambda path: path.stat().st_mtime_ns, reverse=True)
-    stage_copy = ws.stage_dir(stage) / METRICS_LINES
-    for path in ([current] if current else []) + newest_first + [stage_copy]:
-        lines = read_lines(path) if path.is_file() else []
+    runs = [path for path in every_run.parent.glob(every_run.name) if path.is_dir()]
+    newest_first = sorted(runs, key=_last_logged, reverse=True)
+    stage_copy = ws.stage_dir(stage)
+    for run_dir in ([current] if current else []) + newest_first + [stage_copy]:
+        lines = run_metrics(run_dir) if run_dir != stage_copy else read_metrics(stage_copy / METRICS_FILE)
         if lines:
             manifest = ws.read_manifest(stage) or {}
             done = (manifest.get("summary") or {}).get("steps_done")
-            same_run = path == stage_copy or (manifest.get("key") or "")[:16] == path.parent.name
-            return TrainingLog(stage, path, lines, finished=same_run and done == lines[-1]["step"])
+            same_run = run_dir == stage_copy or (manifest.get("key") or "")[:16] == run_dir.name
+            return TrainingLog(stage, run_dir, lines, finished=same_run and done == lines[-1]["step"])
     return None
+
+
+def _last_logged(run_dir: Path) -> int:
+    """When a run last wrote metrics (any of its phases): the newest run first."""
+    logs = [folder / METRICS_FILE for folder in phase_dirs(run_dir).values()]
+    return max((log.stat().st_mtime_ns for log in logs if log.is_file()), default=0)
 
 
 def evaluate_metrics(ws: Workspace) -> dict[str, Any] | None:
@@ -129,27 +122,31 @@ class PairStats:
 
 
 def pair_stats(ws: Workspace) -> PairStats | None:
-    """Length and mask-kind counts of the pairs stage's arrays, in chunks; None when pairs has not run."""
-    from bertwb.data.pairs import SPLITS, load_pairs  # noqa: PLC0415
+    """Length and mask-kind counts of the pairs stage's arrays, in chunks; None when pairs has not run.
+    Each split of each pair set counts apart (``train``, or ``seq128 train`` with phases)."""
+    from bertwb.data.pairs import SPLITS, load_pairs, pair_sets  # noqa: PLC0415
 
     stage_dir = ws.stage_dir("pairs")
-    if ws.read_manifest("pairs") is None or not (stage_dir / "meta.json").is_file():
+    sets = pair_sets(stage_dir)
+    if ws.read_manifest("pairs") is None or not all((folder / "meta.json").is_file() for folder in sets.values()):
         return None
     lengths, kinds, masking = {}, {}, "static"
-    for split in SPLITS:
-        data = load_pairs(stage_dir, split)
-        masking = data.meta["masking"]
-        size = data.meta["max_seq_length"] + 1
-        counts = np.zeros(size, dtype=np.int64)
-        for start in range(0, len(data), _CHUNK):
-            counts += np.bincount(np.diff(data.offsets[start:start + _CHUNK + 1]), minlength=size)[:size]
-        lengths[split] = counts
-        if data.static and len(data.masked_kinds):
-            names = data.meta["kinds"]  # {"mask": 0, "random": 1, "keep": 2}
-            by_id = np.zeros(max(names.values()) + 1, dtype=np.int64)
-            for start in range(0, len(data.masked_kinds), _CHUNK):
-                by_id += np.bincount(data.masked_kinds[start:start + _CHUNK], minlength=len(by_id))[:len(by_id)]
-            kinds[split] = {name: int(by_id[kind_id]) for name, kind_id in names.items()}
+    for phase, folder in sets.items():
+        for split in SPLITS:
+            label = f"{phase} {split}" if phase else split
+            data = load_pairs(folder, split)
+            masking = data.meta["masking"]
+            size = data.meta["max_seq_length"] + 1
+            counts = np.zeros(size, dtype=np.int64)
+            for start in range(0, len(data), _CHUNK):
+                counts += np.bincount(np.diff(data.offsets[start:start + _CHUNK + 1]), minlength=size)[:size]
+            lengths[label] = counts
+            if data.static and len(data.masked_kinds):
+                names = data.meta["kinds"]  # {"mask": 0, "random": 1, "keep": 2}
+                by_id = np.zeros(max(names.values()) + 1, dtype=np.int64)
+                for start in range(0, len(data.masked_kinds), _CHUNK):
+                    by_id += np.bincount(data.masked_kinds[start:start + _CHUNK], minlength=len(by_id))[:len(by_id)]
+                kinds[label] = {name: int(by_id[kind_id]) for name, kind_id in names.items()}
     return PairStats(lengths, kinds, masking)
 
 

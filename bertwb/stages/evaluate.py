@@ -39,6 +39,7 @@ METRICS_FILE = "metrics.json"
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
+    from bertwb.data.pairs import pair_set
     from bertwb.model import modeldir  # torch loads only when the stage runs
     from bertwb.tasks.pretraining import evaluate_pairs
     from bertwb.train.device import resolve_device
@@ -46,7 +47,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     started = time.perf_counter()
     model_dir = modeldir.resolve_checkpoint(cfg, build.workspace, cfg.evaluate.checkpoint)
     modeldir.check_vocab_matches(model_dir, build.upstream_dir("vocab"))
-    pairs, kinds = _valid_pairs(build.upstream_dir("pairs"), cfg)
+    pairs, kinds = _valid_pairs(pair_set(build.upstream_dir("pairs")), cfg)  # with phases, the last phase's
     if len(pairs) == 0:
         raise BertwbError("the valid split has no pairs; raise ingest.valid_fraction so some documents are held out")
     device = resolve_device(cfg.evaluate.device, "evaluate.device")

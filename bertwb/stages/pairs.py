@@ -41,6 +41,11 @@ How it stays fast, deterministic and out-of-core:
 Outputs: the DuckDB table ``pairs`` (unpadded, one row per instance) with its views, and in the stage
 directory one folder per split of flat binary arrays plus ``meta.json``. Instances are stored in
 (split, shard, dupe, document) order; the training loader shuffles.
+
+**Phases.** With ``pretrain.phases`` the stage builds one pair set per phase, each with the phase's
+``max_seq_length`` and ``max_predictions_per_seq`` (the rest from ``pairs``), into a folder named after
+the phase (:func:`bertwb.data.pairs.pair_sets`); the table's ``phase`` column says which set a row
+belongs to (NULL without phases), and every view counts per phase and split.
 """
 
 from __future__ import annotations
@@ -62,13 +67,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bertwb import faults, ui
-from bertwb.config import Config
+from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
-from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
+from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, PHASES_FILE, SPLITS
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 
+_COLUMNS = """pair_id BIGINT, phase VARCHAR, split VARCHAR, dupe SMALLINT, doc_id INTEGER, b_doc_id INTEGER,
+    input_ids INTEGER[], len_a SMALLINT, len_b SMALLINT, is_random_next BOOLEAN, is_short BOOLEAN,
+    masked_positions SMALLINT[], masked_ids INTEGER[], masked_kinds UTINYINT[]"""
 IN_FLIGHT_PER_WORKER = 2
 INSERTS_PENDING = 2
 
@@ -76,7 +84,7 @@ _MASK_KINDS_SQL = "case k when 0 then 'mask' when 1 then 'random' else 'keep' en
 VIEWS = [
     # Each pair decoded to text, "A ‖ B", with [MASK] and random replacements visible (static masking).
     """create or replace view pairs_text as
-       select p.pair_id, p.split, p.dupe, p.is_random_next, p.len_a, p.len_b,
+       select p.pair_id, p.phase, p.split, p.dupe, p.is_random_next, p.len_a, p.len_b,
               replace(array_to_string(list_transform(p.input_ids[2:p.len_a + 1], lambda i: v.tokens[i + 1]), ' '),
                       ' ##', '')
               || ' ‖ ' ||
@@ -85,61 +93,89 @@ VIEWS = [
               len(p.masked_positions) as n_masked
        from pairs p, (select list(token order by token_id) as tokens from vocab) v""",
     """create or replace view pairs_length_hist as
-       select split, len(input_ids) as n_tokens, count(*) as pairs,
-              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
-       from pairs group by split, n_tokens order by split, n_tokens""",
+       select phase, split, len(input_ids) as n_tokens, count(*) as pairs,
+              round(100.0 * count(*) / sum(count(*)) over (partition by phase, split), 3) as percent
+       from pairs group by phase, split, n_tokens order by phase, split, n_tokens""",
     """create or replace view pairs_nsp_balance as
-       select split, is_random_next, count(*) as pairs,
-              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
-       from pairs group by split, is_random_next order by split, is_random_next""",
+       select phase, split, is_random_next, count(*) as pairs,
+              round(100.0 * count(*) / sum(count(*)) over (partition by phase, split), 3) as percent
+       from pairs group by phase, split, is_random_next order by phase, split, is_random_next""",
     """create or replace view pairs_mask_rate as
-       select split, count(*) as pairs, sum(len(input_ids)) as tokens,
+       select phase, split, count(*) as pairs, sum(len(input_ids)) as tokens,
               sum(len(masked_positions)) as masked,
               round(sum(len(masked_positions)) / sum(len(input_ids)), 5) as mask_rate,
               round(avg(len(masked_positions)), 3) as masked_per_pair
-       from pairs group by split order by split""",
+       from pairs group by phase, split order by phase, split""",
     f"""create or replace view pairs_mask_kinds as
-       select split, {_MASK_KINDS_SQL} as kind, count(*) as positions,
-              round(100.0 * count(*) / sum(count(*)) over (partition by split), 3) as percent
-       from (select split, unnest(masked_kinds) as k from pairs) group by split, k order by split, kind""",
+       select phase, split, {_MASK_KINDS_SQL} as kind, count(*) as positions,
+              round(100.0 * count(*) / sum(count(*)) over (partition by phase, split), 3) as percent
+       from (select phase, split, unnest(masked_kinds) as k from pairs) group by phase, split, k
+       order by phase, split, kind""",
 ]
 
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
-    """Build every instance of both splits into ``pairs`` and the stage's shard files; return the summary."""
+    """Build every instance of both splits into ``pairs`` and the stage's array files (one set per
+    pre-training phase); return the summary."""
     started = time.perf_counter()
-    settings = cfg.pairs
     con = build.con
-    rules = _masking_rules(con, settings)
-    workers = settings.workers or _auto_workers()
-    plans = {split: _plan_shards(con, split, settings.shard_tokens) for split in SPLITS}
+    plans = {split: _plan_shards(con, split, cfg.pairs.shard_tokens) for split in SPLITS}
     _check_splits(plans)
-    writer = _Writer(con, build.table("pairs"), build.out_dir)
+    con.execute(f"create table {build.table('pairs')} ({_COLUMNS})")
+    phases = cfg.pretrain_phases()
+    sets, next_pair_id = {}, 0
+    for phase, _, settings in phases:
+        out_dir = build.out_dir / phase if phase else build.out_dir
+        writer, workers = _build_set(con, build.table("pairs"), out_dir, plans, settings, phase, next_pair_id)
+        next_pair_id = writer.next_pair_id
+        sets[phase] = writer.stats
+    if phases[0][0] is not None:
+        (build.out_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
+    n_shards = sum(len(plan) for plan in plans.values())
+    return _summary(sets, cfg.pairs.masking, time.perf_counter() - started, n_shards, workers)
+
+
+def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardPlan]], settings: PairsConfig,
+               phase: str | None, first_pair_id: int) -> tuple[_Writer, int]:
+    """One pair set (every shard of both splits, ``dupe_factor`` times) into ``table`` and ``out_dir``."""
+    rules = _masking_rules(con, settings)
+    writer = _Writer(con, table, out_dir, phase, first_pair_id)
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
     job = PairJob(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
                   split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
                   rules=rules if settings.masking == "static" else None,
                   cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
-    n_shards = sum(len(plan) for plan in plans.values())
-    n_tasks = n_shards * settings.dupe_factor
+    n_tasks = sum(len(plan) for plan in plans.values()) * settings.dupe_factor
+    workers = min(settings.workers or _auto_workers(), n_tasks)
     tasks = ((shard, dupe) for shard in _read_shards(con, plans) for dupe in range(settings.dupe_factor))
     try:
-        with ui.progress("pairs: building", total=total_tokens * settings.dupe_factor, unit="tokens") as bar:
-            for built in _map_ordered(job.build, tasks, min(workers, n_tasks)):
+        with ui.progress(f"pairs: building{f' {phase}' if phase else ''}", total=total_tokens * settings.dupe_factor,
+                         unit="tokens") as bar:
+            for built in _map_ordered(job.build, tasks, workers):
                 writer.write(built)
                 bar.advance(built.source_tokens)
                 faults.point("work")
     except BaseException:
         writer.abort()
         raise
-    writer.close(_meta(cfg, con, rules))
-    np.save(build.out_dir / FLAGS_FILE, rules.token_flags)
-    seconds = time.perf_counter() - started
-    return _summary(writer, settings.masking, seconds, n_shards, min(workers, n_tasks))
+    writer.close(_meta(settings, con, rules))
+    np.save(out_dir / FLAGS_FILE, rules.token_flags)
+    return writer, workers
+
+
+def phase_params(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The phases' pair settings and order, for the key (nothing without phases: keys stay as they were)."""
+    phases = cfg.pretrain_phases()
+    if phases[0][0] is None:
+        return {}
+    return {"pretrain.phases": {"order": [name for name, _, _ in phases]},
+            **{f"pretrain.phases.{name}": {key: getattr(settings, key) for key in PHASE_PAIRS_KEYS}
+               for name, _, settings in phases}}
 
 
 STAGE = Stage(
-    "pairs", version=1, order=30, run=run, sections=("pairs",), deps=("vocab",), tables=("pairs",), views=tuple(VIEWS),
+    "pairs", version=1, order=30, run=run, sections=("pairs",), params=phase_params, deps=("vocab",),
+    tables=("pairs",), views=tuple(VIEWS),
     has_files=True, headline="{instances_train:,} train and {instances_valid:,} valid pairs",
     help="Build masked-LM + next-sentence pairs from the tokenised documents.")
 
@@ -279,13 +315,13 @@ class _Writer:
     rows overlaps with building the next; at most ``INSERTS_PENDING`` wait, to keep memory flat.
     """
 
-    def __init__(self, con: Any, table: str, out_dir: Path):
-        self.con, self.table, self.out_dir = con, table, out_dir
+    def __init__(self, con: Any, table: str, out_dir: Path, phase: str | None = None, first_pair_id: int = 0):
+        self.con, self.table, self.out_dir, self.phase = con, table, out_dir, phase
         self.inserter = concurrent.futures.ThreadPoolExecutor(1)
         self.cursor = con.cursor()
         self.inserts: deque[concurrent.futures.Future] = deque()
         self.transaction_open = False
-        self.next_pair_id = 0
+        self.next_pair_id = first_pair_id
         self.stats = {split: _SplitStats() for split in SPLITS}
         self.files = {}
         for split in SPLITS:
@@ -293,10 +329,6 @@ class _Writer:
             self.files[split] = {name: open(out_dir / split / f"{name}.bin", "wb") for name in ARRAYS}
             for name in ("offsets", "mask_offsets"):  # every offsets array starts with its leading 0
                 self._append(split, name, np.zeros(1, dtype=ARRAYS[name]))
-        con.execute(f"""create table {table} (
-            pair_id BIGINT, split VARCHAR, dupe SMALLINT, doc_id INTEGER, b_doc_id INTEGER,
-            input_ids INTEGER[], len_a SMALLINT, len_b SMALLINT, is_random_next BOOLEAN, is_short BOOLEAN,
-            masked_positions SMALLINT[], masked_ids INTEGER[], masked_kinds UTINYINT[])""")
 
     def write(self, built: Built) -> None:
         n = len(built.len_a)
@@ -306,6 +338,7 @@ class _Writer:
         static = built.masked_positions is not None
         rows = pa.table({
             "pair_id": pa.array(np.arange(self.next_pair_id, self.next_pair_id + n, dtype=np.int64)),
+            "phase": pa.array([self.phase] * n, pa.string()),
             "split": pa.array([built.split] * n, pa.string()),
             "dupe": pa.array(built.dupe), "doc_id": pa.array(built.doc_id), "b_doc_id": pa.array(built.b_doc_id),
             "input_ids": _list_array(built.offsets, built.input_ids),
@@ -431,8 +464,7 @@ def _masking_rules(con: Any, settings: Any) -> MaskingRules:
     return rules
 
 
-def _meta(cfg: Config, con: Any, rules: MaskingRules) -> dict[str, Any]:
-    settings = cfg.pairs
+def _meta(settings: PairsConfig, con: Any, rules: MaskingRules) -> dict[str, Any]:
     special_ids = {token: _special_id(con, token) for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
     return {"format": FORMAT, "vocab_size": len(rules.maskable), "max_seq_length": settings.max_seq_length,
             "masking": settings.masking, "whole_word_mask": settings.whole_word_mask,
@@ -442,14 +474,16 @@ def _meta(cfg: Config, con: Any, rules: MaskingRules) -> dict[str, Any]:
             "dtypes": {name: np.dtype(dtype).str for name, dtype in ARRAYS.items()}}
 
 
-def _summary(writer: _Writer, masking: str, seconds: float, n_shards: int, workers: int) -> dict[str, Any]:
-    stats = writer.stats.values()
+def _summary(sets: dict[str | None, dict[str, _SplitStats]], masking: str, seconds: float, n_shards: int,
+             workers: int) -> dict[str, Any]:
+    """Counts over every pair set; with phases, each phase's instances too."""
+    stats = [split for splits in sets.values() for split in splits.values()]
     instances = sum(s.instances for s in stats)
     tokens = sum(s.tokens for s in stats)
     masked = sum(s.masked for s in stats)
-    return {
-        "instances_train": writer.stats["train"].instances,
-        "instances_valid": writer.stats["valid"].instances,
+    summary = {
+        "instances_train": sum(splits["train"].instances for splits in sets.values()),
+        "instances_valid": sum(splits["valid"].instances for splits in sets.values()),
         "tokens": tokens,
         "mean_length": round(tokens / max(instances, 1), 2),
         "percent_short": round(100 * sum(s.short for s in stats) / max(instances, 1), 2),
@@ -461,3 +495,9 @@ def _summary(writer: _Writer, masking: str, seconds: float, n_shards: int, worke
         "seconds": round(seconds, 3),
         "instances_per_s": round(instances / max(seconds, 1e-9)),
     }
+    if None not in sets:
+        summary["phases"] = {phase: {"instances_train": splits["train"].instances,
+                                     "instances_valid": splits["valid"].instances,
+                                     "tokens": sum(s.tokens for s in splits.values())}
+                             for phase, splits in sets.items()}
+    return summary

@@ -31,6 +31,16 @@ of the previous run stays until the new one replaces it).
 init; its vocabulary must be the workspace's (``vocab.from_file`` pointing at its tokenizer), and the
 identity of its weights is part of the stage key (`init_from_weights`).
 
+**Phases.** With ``pretrain.phases`` the run trains each phase in order on its own pair set
+(:mod:`bertwb.stages.pairs`) with its own settings and schedule, from the previous phase's final
+weights (a new optimizer: its state is not carried over), as BERT did at 128 then 512 tokens. Each
+phase has its own folder in the run (checkpoints, metrics, ``model/`` when finished), so an interrupted
+phase resumes; a finished one that has all its steps is not trained again. When a phase trains on
+(its ``steps`` raised), every later phase starts over from its new weights: each phase records the
+identity of the weights it started from (``started_from.json``). The stage output is the last phase's
+model; its ``metrics.jsonl`` holds every phase's lines (`bertwb.train.runs.run_metrics`) and
+``training.json`` each phase's summary.
+
 **Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`command`): rank 0 runs
 the engine and sends every rank the run's plan (:func:`bertwb.train.distributed.launch`); each rank
 reads its own share of every global batch; rank 0 logs and checkpoints.
@@ -38,34 +48,123 @@ reads its own share of every global batch; rank 0 logs and checkpoints.
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 from bertwb import ui
 from bertwb.config import Config
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import fingerprint, list_checkpoints, run_dir_of, weights_file
+from bertwb.train.runs import (METRICS_FILE, PHASES_FILE, fingerprint, list_checkpoints, phase_dirs, run_dir_of,
+                               run_metrics, weights_file)
 from bertwb.workspace import Workspace
+
+
+PHASE_MODEL = "model"  # a finished phase's model directory, inside its folder of the run
+STARTED_FROM = "started_from.json"
 
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train (or resume, or continue) on rank 0 under the engine; return the stage summary."""
-    from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
     from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
     session = Session.of(build.runtime, cfg.pretrain.device, "pretrain.device")
     run_dir = run_dir_of(build.workspace, "pretrain", build.key)
     if build.forced and run_dir.exists():  # --force trains from scratch: this run's checkpoints go
-        checkpoints = len(list_checkpoints(run_dir))
+        checkpoints = sum(len(list_checkpoints(folder)) for folder in phase_dirs(run_dir).values())
         shutil.rmtree(run_dir)
         ui.stage_line("pretrain", f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
-    plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")))
-    session.send_plan(plan)
-    summary = train(cfg, plan, session.dist, out_dir=build.out_dir)
-    for name in TOKENIZER_FILES:
-        shutil.copy2(build.upstream_dir("vocab") / name, build.out_dir / name)
+    if cfg.pretrain.phases:
+        summary = _train_phases(cfg, build, session, run_dir)
+    else:
+        plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")),
+                    vocab_dir=str(build.upstream_dir("vocab")))
+        session.send_plan(plan)
+        summary = train(cfg, plan, session.dist, out_dir=build.out_dir)
+    _copy_vocabulary(build, build.out_dir)
     return summary
+
+
+def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
+    """Every phase in order, each from the one before; the last one's model is the stage output."""
+    from bertwb.data.pairs import pair_set
+    from bertwb.tasks.pretraining import Plan, train
+
+    phases = cfg.pretrain_phases()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
+    summaries: dict[str, dict[str, Any]] = {}
+    init_from: Path | None = None  # the first phase starts as model.init_from says
+    for index, (name, settings, _) in enumerate(phases):
+        phase_dir, last = run_dir / name, index == len(phases) - 1
+        out_dir = build.out_dir if last else phase_dir / PHASE_MODEL
+        started_from = _identity(init_from, run_dir) if init_from else None
+        _start_over_if_moved(name, phase_dir, started_from)
+        summary = None if last else _finished(phase_dir / PHASE_MODEL, settings)
+        if summary is None:
+            phase_dir.mkdir(parents=True, exist_ok=True)
+            (phase_dir / STARTED_FROM).write_text(json.dumps(started_from) + "\n")
+            plan = Plan(run_dir=str(phase_dir), pairs_dir=str(pair_set(build.upstream_dir("pairs"), name)),
+                        vocab_dir=str(build.upstream_dir("vocab")), phase=name,
+                        init_from=str(init_from) if init_from else None)
+            session.send_plan(plan)
+            if not last:
+                shutil.rmtree(out_dir, ignore_errors=True)
+                out_dir.mkdir()
+            summary = train(cfg, plan, session.dist, out_dir=out_dir)
+            if not last:
+                _copy_vocabulary(build, out_dir)  # the next phase checks it starts from this vocabulary
+        summaries[name] = summary
+        init_from = out_dir
+    lines = run_metrics(run_dir)
+    (build.out_dir / METRICS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    final = summaries[phases[-1][0]]
+    summary = {**final, "steps_done": sum(s["steps_done"] for s in summaries.values()), "phases": summaries}
+    (build.out_dir / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def _identity(model_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """A phase's starting weights by path within the run, size and mtime (the workspace may move)."""
+    identity = fingerprint(weights_file(model_dir))
+    return {**identity, "path": str(Path(identity["path"]).relative_to(run_dir))}
+
+
+def _start_over_if_moved(name: str, phase_dir: Path, started_from: dict[str, Any] | None) -> None:
+    """Discard a phase's folder when the weights it started from are no longer the previous phase's."""
+    marker = phase_dir / STARTED_FROM
+    if not marker.is_file():
+        return
+    try:
+        recorded = json.loads(marker.read_text())
+    except ValueError:
+        recorded = "unreadable"
+    if recorded != started_from:
+        shutil.rmtree(phase_dir)
+        ui.stage_line("pretrain", f"phase {name}: the phase before it trained on; starting it over from its new "
+                      "weights")
+
+
+def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
+    """The summary of a phase that finished every step now asked of it, or None when it has to train."""
+    try:
+        summary = json.loads((model_dir / "training.json").read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    if weights_file(model_dir) is None or summary.get("steps_done", 0) < wanted:
+        return None
+    return summary
+
+
+def _copy_vocabulary(build: Build, out_dir: Path) -> None:
+    """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since."""
+    from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
+
+    for name in TOKENIZER_FILES:
+        shutil.copy2(build.upstream_dir("vocab") / name, out_dir / name)
 
 
 def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:
@@ -90,17 +189,29 @@ def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
 
 
 def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
-    """Why a stage whose key matches is still stale: it ran fewer steps than now asked."""
+    """Why a stage whose key matches is still stale: it (or one of its phases) ran fewer steps than now asked."""
     summary = manifest.get("summary") or {}
-    done = summary.get("steps_done", 0)
-    wanted = cfg.pretrain.steps or cfg.pretrain.epochs * summary.get("steps_per_epoch", 0)
-    if done < wanted:
-        return f"pretrain.steps {done} done < {wanted} asked; continuing from step {done}"
+    for name, settings, _ in cfg.pretrain_phases():
+        done_by = (summary.get("phases") or {}).get(name, {}) if name else summary
+        done = done_by.get("steps_done", 0)
+        wanted = settings.steps or settings.epochs * done_by.get("steps_per_epoch", 0)
+        if done < wanted:
+            setting = f"pretrain.phases.{name}.steps" if name else "pretrain.steps"
+            return f"{setting} {done} done < {wanted} asked; continuing from step {done}"
     return None
 
 
+def phase_params(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Every phase's settings and their order, for the key (nothing without phases)."""
+    if not cfg.pretrain.phases:
+        return {}
+    return {"pretrain.phases": {"order": list(cfg.pretrain.phases)},
+            **{f"pretrain.phases.{name}": cfg.cache_params(f"pretrain.phases.{name}") for name in cfg.pretrain.phases}}
+
+
 STAGE = Stage(
-    "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), deps=("pairs",), has_files=True,
+    "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
+    has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")

@@ -21,6 +21,7 @@ Evaluating a model on the held-out pairs (`evaluate_pairs`) uses the same statis
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -96,10 +97,25 @@ class PretrainingObjective(Objective):
 
 @dataclass
 class Plan:
-    """What rank 0 tells every rank before training: where the run and the pairs are."""
+    """What rank 0 tells every rank before training: where the run, the pairs and the vocabulary are,
+    and, for one phase of a phased pre-training, which phase and the model it continues."""
 
     run_dir: str
     pairs_dir: str
+    vocab_dir: str
+    phase: str | None = None
+    init_from: str | None = None  # the previous phase's model directory
+
+
+def phase_config(cfg: Config, phase: str | None, init_from: str | None = None) -> Config:
+    """``cfg`` as one phase trains with it: the phase's settings as ``pretrain``, its pairs settings as
+    ``pairs``, and ``model.init_from`` the previous phase's model (the first phase keeps the config's)."""
+    if phase is None:
+        return cfg
+    settings = {name: (training, pairs) for name, training, pairs in cfg.pretrain_phases()}
+    training, pairs = settings[phase]
+    model = dataclasses.replace(cfg.model, init_from=init_from) if init_from else cfg.model
+    return dataclasses.replace(cfg, pretrain=training, pairs=pairs, model=model)
 
 
 def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
@@ -109,6 +125,8 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     Ctrl-C or SIGTERM checkpoints at the end of the current step and raises KeyboardInterrupt.
     """
     started = time.perf_counter()
+    longest = max(pairs.max_seq_length for _, _, pairs in cfg.pretrain_phases())  # positions every phase needs
+    cfg = phase_config(cfg, plan.phase, plan.init_from)
     p = cfg.pretrain
     device = dist.device
     run_dir = Path(plan.run_dir)
@@ -126,9 +144,10 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
                      rank=dist.rank, pad_multiple=pad_multiple, drop_last=False) if len(valid_pairs) else None)
 
     torch.manual_seed(p.seed)
-    model = build_model(cfg, meta, Path(plan.pairs_dir).parent / "vocab", announce=dist.rank == 0)
+    model = build_model(cfg, meta, Path(plan.vocab_dir), announce=dist.rank == 0, positions=longest)
+    name = f"pretrain {plan.phase}" if plan.phase else "pretrain"
     trainer = Trainer(p, PretrainingObjective(), model, batches, valid=valid, dist=dist, run_dir=run_dir,
-                      name="pretrain", state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
+                      name=name, state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
     last = trainer.fit()
     total_steps = trainer.total_steps
     summary = {
@@ -155,10 +174,12 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     return summary
 
 
-def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True) -> BertForPreTraining:
-    """A new model of the configured size, or the ``model.init_from`` model (its own sizes, our dropouts)."""
+def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True,
+                positions: int = 0) -> BertForPreTraining:
+    """A new model of the configured size (with at least ``positions`` positions, for the longest phase),
+    or the ``model.init_from`` model (its own sizes, our dropouts)."""
     if not cfg.model.init_from:
-        return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], meta["max_seq_length"]))
+        return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], max(meta["max_seq_length"], positions)))
     source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from))
     modeldir.check_vocab_matches(source, vocab_dir)
     if source.config.max_position_embeddings < meta["max_seq_length"]:

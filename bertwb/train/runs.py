@@ -3,6 +3,8 @@
 A training stage's run is ``.bertwb/<stage>-runs/<key[:16]>/`` (``finetune-runs/<task>/<key[:16]>/``
 for a task), keyed like the stage, so a changed setting starts a new run while an interrupted one is
 found again; its checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.train.checkpoint`).
+A phased pre-training (``pretrain.phases``) keeps one such folder per phase inside its run, named after
+the phase, and ``phases.json`` lists them in order; each phase counts its own steps.
 A model directory is any folder with one of `WEIGHT_FILES` (:mod:`bertwb.model.modeldir` opens and
 checks them). This module names those paths and picks the checkpoint a command asks for.
 
@@ -12,6 +14,7 @@ replacing the file changes it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
 CHECKPOINT_PREFIX = "step-"
+METRICS_FILE = "metrics.jsonl"  # the trainer's log, one JSON line per logging step
+PHASES_FILE = "phases.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -68,13 +73,59 @@ def run_dir_of(ws: Workspace, stage: str, key: str) -> Path:
     return ws.root / f"{template}-runs" / instance / key[:16]
 
 
+def phase_dirs(run_dir: Path) -> dict[str | None, Path]:
+    """The folders a run trains in, in order: ``{None: run_dir}``, or one per phase of a phased run."""
+    listing = run_dir / PHASES_FILE
+    try:
+        names = json.loads(listing.read_text())["phases"] if listing.is_file() else None
+    except (OSError, ValueError, KeyError):
+        names = None
+    return {None: run_dir} if not names else {name: run_dir / name for name in names}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a metrics file, sorted by step; a torn line (one being written) is skipped."""
+    lines = []
+    for text in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and isinstance(line.get("step"), int):
+            lines.append(line)
+    return sorted(lines, key=lambda line: line["step"])
+
+
+def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics lines; a phased run's phases one after another, each line with its ``phase`` and
+    ``phase_step`` and a ``step`` counted from the start of the first phase."""
+    lines: list[dict[str, Any]] = []
+    offset = 0
+    for phase, folder in phase_dirs(run_dir).items():
+        own = read_metrics(folder / METRICS_FILE)
+        if phase is None:
+            return own
+        lines += [{**line, "phase": phase, "phase_step": line["step"], "step": offset + line["step"]} for line in own]
+        offset += own[-1]["step"] if own else 0
+    return lines
+
+
+def newest_checkpoints(run_dir: Path) -> tuple[Path, list[Path]]:
+    """The folder of the run's newest checkpoints and its checkpoints: the run's own, or the latest
+    phase's that has any (the first phase's folder when none has)."""
+    folders = list(phase_dirs(run_dir).values())
+    for folder in reversed(folders):
+        if checkpoints := list_checkpoints(folder):
+            return folder, checkpoints
+    return folders[0], []
+
+
 def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> Path:
     """The model directory ``choice`` names: None or "latest" (newest checkpoint of the current run,
     else the pretrain output), a step number of the current run, or a path to any model directory."""
     choice = (choice or "latest").strip()
     if choice == "latest" or choice.isdigit():
-        run_dir = current_run_dir(cfg, ws)
-        checkpoints = list_checkpoints(run_dir)
+        run_dir, checkpoints = newest_checkpoints(current_run_dir(cfg, ws))
         if choice.isdigit():
             wanted = [c for c in checkpoints if step_of(c) == int(choice)]
             if not wanted:
@@ -89,7 +140,8 @@ def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: boo
             if not quiet:
                 ui.warn(f"no checkpoint of the current pretrain settings; using the last trained model in {stage}")
             return stage
-        others = sorted(run_dir.parent.glob("*/checkpoints/*"))
+        runs = current_run_dir(cfg, ws).parent
+        others = sorted([*runs.glob("*/checkpoints/*"), *runs.glob("*/*/checkpoints/*")])
         hint = (f"; checkpoints of other settings exist, e.g. {others[-1]}, usable with --checkpoint"
                 if others else "")
         raise BertwbError("no checkpoint of the current settings: run `bertwb pretrain` first, or pass "

@@ -51,10 +51,9 @@ from bertwb.train.device import autocast
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.optim import build_optimizer, schedule_for
-from bertwb.train.runs import checkpoint_path
+from bertwb.train.runs import METRICS_FILE, checkpoint_path
 from bertwb.workspace import building, write_text_atomic
 
-METRICS_FILE = "metrics.jsonl"
 BEST_DIR = "best"
 
 

@@ -1,0 +1,119 @@
+"""pipelines/Makefile driven by GNU make as a user drives it: the tiny pipeline, a second `make` that
+does nothing, a config edit that reruns only what it changes, the sweep with `make compare`, and the
+fine-tuning of an imported Hugging Face BERT. A copy of pipelines/ is used, so edits stay in the test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, REPO
+
+# Seconds, not minutes: a few steps of each training stage (make passes EXTRA to every bertwb command).
+EXTRA = ("--set pretrain.steps=6 --set pretrain.eval_every=3 --set pretrain.eval_batches=2 "
+         "--set pretrain.checkpoint_every=3 --set finetune.steps=4 --set vocab.vocab_size=512")
+STAGES = ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune/sentiment"]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of pipelines/ beside a link to the sample corpus, as the configs' ../sample_corpus expects."""
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(REPO / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("runs"))
+    (root / "sample_corpus").symlink_to(REPO / "sample_corpus")
+    return root / "pipelines"
+
+
+def make(folder: Path, *args: str, extra: str = EXTRA) -> subprocess.CompletedProcess:
+    result = subprocess.run(["make", "-C", str(folder), f"BERTWB={PYTHON} -m bertwb", f"EXTRA={extra}", *args],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+COMMANDS = {"ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune", "import-hf", "compare", "status"}
+
+
+def bertwb_commands(result: subprocess.CompletedProcess) -> list[str]:
+    """The bertwb commands make ran (it echoes each recipe line), by name."""
+    lines = [line for line in result.stdout.splitlines() if " -m bertwb " in line]
+    return [next(word for word in line.split() if word in COMMANDS) for line in lines]
+
+
+def manifest_times(workspace: Path) -> dict[str, int]:
+    return {stage: (workspace / "manifests" / f"{stage}.json").stat().st_mtime_ns for stage in STAGES}
+
+
+def test_make_runs_the_pipeline_once_and_then_only_what_a_config_edit_changes(pipelines: Path):
+    first = make(pipelines)
+    tiny = pipelines / "runs" / "tiny"
+    assert bertwb_commands(first) == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+    assert json.loads((tiny / "evaluate" / "metrics.json").read_text())["step"] == 6
+    assert json.loads((tiny / "finetune" / "sentiment" / "metrics.json").read_text())["dev"]["examples"] == 300
+    built = manifest_times(tiny)
+
+    second = make(pipelines)
+    assert bertwb_commands(second) == [] and "Nothing to be done for 'all'" in second.stdout
+    assert manifest_times(tiny) == built
+
+    config = pipelines / "tiny-cpu.yaml"
+    config.write_text(config.read_text().replace("  lr: 1e-3\n", "  lr: 5e-4\n", 1))
+    third = make(pipelines)
+    assert len(bertwb_commands(third)) == 6  # make asks every stage: the config is newer than each manifest
+    stderr = third.stderr
+    for stage in ("ingest", "vocab", "pairs"):
+        assert f"{stage}: fresh" in stderr and f"{stage}: running" not in stderr
+    assert "pretrain: running (stale: pretrain.lr 0.001 → 0.0005)" in stderr
+    assert "evaluate: running" in stderr and "finetune/sentiment: running" in stderr
+    assert bertwb_commands(make(pipelines)) == []
+
+
+def test_the_sweep_builds_one_workspace_per_setting_and_compare_tables_them(pipelines: Path):
+    sweep = ["VOCAB_SIZES=512", "MASK_PROBS=0.15 0.3"]
+    first = make(pipelines, "compare", *sweep, extra=EXTRA.replace(" --set vocab.vocab_size=512", ""))
+    workspaces = [pipelines / "runs" / "vocab512-mask0.15", pipelines / "runs" / "vocab512-mask0.3"]
+    for workspace, prob in zip(workspaces, (0.15, 0.3), strict=True):
+        assert (workspace / "manifests" / "evaluate.json").is_file()
+        assert json.loads((workspace / "manifests" / "pairs.json").read_text())["params"]["pairs"]["masked_lm_prob"] \
+            == prob
+    assert "--set vocab.vocab_size=512 --set pairs.masked_lm_prob=0.3" in first.stdout
+    table = first.stdout[first.stdout.index("-m bertwb compare"):]
+    row = next(line for line in table.splitlines() if "pairs.masked_lm_prob" in line)
+    assert "0.15" in row and "0.3" in row
+    assert "vocab.vocab_size" not in table  # the same in both: not a difference
+    mask_rates = [json.loads((w / "manifests" / "pairs.json").read_text())["summary"]["mask_rate"] for w in workspaces]
+    assert mask_rates[0] < 0.2 < mask_rates[1]
+    again = make(pipelines, "compare", *sweep, extra=EXTRA.replace(" --set vocab.vocab_size=512", ""))
+    assert bertwb_commands(again) == ["compare"]
+
+
+def test_make_finetune_imports_a_hugging_face_bert_and_fine_tunes_it(pipelines: Path, tmp_path: Path):
+    transformers = pytest.importorskip("transformers")
+    missing = subprocess.run(["make", "-C", str(pipelines), "finetune"], capture_output=True, text=True)
+    assert missing.returncode != 0 and "set HF_MODEL to a Hugging Face BERT folder" in missing.stderr
+
+    # A small published-style BERT: random weights, a vocabulary that covers the sample texts.
+    vocab = tmp_path / "tok" / "vocab.txt"
+    vocab.parent.mkdir()
+    words = sorted({word for line in (REPO / "sample_corpus" / "finetune" / "sentiment_train.csv").read_text().lower()
+                    .splitlines() for word in line.replace(",", " ").replace(".", " ").split()})
+    tokens = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", ".", ";", "'", '"', *words])
+    vocab.write_text("\n".join(tokens) + "\n")
+    hf = tmp_path / "hf-bert"
+    config = transformers.BertConfig(vocab_size=len(tokens), hidden_size=32,
+                                     num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    transformers.BertForPreTraining(config).save_pretrained(hf)
+    transformers.BertTokenizerFast.from_pretrained(vocab.parent).save_pretrained(hf)
+
+    first = make(pipelines, "finetune", f"HF_MODEL={hf}", extra="--set finetune.steps=4")
+    assert bertwb_commands(first) == ["import-hf", "finetune"]
+    result = json.loads((pipelines / "runs" / "finetune" / "finetune" / "sentiment" / "metrics.json").read_text())
+    assert result["dev"]["examples"] == 300 and 0 <= result["dev"]["accuracy"] <= 1
+    assert (pipelines / "runs" / "finetune" / "model" / "model.safetensors").is_file()
+    assert bertwb_commands(make(pipelines, "finetune", f"HF_MODEL={hf}", extra="--set finetune.steps=4")) == []
