@@ -16,31 +16,33 @@ from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS
 from bertwb.errors import BertwbError
 
 _MAKEFILE = """\
-# The bertwb pipeline, stage by stage. Each target is a stage's manifest: bertwb writes it only when
-# the stage really ran, so `make` reruns a stage when what it depends on was rebuilt, and a second
-# `make` does nothing. Every bertwb command also skips fresh stages by itself.
+# The bertwb pipeline, stage by stage. Each target is a stage's manifest: a stage runs again when the
+# stage before it ran, or the config or this Makefile changed, and bertwb itself skips a stage that is
+# fresh; the recipes then touch the manifest, so that a second `make` asks nothing.
+# Make sees files, not variables: after changing BERTWB, CONFIG or WORKDIR, run `make -B`.
 BERTWB ?= bertwb
 CONFIG ?= bertwb.yaml
 WORKDIR ?= .bertwb
 RUN = $(BERTWB) --config $(CONFIG) --workdir $(WORKDIR)
 M = $(WORKDIR)/manifests
+ASK = $(CONFIG) Makefile
 
 all: $(M)/evaluate.json finetune
 
-$(M)/ingest.json: $(CONFIG) $(shell find corpus -type f 2>/dev/null)
-\t$(RUN) ingest
+$(M)/ingest.json: $(ASK) $(shell find corpus -type f 2>/dev/null)
+\t$(RUN) ingest && touch $@
 
-$(M)/vocab.json: $(M)/ingest.json
-\t$(RUN) vocab
+$(M)/vocab.json: $(M)/ingest.json $(ASK)
+\t$(RUN) vocab && touch $@
 
-$(M)/pairs.json: $(M)/vocab.json
-\t$(RUN) pairs
+$(M)/pairs.json: $(M)/vocab.json $(ASK)
+\t$(RUN) pairs && touch $@
 
-$(M)/pretrain.json: $(M)/pairs.json
-\t$(RUN) pretrain
+$(M)/pretrain.json: $(M)/pairs.json $(ASK)
+\t$(RUN) pretrain && touch $@
 
-$(M)/evaluate.json: $(M)/pretrain.json
-\t$(RUN) evaluate
+$(M)/evaluate.json: $(M)/pretrain.json $(ASK)
+\t$(RUN) evaluate && touch $@
 
 # every task of finetune.tasks (each skips itself when fresh)
 finetune: $(M)/pretrain.json
@@ -49,7 +51,10 @@ finetune: $(M)/pretrain.json
 status:
 \t$(RUN) status
 
-.PHONY: all finetune status
+report:
+\t$(RUN) report
+
+.PHONY: all finetune status report
 """
 
 _CORPUS_README = """\

@@ -117,3 +117,24 @@ def test_make_finetune_imports_a_hugging_face_bert_and_fine_tunes_it(pipelines: 
     assert result["dev"]["examples"] == 300 and 0 <= result["dev"]["accuracy"] <= 1
     assert (pipelines / "runs" / "finetune" / "model" / "model.safetensors").is_file()
     assert bertwb_commands(make(pipelines, "finetune", f"HF_MODEL={hf}", extra="--set finetune.steps=4")) == []
+
+
+def test_the_makefile_init_writes_asks_each_stage_once_and_again_after_a_config_edit(tmp_path: Path):
+    """`bertwb init`'s Makefile, with a stand-in for bertwb that logs its command: make's part only."""
+    subprocess.run([PYTHON, "-m", "bertwb", "init", str(tmp_path)], check=True, capture_output=True)
+    log = tmp_path / "asked.log"
+    fake = tmp_path / "fake-bertwb"
+    fake.write_text(f'#!/bin/sh\nmkdir -p .bertwb/manifests\necho "$5" >> {log}\n')
+    fake.chmod(0o755)
+
+    def asked() -> list[str]:
+        subprocess.run(["make", "-C", str(tmp_path), f"BERTWB={fake}"], check=True, capture_output=True)
+        names = log.read_text().split() if log.exists() else []
+        log.unlink(missing_ok=True)
+        return names
+
+    assert asked() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+    assert asked() == ["finetune"]  # the tasks decide for themselves (one target for all of them)
+    config = tmp_path / "bertwb.yaml"
+    config.write_text(config.read_text() + "\n")
+    assert asked() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
