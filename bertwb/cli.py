@@ -23,12 +23,53 @@ def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
+_DEBUG = "bertwb.debug"  # the key in click's context meta, shared by the group and its command
+
+
+def _output_params() -> list[click.Option]:
+    """-q, -v and --debug: how much a command says. The group and every command take them, so
+    `bertwb -q run` and `bertwb run -q` are the same; the last of -q and -v given wins."""
+    return [
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_verbosity(ui.QUIET),
+                     help="Print only warnings, errors and the data asked for (tables, JSON)."),
+        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_verbosity(ui.VERBOSE),
+                     help="Also print details: config and workspace used, stage keys, training device."),
+        click.Option(["--debug"], is_flag=True, expose_value=False, callback=_remember_debug,
+                     help="Show tracebacks for errors."),
+    ]
+
+
+def _verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:
+    def callback(ctx: click.Context, param: click.Parameter, given: bool) -> None:
+        if given:
+            ui.set_verbosity(level)
+    return callback
+
+
+def _remember_debug(ctx: click.Context, param: click.Parameter, given: bool) -> None:
+    if given:
+        ctx.meta[_DEBUG] = True
+
+
 class _Group(click.Group):
     """Every error as one red line (a traceback only with --debug) and an exit code (bertwb.errors).
 
     1: a user or environment error; 2: a mistyped command line, which click alone reports with a usage
-    block; 130: interrupted; and a bug says it is one.
+    block; 130: interrupted; and a bug says it is one. The group also gives every command the output
+    options (`_output_params`), and scopes their verbosity to one invocation.
     """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        saved = ui.verbosity()  # in-process callers (tests, scripts) get theirs back afterwards
+        ui.set_verbosity(ui.NORMAL)
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            ui.set_verbosity(saved)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.params.extend(_output_params())
+        super().add_command(cmd, name)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -38,14 +79,13 @@ class _Group(click.Group):
             _usage_error(exc, info_name or "bertwb")
 
     def invoke(self, ctx: click.Context) -> Any:
-        debug = ctx.params.get("debug")
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # an unknown command, or an error in a command's own options
             command = ctx.invoked_subcommand  # None until the command's name resolved
             _usage_error(exc, f"{ctx.command_path} {command}" if command else ctx.command_path)
         except BertwbError as exc:
-            if debug:
+            if ctx.meta.get(_DEBUG):
                 raise
             ui.error(str(exc))
             ctx.exit(EXIT_ERROR)
@@ -55,7 +95,7 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
-            if debug:
+            if ctx.meta.get(_DEBUG):
                 raise
             known = environment.user_error(exc)  # a full disk, a permission, memory, a damaged database
             ui.error(str(known) if known is not None else internal_error(exc))
@@ -86,11 +126,10 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, params=_output_params())
 @click.version_option(__version__, prog_name="bertwb")
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @_config_options
-def cli(debug: bool, config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
+def cli(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
     """bertwb: turn a raw text corpus into a trained BERT, one cached stage at a time."""
 
 
