@@ -123,7 +123,9 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     group = click.get_current_context().find_root().params
     cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
                       workdir or group.get("workdir"))
-    return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ws = Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
+    return cfg, ws
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, params=_output_params())
