@@ -187,9 +187,23 @@ def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str |
         evaluate_stage.report(metrics)
 
 
+def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """The task names of finetune.tasks in the config the command line names, for shell completion.
+
+    Completion runs on every Tab, on half-typed command lines: any failure (no config, a bad one)
+    completes nothing rather than printing an error into the shell."""
+    try:
+        group = ctx.find_root().params
+        cfg = load_config(ctx.params.get("config_path") or group.get("config_path"),
+                          [*(group.get("overrides") or ()), *(ctx.params.get("overrides") or ())])
+        return [name for name in cfg.finetune.tasks if name.startswith(incomplete)]
+    except Exception:  # see the docstring: never an error while the user presses Tab
+        return []
+
+
 @cli.command()
 @_config_options
-@click.argument("task", required=False)
+@click.argument("task", required=False, shell_complete=_complete_tasks)
 @click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides finetune.device).")
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
@@ -207,19 +221,22 @@ def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 
 @cli.command()
 @_config_options
-@click.argument("task")
+@click.argument("task", shell_complete=_complete_tasks)
 @click.argument("input_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the predictions here (default: stdout).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one object per input (--format jsonl).")
 @_checkpoint_option
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=64, show_default=True)
 def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str,
-            input_file: str | None, output: str | None, fmt: str, checkpoint: str | None, device: str,
-            batch_size: int) -> None:
+            input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
+            device: str, batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
     from bertwb.tasks.finetuning import open_predictor, rows_text
 
+    if as_json and fmt == "csv":
+        raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
     cfg, ws = _load(config_path, overrides, workdir)
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     rows = predictor.rows(Path(input_file)) if input_file else predictor.rows(lines=_texts((), None))
