@@ -19,16 +19,58 @@ def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
     """A mistyped command line (unknown option or command, missing or bad value): one line, exit code 2."""
     if exc.ctx is not None and exc.ctx.parent is not None:
         where = exc.ctx.command_path  # the subcommand whose options were wrong
-    ui.error(f"{exc.format_message().rstrip('.')}; see `{where} --help`")
+    message = exc.format_message().rstrip(".")
+    ui.error(f"{message} (see `{where} --help`)" if message.endswith("?") else f"{message}; see `{where} --help`")
     sys.exit(EXIT_USAGE)
+
+
+_DEBUG = "bertwb.debug"  # the key in click's context meta, shared by the group and its command
+
+
+def _output_params() -> list[click.Option]:
+    """-q, -v and --debug: how much a command says. The group and every command take them, so
+    `bertwb -q run` and `bertwb run -q` are the same; the last of -q and -v given wins."""
+    return [
+        click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_verbosity(ui.QUIET),
+                     help="Print only warnings, errors and the data asked for (tables, JSON)."),
+        click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_verbosity(ui.VERBOSE),
+                     help="Also print details: config and workspace used, stage keys, training device."),
+        click.Option(["--debug"], is_flag=True, expose_value=False, callback=_remember_debug,
+                     help="Show tracebacks for errors."),
+    ]
+
+
+def _verbosity(level: int) -> Callable[[click.Context, click.Parameter, bool], None]:
+    def callback(ctx: click.Context, param: click.Parameter, given: bool) -> None:
+        if given:
+            ui.set_verbosity(level)
+    return callback
+
+
+def _remember_debug(ctx: click.Context, param: click.Parameter, given: bool) -> None:
+    if given:
+        ctx.meta[_DEBUG] = True
 
 
 class _Group(click.Group):
     """Every error as one red line (a traceback only with --debug) and an exit code (bertwb.errors).
 
     1: a user or environment error; 2: a mistyped command line, which click alone reports with a usage
-    block; 130: interrupted; and a bug says it is one.
+    block; 130: interrupted; and a bug says it is one. The group also gives every command the output
+    options (`_output_params`), and scopes their verbosity to one invocation.
     """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        saved = ui.verbosity()  # in-process callers (tests, scripts) get theirs back afterwards
+        ui.set_verbosity(ui.NORMAL)
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            ui.set_verbosity(saved)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.params.extend(_output_params())
+        super().add_command(cmd, name)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -38,14 +80,13 @@ class _Group(click.Group):
             _usage_error(exc, info_name or "bertwb")
 
     def invoke(self, ctx: click.Context) -> Any:
-        debug = ctx.params.get("debug")
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # an unknown command, or an error in a command's own options
             command = ctx.invoked_subcommand  # None until the command's name resolved
             _usage_error(exc, f"{ctx.command_path} {command}" if command else ctx.command_path)
         except BertwbError as exc:
-            if debug:
+            if ctx.meta.get(_DEBUG):
                 raise
             ui.error(str(exc))
             ctx.exit(EXIT_ERROR)
@@ -55,7 +96,7 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
-            if debug:
+            if ctx.meta.get(_DEBUG):
                 raise
             known = environment.user_error(exc)  # a full disk, a permission, memory, a damaged database
             ui.error(str(known) if known is not None else internal_error(exc))
@@ -83,14 +124,15 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     group = click.get_current_context().find_root().params
     cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
                       workdir or group.get("workdir"))
-    return cfg, Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ws = Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
+    return cfg, ws
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, params=_output_params())
 @click.version_option(__version__, prog_name="bertwb")
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @_config_options
-def cli(debug: bool, config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
+def cli(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
     """bertwb: turn a raw text corpus into a trained BERT, one cached stage at a time."""
 
 
@@ -146,9 +188,23 @@ def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str |
         evaluate_stage.report(metrics)
 
 
+def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """The task names of finetune.tasks in the config the command line names, for shell completion.
+
+    Completion runs on every Tab, on half-typed command lines: any failure (no config, a bad one)
+    completes nothing rather than printing an error into the shell."""
+    try:
+        group = ctx.find_root().params
+        cfg = load_config(ctx.params.get("config_path") or group.get("config_path"),
+                          [*(group.get("overrides") or ()), *(ctx.params.get("overrides") or ())])
+        return [name for name in cfg.finetune.tasks if name.startswith(incomplete)]
+    except Exception:  # see the docstring: never an error while the user presses Tab
+        return []
+
+
 @cli.command()
 @_config_options
-@click.argument("task", required=False)
+@click.argument("task", required=False, shell_complete=_complete_tasks)
 @click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
 @click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides finetune.device).")
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
@@ -166,19 +222,22 @@ def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 
 @cli.command()
 @_config_options
-@click.argument("task")
+@click.argument("task", shell_complete=_complete_tasks)
 @click.argument("input_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the predictions here (default: stdout).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one object per input (--format jsonl).")
 @_checkpoint_option
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=64, show_default=True)
 def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str,
-            input_file: str | None, output: str | None, fmt: str, checkpoint: str | None, device: str,
-            batch_size: int) -> None:
+            input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
+            device: str, batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
     from bertwb.tasks.finetuning import open_predictor, rows_text
 
+    if as_json and fmt == "csv":
+        raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
     cfg, ws = _load(config_path, overrides, workdir)
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     rows = predictor.rows(Path(input_file)) if input_file else predictor.rows(lines=_texts((), None))

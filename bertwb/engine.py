@@ -283,6 +283,8 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
                               f"run `bertwb {dep}` or `bertwb run` first")
     inputs = input_fingerprints(stage, cfg, ws)
     state = check(stage, cfg, ws, inputs=inputs, probe=probe)
+    key, parts = stage_key(stage, cfg, ws, inputs)
+    _detail_key(name, key, state.manifest)
     if state.state == "fresh" and not force:
         ui.stage_line(name, f"fresh ({state.reason}), skipped")
         return None
@@ -290,7 +292,6 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
     ui.stage_line(name, f"running ({why})")
 
     started = time.time()
-    key, parts = stage_key(stage, cfg, ws, inputs)
     build_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + "-" + secrets.token_hex(4)
     new_tables = [f"{table}__new" for table in stage.tables]
     _drop_tables(con, new_tables)
@@ -338,6 +339,17 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
     stage.report(summary) if stage.report is not None else ui.summary(name, summary)
     ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
     return summary
+
+
+def _detail_key(name: str, key: str, manifest: dict[str, Any] | None) -> None:
+    """With -v: the stage's full key, and the one its manifest holds when that differs (why it reruns)."""
+    built = (manifest or {}).get("key")
+    if built is None:
+        ui.detail(f"{name}: key {key}; no manifest yet")
+    elif built != key:
+        ui.detail(f"{name}: key {key}; the manifest holds {built}")
+    else:
+        ui.detail(f"{name}: key {key}, as in its manifest")
 
 
 def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:

@@ -3,6 +3,11 @@
 On a terminal: rich progress bars with rate and ETA, and rich tables. Elsewhere (pipes, Make, CI):
 plain lines, no animation, progress reported at most every few seconds. Messages go to stderr so
 that ``bertwb sql --format csv`` output on stdout stays clean; tables and data go to stdout.
+
+How much is said is decided here too (``set_verbosity``, from ``-q``/``-v``). Quiet keeps warnings,
+errors and the data a command was asked for (tables, JSON) and drops the narration: info and stage
+lines, step rules, summaries, progress and training lines. Verbose adds ``detail`` lines (keys, paths,
+devices) for someone debugging a pipeline. Colour follows rich, which honours ``NO_COLOR``.
 """
 
 from __future__ import annotations
@@ -24,17 +29,47 @@ if not out.is_terminal:
 
 PLAIN_PROGRESS_EVERY_S = 5.0
 
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+_verbosity = NORMAL
+
+
+def set_verbosity(level: int) -> None:
+    """QUIET, NORMAL or VERBOSE for everything printed from now on (the CLI sets it once per command)."""
+    global _verbosity
+    if level not in (QUIET, NORMAL, VERBOSE):
+        raise ValueError(f"verbosity {level!r} is not one of QUIET, NORMAL, VERBOSE")
+    _verbosity = level
+
+
+def verbosity() -> int:
+    return _verbosity
+
+
+def _narrating() -> bool:
+    """Whether lines that tell what is going on (not data, warnings or errors) print."""
+    return _verbosity > QUIET
+
 
 def interactive() -> bool:
     return err.is_terminal
 
 
 def info(message: str) -> None:
+    if not _narrating():
+        return
     err.print(message, markup=False) if not interactive() else err.print(message)
+
+
+def detail(message: str) -> None:
+    """A line for debugging a pipeline (a full key, a path, a device); printed only with ``-v``."""
+    if _verbosity >= VERBOSE:
+        err.print(message, markup=False, style="dim")
 
 
 def stage_line(stage: str, message: str) -> None:
     """One line saying what a stage did or why it is skipped."""
+    if not _narrating():
+        return
     if interactive():
         err.print(f"[bold]{stage}[/bold]: {message}")
     else:
@@ -43,6 +78,8 @@ def stage_line(stage: str, message: str) -> None:
 
 def pipeline_step(index: int, total: int, stage: str) -> None:
     """Where `bertwb run` is: a rule on a terminal, a plain line elsewhere."""
+    if not _narrating():
+        return
     if interactive():
         err.rule(f"[bold]{index}/{total}[/bold] {stage}", align="left")
     else:
@@ -77,7 +114,9 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
 
 
 def summary(stage: str, values: dict[str, Any]) -> None:
-    """Print a stage summary as a two-column table (terminal) or key=value lines (plain)."""
+    """Print a stage summary as a two-column table (terminal) or key=value lines (plain); nothing when quiet."""
+    if not _narrating():
+        return
     flat = {k: v for k, v in values.items() if not isinstance(v, (dict, list))}
     if interactive():
         table(f"{stage} summary", ["metric", "value"], [[k, _fmt(v)] for k, v in flat.items()])
@@ -116,6 +155,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+class _Silent:
+    """Progress and training views when quiet: they take every update and print nothing."""
+
+    def advance(self, amount: float = 1) -> None:
+        pass
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
 class _PlainProgress:
     """Progress as occasional plain lines, for pipes and logs."""
 
@@ -151,8 +203,11 @@ class _RichProgress:
 def progress(description: str, total: float | None = None, unit: str = "items") -> Iterator[Any]:
     """A progress reporter with ``advance(n)``: a rich bar on a terminal, plain lines elsewhere.
 
-    ``unit="bytes"`` shows sizes and MB/s.
+    ``unit="bytes"`` shows sizes and MB/s. Nothing when quiet.
     """
+    if not _narrating():
+        yield _Silent()
+        return
     if not interactive():
         yield _PlainProgress(description, total, unit)
         return
@@ -229,8 +284,11 @@ def training(description: str, total_steps: int, start_step: int, progress: Line
     """A training view with ``update(step, stats)`` and ``note(message)``.
 
     ``stats`` holds lr, tokens_per_s, eta_s and the objective's metrics, which ``progress`` turns into
-    the line's pieces. A live rich view on a terminal; plain lines elsewhere.
+    the line's pieces. A live rich view on a terminal; plain lines elsewhere; nothing when quiet.
     """
+    if not _narrating():
+        yield _Silent()
+        return
     if not interactive():
         yield _PlainTraining(description, total_steps, progress)
         return

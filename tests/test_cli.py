@@ -21,9 +21,9 @@ def test_every_command_has_help_text():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--bogus"], "error: No such option '--bogus'; see `bertwb --help`"),
+    (["--zzz"], "error: No such option '--zzz'; see `bertwb --help`"),
     (["bogus"], "error: No such command 'bogus'; see `bertwb --help`"),
-    (["pretrain", "--bogus"], "error: No such option '--bogus'; see `bertwb pretrain --help`"),
+    (["pretrain", "--zzz"], "error: No such option '--zzz'; see `bertwb pretrain --help`"),
     (["pretrain", "--set"], "error: Option '--set' requires an argument; see `bertwb pretrain --help`"),
     (["sql", "--format", "xml", "select 1"], "error: Invalid value for '--format'"),
 ])

@@ -287,7 +287,8 @@ def _as_a_plain_user() -> tuple[str, ...]:
     return () if os.geteuid() != 0 else _namespace()
 
 
-# An unreadable input is covered by test_bad_inputs.py::test_an_unreadable_directory_or_file_stops_with_one_line_and_keeps_the_last_build.
+# An unreadable input: test_bad_inputs.py::
+# test_an_unreadable_directory_or_file_stops_with_one_line_and_keeps_the_last_build.
 
 
 def test_an_unwritable_workspace_is_a_one_line_error(project: Project):

@@ -25,11 +25,16 @@ def resolve_device(name: str, setting: str = "--device", local_rank: int = 0) ->
     return torch.device("cpu")
 
 
+def uses_bf16(precision: str, device: torch.device) -> bool:
+    """Whether ``precision`` means bf16 autocast on ``device``: ``auto`` is bf16 on CUDA and fp32 elsewhere."""
+    return precision == "bf16" or precision == "auto" and device.type == "cuda"
+
+
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:
-    """The autocast context of ``precision`` on ``device``: ``auto`` is bf16 on CUDA and fp32 elsewhere.
+    """The autocast context of ``precision`` on ``device`` (`uses_bf16`).
 
     bf16 autocast runs on CPU too, so the mixed-precision path a GPU run takes is exercised without one.
     """
-    if precision == "bf16" or precision == "auto" and device.type == "cuda":
+    if uses_bf16(precision, device):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()

@@ -47,7 +47,7 @@ from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
 from bertwb.train import checkpoint, tensorboard
-from bertwb.train.device import autocast
+from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.optim import build_optimizer, schedule_for
@@ -107,6 +107,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train from the newest checkpoint (or from scratch) to ``total_steps``; return the last metrics."""
         self.start_step = self._resume()
+        if self.dist.rank == 0:
+            ui.detail(f"{self.name}: {self._setup()}")
         events = tensorboard.open_events(self.run_dir, self.start_step) if self.dist.rank == 0 else nullcontext()
         with _stop_on_signals() as stopper, self._view() as view, events as self.events:
             self.model.train()
@@ -288,6 +290,18 @@ class Trainer:
         state = {"epoch": epoch, "batch_in_epoch": batch_in_epoch, "steps_per_epoch": steps_per_epoch,
                  "model": asdict(model_config) if is_dataclass(model_config) else None, **self.state}
         return checkpoint.save(self.run_dir, step, self.model, self.dist, self.p.keep_checkpoints, trainer, state)
+
+    def _setup(self) -> str:
+        """What this run computes on and how, in words (for -v): the device, precision, threads and the rest."""
+        parts = [f"device {self.device}", "bf16 autocast" if uses_bf16(self.p.precision, self.device) else "fp32",
+                 f"{torch.get_num_threads()} CPU threads"]
+        if self.device.type == "cpu" and self.p.cpu_fast_paths:
+            parts.append("fast CPU paths")
+        if self.p.compile:
+            parts.append("torch.compile")
+        if self.dist.enabled:
+            parts.append(f"DDP over {self.dist.world_size} processes")
+        return ", ".join(parts)
 
     def _resume(self) -> int:
         """Restore the newest checkpoint at or below ``total_steps``; the step to start from."""
