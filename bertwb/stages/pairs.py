@@ -52,15 +52,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import multiprocessing
 import os
-import select
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +66,7 @@ import pyarrow.compute as pc
 from bertwb import faults, ui
 from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
+from bertwb.data.ordered_map import map_ordered
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
 from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, PHASES_FILE, SPLITS
 from bertwb.errors import BertwbError
@@ -77,7 +75,6 @@ from bertwb.stage import Build, Stage
 _COLUMNS = """pair_id BIGINT, phase VARCHAR, split VARCHAR, dupe SMALLINT, doc_id INTEGER, b_doc_id INTEGER,
     input_ids INTEGER[], len_a SMALLINT, len_b SMALLINT, is_random_next BOOLEAN, is_short BOOLEAN,
     masked_positions SMALLINT[], masked_ids INTEGER[], masked_kinds UTINYINT[]"""
-IN_FLIGHT_PER_WORKER = 2
 INSERTS_PENDING = 2
 
 _MASK_KINDS_SQL = "case k when 0 then 'mask' when 1 then 'random' else 'keep' end"
@@ -151,7 +148,7 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
     try:
         with ui.progress(f"pairs: building{f' {phase}' if phase else ''}", total=total_tokens * settings.dupe_factor,
                          unit="tokens") as bar:
-            for built in _map_ordered(job.build, tasks, workers):
+            for built in map_ordered(job.build, tasks, workers):
                 writer.write(built)
                 bar.advance(built.source_tokens)
                 faults.point("work")
@@ -242,60 +239,6 @@ def _read_shards(con: Any, plans: dict[str, list[ShardPlan]]) -> Iterator[Shard]
                              doc_of_sentence[doc_sentence_offsets[:-1]].astype(np.int32))
     finally:
         cursor.close()
-
-
-def _map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[Any]:
-    """``map(function, tasks)`` in order; over a pool when ``workers > 1``, with at most
-    ``IN_FLIGHT_PER_WORKER`` tasks per worker read ahead so memory stays flat."""
-    if workers <= 1:
-        yield from map(function, tasks)
-        return
-    # forkserver: the main process holds DuckDB's threads, which a plain fork would copy mid-state.
-    context = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_with,
-                                                initargs=(os.getpid(),)) as pool:
-        pending: deque[concurrent.futures.Future] = deque()
-        for task in tasks:
-            pending.append(pool.submit(function, task))
-            if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-
-def _exit_with(pid: int) -> None:
-    """Pool initializer: end this worker when process ``pid`` (the stage's) ends.
-
-    A SIGKILL gives the stage no chance to stop its pool, and its workers (children of the forkserver,
-    not of the stage) would wait for tasks forever, with the forkserver and the resource tracker waiting
-    on them. A thread here waits on a pidfd (polls on systems without one) and exits the worker.
-    """
-    try:
-        handle = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
-    except ProcessLookupError:
-        os._exit(1)
-    except OSError:
-        handle = None
-    threading.Thread(target=_wait_for_exit, args=(pid, handle), name="bertwb-exit-with-stage", daemon=True).start()
-
-
-def _wait_for_exit(pid: int, handle: int | None) -> None:
-    if handle is not None:
-        select.select([handle], [], [])  # a pidfd turns readable when its process ends
-    else:
-        while _alive(pid):
-            time.sleep(0.5)
-    os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, and someone else's: only after pid reuse, which a pidfd rules out
-    return True
 
 
 @dataclass
