@@ -72,7 +72,8 @@ def make_project(root: Path, megabytes: float, blocks: list[str]) -> tuple[Path,
 
 def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     """Sentences/s of the vocab stage's tokenise-into-DuckDB against raw encode_batch_fast."""
-    from bertwb.vocab import _tokenise_all, load_tokenizer
+    from bertwb.data.tokenizer import load_tokenizer
+    from bertwb.stages.vocab import tokenise_all
     tokenizer = load_tokenizer(project / ".bertwb" / "vocab")
     con = duckdb.connect(str(project / ".bertwb" / "bertwb.duckdb"))
     n = con.execute("select count(*) from sentences").fetchone()[0]
@@ -87,7 +88,7 @@ def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     del texts
     con.execute("drop table if exists bench_tokens")
     start = time.perf_counter()
-    _, n_tokens, _, _ = _tokenise_all(tokenizer, con, "bench_tokens", n, batch)
+    _, n_tokens, _, _ = tokenise_all(tokenizer, con, "bench_tokens", n, batch)
     ours_seconds = time.perf_counter() - start
     con.execute("drop table bench_tokens")
     con.close()

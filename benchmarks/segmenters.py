@@ -281,7 +281,7 @@ def make_blingfire_fixups() -> Callable[[str], list[str]]:
     never loses text. The rules were designed after looking at raw blingfire's errors on the gold
     set, so its score there is optimistic.
     """
-    from bertwb.ingest import split_sentences
+    from bertwb.stages.ingest import split_sentences
     return split_sentences
 
 

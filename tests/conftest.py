@@ -20,12 +20,12 @@ from bertwb.data.pair_batches import PairArrays
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "sample_corpus" / "pretrain"
 
-_TOPICS = {
+TOPIC_WORDS = {
     "sea": "ship sail harbour wave captain anchor deck crew storm tide island rope",
     "kitchen": "bread oven flour butter soup knife recipe salt pepper onion garlic cook",
     "sky": "star planet moon telescope orbit comet galaxy night astronomer light dust",
 }
-_GLUE = "the a of to in and with on at was is by for from".split()
+GLUE_WORDS = "the a of to in and with on at was is by for from".split()
 
 
 def make_documents(n_docs: int, seed: int = 0) -> list[list[str]]:
@@ -33,10 +33,10 @@ def make_documents(n_docs: int, seed: int = 0) -> list[list[str]]:
     rng = random.Random(seed)
     documents = []
     for _ in range(n_docs):
-        words = _TOPICS[rng.choice(sorted(_TOPICS))].split()
+        words = TOPIC_WORDS[rng.choice(sorted(TOPIC_WORDS))].split()
         sentences = []
         for _ in range(rng.randint(2, 9)):
-            tokens = [rng.choice(words) if rng.random() < 0.6 else rng.choice(_GLUE)
+            tokens = [rng.choice(words) if rng.random() < 0.6 else rng.choice(GLUE_WORDS)
                       for _ in range(rng.randint(4, 14))]
             sentences.append(" ".join(tokens).capitalize() + rng.choice([".", ".", "?", "!"]))
         documents.append(sentences)

@@ -31,13 +31,13 @@ def _snapshot(project: Project) -> dict:
 def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pytest.MonkeyPatch):
     project.run("run", "--until", "vocab")
     before = _snapshot(project)
-    real_tokenise = bertwb.stages.vocab._tokenise_all
+    real_tokenise = bertwb.stages.vocab.tokenise_all
 
     def tokenise_then_fail(tokenizer, con, table, *args):
         real_tokenise(tokenizer, con, table, *args)  # the new table and files are half-made...
         raise OSError(28, "No space left on device")  # ...when the disk fills up
 
-    monkeypatch.setattr(bertwb.stages.vocab, "_tokenise_all", tokenise_then_fail)
+    monkeypatch.setattr(bertwb.stages.vocab, "tokenise_all", tokenise_then_fail)
     result = project.run("vocab", "--set", "vocab.vocab_size=320", expect=1)
     assert "No space left on device" in result.output and "Traceback" not in result.output
 

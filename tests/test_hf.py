@@ -16,7 +16,7 @@ from bertwb.model import modeldir
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.model.heads import MODEL_KINDS, new_model
 from bertwb.model.hf_names import hf_config_dict
-from conftest import _GLUE, _TOPICS, Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import GLUE_WORDS, TOPIC_WORDS, Project, assert_one_line_error, make_documents, write_bert_format
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,7 +28,7 @@ TEXTS = ["The captain sailed the ship into the harbour.", "bread and butter , sa
 
 def corpus_vocab() -> list[str]:
     """Special tokens, every word of the generated corpus (lowercase), punctuation and a few pieces."""
-    words = sorted({w for topic in _TOPICS.values() for w in topic.split()} | set(_GLUE))
+    words = sorted({w for topic in TOPIC_WORDS.values() for w in topic.split()} | set(GLUE_WORDS))
     return SPECIAL_TOKENS + words + [".", "?", "!", ",", "##s", "##ing", "un", "##known", "##word"]
 
 

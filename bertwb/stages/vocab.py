@@ -77,7 +77,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
-    counts, n_tokens, n_words, n_unk = _tokenise_all(tokenizer, con, build.table("tokens"),
+    counts, n_tokens, n_words, n_unk = tokenise_all(tokenizer, con, build.table("tokens"),
                                                      n_sentences, cfg.vocab.batch_size)
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -216,7 +216,7 @@ def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
     return tokenizer
 
 
-def _tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
+def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
                   batch_size: int) -> tuple[np.ndarray, int, int, int]:
     """Encode every sentence in batches into ``table``; return (token counts, #tokens, #words, #unk).
 
