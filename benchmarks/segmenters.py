@@ -275,13 +275,13 @@ def make_syntok() -> Callable[[str], list[str]]:
 # microsoft/BlingFire#81).  Deliberately NOT a generic "short word + period"
 # rule, which would swallow real one-word sentences such as "Yes." or "No.".
 def make_blingfire_fixups() -> Callable[[str], list[str]]:
-    """blingfire plus the post-processing that ingest uses: bertwb.ingest.split_sentences.
+    """blingfire plus the post-processing that ingest uses: bertwb.data.sentences.split_sentences.
 
     It collapses whitespace, glues title/initial fragments and lowercase continuations back, and
     never loses text. The rules were designed after looking at raw blingfire's errors on the gold
     set, so its score there is optimistic.
     """
-    from bertwb.stages.ingest import split_sentences
+    from bertwb.data.sentences import split_sentences
     return split_sentences
 
 

@@ -23,8 +23,8 @@ from typing import Any, Callable
 import duckdb
 import pyarrow as pa
 
+from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError
-from bertwb.stages.ingest import bom_encoding
 from bertwb.workspace import Workspace
 
 FORMATS = ("table", "csv", "json", "parquet")

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 import zstandard
 
-from bertwb.stages.ingest import split_sentences
+from bertwb.data.sentences import split_sentences
 from conftest import Project, make_documents, write_bert_format
 
 
