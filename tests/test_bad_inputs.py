@@ -21,7 +21,7 @@ from conftest import PYTHON, REPO, Project, assert_one_line_error, make_document
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 CORPUS_FILES = sorted(p.name for p in (BAD / "corpus").iterdir())
-MAX_SENTENCE_CHARS = 2_000  # bertwb.ingest.MAX_SENTENCE_CHARS
+MAX_SENTENCE_CHARS = 2_000  # the default of ingest.max_sentence_chars
 
 
 def _bert_text(documents: list[list[str]]) -> str:

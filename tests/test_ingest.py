@@ -142,3 +142,19 @@ def test_mixed_corpus_skips_bad_files_and_counts_bad_lines(project: Project):
 ])
 def test_split_sentences(paragraph, expected):
     assert split_sentences(paragraph) == expected
+
+
+def test_a_folders_readme_and_hidden_files_are_not_corpus_unless_named(project):
+    """`bertwb init` writes corpus/README.md beside the user's text: ingesting the folder must not read it."""
+    import json
+
+    (project.root / "corpus" / "README.md").write_text("# corpus/\n\nPut the text here.\n")
+    (project.root / "corpus" / ".notes.txt").write_text("A hidden note.\n")
+    project.run("ingest")
+    summary = json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
+    assert summary["files"] == 1
+    texts = project.run("sql", "select text from sentences", "--format", "csv").output
+    assert "Put the text here" not in texts and "hidden note" not in texts
+    project.write_config(project.config.read_text().replace("inputs: [corpus]", "inputs: [corpus, corpus/README.md]"))
+    project.run("ingest")
+    assert "Put the text here" in project.run("sql", "select text from sentences", "--format", "csv").output

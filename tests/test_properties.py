@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from bertwb.data.pairs import load_pairs
 from conftest import Project, assert_one_line_error, make_documents, write_bert_format
 
-MAX_SENTENCE_CHARS = 2_000  # bertwb.ingest.MAX_SENTENCE_CHARS
+MAX_SENTENCE_CHARS = 2_000  # the default of ingest.max_sentence_chars
 CI = settings(deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -190,7 +190,7 @@ def _input_files(cfg: Config) -> list[Path]:
                 _walk(_glob_root(path), cfg)
             matches = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
         elif path.is_dir():
-            matches = sorted(p for p in _walk(path, cfg) if p.is_file() and not p.name.startswith("."))
+            matches = sorted(p for p in _walk(path, cfg) if p.is_file() and not _documentation(p))
         elif path.is_file():
             matches = [path]
         else:
@@ -199,6 +199,12 @@ def _input_files(cfg: Config) -> list[Path]:
             raise BertwbError(f"ingest.inputs: {pattern!r} matches no file; fix the path or glob")
         files.extend(matches)
     return sorted(dict.fromkeys(p.resolve() for p in files))
+
+
+def _documentation(path: Path) -> bool:
+    """Files a folder of inputs holds that are not corpus: hidden ones, and a README (``bertwb init``
+    writes corpus/README.md saying what goes there). Named in ``ingest.inputs`` itself, one is read."""
+    return path.name.startswith(".") or path.name.split(".")[0].lower() == "readme"
 
 
 def _glob_root(pattern: Path) -> Path:
