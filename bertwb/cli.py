@@ -10,7 +10,8 @@ import click
 
 from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
-from bertwb.config import Config, load_config
+from bertwb.config import Config
+from bertwb.configfile import load_config
 from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
 from bertwb.workspace import Workspace
 

@@ -1,4 +1,4 @@
-"""The stage engine: keys, manifests, freshness, atomic commits, for any stage (:mod:`bertwb.stage`).
+"""The stage engine: keys, freshness, running the pipeline and its status, for any stage (:mod:`bertwb.stage`).
 
 A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
 config fields it reads, the *identity* of what each upstream stage built (a digest of its files and
@@ -8,47 +8,28 @@ start from or score). So a rebuild that changes an upstream's outputs makes ever
 and one that rebuilds the same bytes does not. A stage is fresh when its manifest holds the current key
 and its outputs are the ones that manifest describes.
 
-**The commit protocol.** Every build has a build id. A stage builds into ``<table>__new`` tables and a
-temporary directory; then the engine
-
-1. writes the stage's new manifest as ``manifests/<stage>.pending.json`` (the intent), with the build id
-   and the sizes and digests of the new outputs;
-2. swaps the tables in, in one DuckDB transaction that also labels each table with the build id (its
-   comment) and recreates the stage's views;
-3. swaps the directory in (two renames), which carries the build id in ``.bertwb-build``;
-4. renames the pending manifest over the manifest.
-
-Tables, directory and manifest thus share one generation. A crash, SIGKILL or full disk anywhere leaves
-each of them either old or new; `check` compares the manifest's build id with the tables' labels and
-the directory's file (and the files' sizes, and that the database opens) on every `bertwb status`, so
-a mixed stage is stale, never fresh. The next run finishes a commit whose outputs are all in place
-(step 4 was all that was left) and otherwise discards it; a stale stage then rebuilds.
+A stage that runs builds and commits through :mod:`bertwb.commit`, which gives its tables, directory
+and manifest one build id. `check` compares the manifest's build id with the tables' labels and the
+directory's file (and the files' sizes, and that the database opens) on every `bertwb status`, so a
+stage that a crash left half old and half new is stale, never fresh; `run_pipeline` lets
+`commit.settle` finish or discard such a commit before any stage runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-import os
-import secrets
-import shutil
-import time
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from bertwb import __version__, environment, faults, stages, ui
+from bertwb import commit, environment, stages, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.stage import Build, Stage
-from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
-
-MANIFEST_FORMAT = 2  # 2: deps hold upstream identities; build ids and output digests
-TABLE_LABEL = "bertwb build "  # a table's comment: the build that made it
+from bertwb.stage import Stage
+from bertwb.workspace import Workspace
 
 
 @dataclass
@@ -128,21 +109,16 @@ def _read_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> tuple[
     """Every table's comment (its build label) by name, and whether the file is truncated; (None, None)
     when the database is busy (another bertwb writes to it)."""
     if con is not None:
-        return _labels(con), truncation(con, ws.db_path)
+        return commit.table_labels(con), truncation(con, ws.db_path)
     if not ws.db_path.exists():
         return {}, None
     try:
         with duckdb.connect(str(ws.db_path), read_only=True) as ro:
-            return _labels(ro), truncation(ro, ws.db_path)
+            return commit.table_labels(ro), truncation(ro, ws.db_path)
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
             return None, None
         raise environment.user_error(exc, ws.root) or environment.damaged_database(ws.db_path, str(exc)) from None
-
-
-def _labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
-    query = "select table_name, comment from duckdb_tables() where schema_name = 'main' and not temporary"
-    return dict(con.execute(query).fetchall())
 
 
 # DuckDB's file: three 4 KiB headers, then blocks of block_size.
@@ -200,9 +176,9 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
     key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)
-    if manifest.get("format") != MANIFEST_FORMAT:
+    if manifest.get("format") != commit.MANIFEST_FORMAT:
         return State(name, "stale", f"made by an older bertwb (manifest format {manifest.get('format')} → "
-                                    f"{MANIFEST_FORMAT})", key, manifest)
+                                    f"{commit.MANIFEST_FORMAT})", key, manifest)
     if manifest.get("key") != key:
         return State(name, "stale", _why_changed(manifest, parts), key, manifest)
     broken = _inconsistent(name, manifest, ws, probe)
@@ -266,7 +242,7 @@ def _inconsistent(name: str, manifest: dict[str, Any], ws: Workspace, probe: _Pr
         for table in outputs["tables"] if tables is not None else ():
             if table not in tables:
                 return f"output missing: table {table}"
-            if tables[table] != TABLE_LABEL + str(build):
+            if tables[table] != commit.TABLE_LABEL + str(build):
                 return f"interrupted commit: table {table} is not the build its manifest describes{interrupted}"
     return None
 
@@ -291,53 +267,9 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
     why = "forced" if state.state == "fresh" else f"{state.state}: {state.reason}"
     ui.stage_line(name, f"running ({why})")
 
-    started = time.time()
-    build_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + "-" + secrets.token_hex(4)
-    new_tables = [f"{table}__new" for table in stage.tables]
-    _drop_tables(con, new_tables)
-    out_dir = new_build_dir(ws.stage_dir(name))
-    committing = False
-    try:
-        with faults.within(name):
-            summary = stage.run(cfg, Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime))
-            outputs = _outputs(stage, out_dir, con)
-            finished = time.time()
-            manifest = {
-                "format": MANIFEST_FORMAT,
-                "stage": name,
-                "key": key,
-                **parts,
-                "build": build_id,
-                "identity": _identity(outputs["digests"]),
-                "has_files": stage.has_files,
-                "config": str(cfg.path) if cfg.path else None,
-                "outputs": outputs,
-                "started_at": _iso(started),
-                "finished_at": _iso(finished),
-                "duration_s": round(finished - started, 3),
-                "versions": _versions(),
-                "summary": summary,
-            }
-            if stage.has_files:
-                _write_synced(out_dir / BUILD_FILE, build_id + "\n")
-            ws.write_pending(name, manifest)
-            faults.point("before_commit")
-            committing = True
-            _commit_tables(con, stage, build_id, summary)
-            faults.point("after_tables")
-            if stage.has_files:
-                swap_in(out_dir, ws.stage_dir(name), fault_points=True)
-            faults.point("before_manifest")
-            ws.commit_pending(name)
-    except BaseException:
-        _clean_up(con, new_tables, out_dir)
-        if not committing:
-            ws.discard_pending(name)  # after the first swap, the next run decides (`settle`)
-        raise
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)  # stages without files built nothing there
+    summary, seconds = commit.build_and_commit(stage, cfg, ws, con, inputs, key, parts, force, runtime)
     stage.report(summary) if stage.report is not None else ui.summary(name, summary)
-    ui.stage_line(name, f"done in {finished - started:.1f}s (key {key[:8]})")
+    ui.stage_line(name, f"done in {seconds:.1f}s (key {key[:8]})")
     return summary
 
 
@@ -350,137 +282,6 @@ def _detail_key(name: str, key: str, manifest: dict[str, Any] | None) -> None:
         ui.detail(f"{name}: key {key}; the manifest holds {built}")
     else:
         ui.detail(f"{name}: key {key}, as in its manifest")
-
-
-def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
-    """Finish the commits a crash interrupted once their tables and directory were all in place (only the
-    manifest's rename was left), discard the others, and drop the temporary tables of dead builds.
-    Called under the lock, after `Workspace.recover` has put directories back."""
-    tables = _labels(con)
-    for name in ws.pending_stages():
-        pending = ws.read_pending(name)
-        if pending is not None and _in_place(name, pending, ws, tables):
-            ws.commit_pending(name)
-            ui.stage_line(name, "finished the commit an interrupted run left")
-        else:
-            ws.discard_pending(name)
-    _drop_tables(con, [table for table in tables if table.endswith("__new")])
-
-
-def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[str, str | None]) -> bool:
-    build = pending.get("build")
-    if any(tables.get(table) != TABLE_LABEL + str(build) for table in pending.get("outputs", {}).get("tables", {})):
-        return False
-    return not pending.get("has_files") or ws.files_build(name) == build
-
-
-def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) -> None:
-    """Drop a failed build's temporary tables, as far as the database still allows (after a fatal
-    DuckDB error it refuses everything; the next run drops them)."""
-    try:
-        _drop_tables(con, tables)
-    except duckdb.Error:
-        pass
-    shutil.rmtree(out_dir, ignore_errors=True)
-
-
-def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
-    for table in tables:
-        con.execute(f'drop table if exists "{table}"')
-
-
-def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any]) -> None:
-    """Swap every ``t__new`` in for ``t`` and label it with the build, record the summary's numbers in
-    ``stage_metrics`` and (re)create the stage's views: one transaction."""
-    con.execute("begin transaction")
-    try:
-        for table in stage.tables:
-            con.execute(f'drop table if exists "{table}"')
-            con.execute(f'alter table "{table}__new" rename to "{table}"')
-            con.execute(f"comment on table \"{table}\" is '{TABLE_LABEL}{build_id}'")
-        _record_metrics(con, stage.name, summary)
-        for view in stage.views:
-            con.execute(view)
-        con.execute("commit")
-    except BaseException:
-        try:
-            con.execute("rollback")
-        except duckdb.Error:
-            pass  # a failed commit has already ended the transaction
-        raise
-    con.execute("checkpoint")
-
-
-def _record_metrics(con: duckdb.DuckDBPyConnection, stage: str, summary: dict[str, Any]) -> None:
-    """The stage's summary as rows of ``stage_metrics(stage, name, value, text, finished_at)``, replacing its
-    previous ones: numbers in ``value``, words in ``text``, nested names joined by dots, lists left out."""
-    con.execute("create table if not exists stage_metrics (stage VARCHAR, name VARCHAR, value DOUBLE, text VARCHAR, "
-                "finished_at TIMESTAMP)")
-    con.execute("delete from stage_metrics where stage = ?", [stage])
-    rows = [(stage, name, value if not isinstance(value, str) else None, value if isinstance(value, str) else None)
-            for name, value in _flatten(summary)]
-    if rows:
-        con.executemany("insert into stage_metrics values (?, ?, ?, ?, now())", rows)
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, float | str]]:
-    rows: list[tuple[str, float | str]] = []
-    for name, value in values.items():
-        if isinstance(value, dict):
-            rows.extend(_flatten(value, f"{prefix}{name}."))
-        elif isinstance(value, bool):
-            rows.append((prefix + name, str(value).lower()))
-        elif isinstance(value, (int, float)) and math.isfinite(value):
-            rows.append((prefix + name, float(value)))
-        elif isinstance(value, str):
-            rows.append((prefix + name, value))
-    return rows
-
-
-def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """The new outputs, as they will be once swapped in: file sizes and row counts, and a digest of each
-    (sha256 of a file; row count and a sum of row hashes of a table, which no row order changes)."""
-    files, digests = {}, {}
-    if stage.has_files:
-        for path in sorted(out_dir.rglob("*")):
-            if path.is_file() and path.name != BUILD_FILE:
-                rel = f"{stage.name}/{path.relative_to(out_dir).as_posix()}"
-                files[rel] = path.stat().st_size
-                with open(path, "rb") as handle:
-                    digests[rel] = hashlib.file_digest(handle, "sha256").hexdigest()
-    tables = {}
-    for table in stage.tables:
-        rows, hashes = con.execute(f'select count(*), sum(hash(t)::HUGEINT) from "{table}__new" t').fetchone()
-        tables[table] = rows
-        digests[f"table {table}"] = f"{rows}:{hashes or 0}"
-    return {"files": files, "tables": tables, "digests": digests}
-
-
-def _identity(digests: dict[str, str]) -> str:
-    """What a stage built, in one hash: equal for equal outputs, whenever and however they were built."""
-    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
-
-
-def _versions() -> dict[str, str]:
-    """Versions of the libraries that shape outputs, read from package metadata (no heavy imports)."""
-    versions = {"bertwb": __version__}
-    for package in ("duckdb", "tokenizers", "torch", "numpy"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
-
-
-def _iso(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = False,
@@ -500,7 +301,7 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
                 damage = truncation(con, ws.db_path)
                 if damage:
                     raise environment.damaged_database(ws.db_path, damage)
-                settle(ws, con)
+                commit.settle(ws, con)
                 for index, current in enumerate(chosen, 1):
                     if len(chosen) > 1:
                         ui.pipeline_step(index, len(chosen), current.name)

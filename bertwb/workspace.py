@@ -4,7 +4,7 @@ Layout under ``workspace.dir``::
 
     bertwb.duckdb                  every data stage's tables
     manifests/<stage>.json         one manifest per stage, written last (finetune/<task>.json for instances)
-    manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.engine`)
+    manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.commit`)
     <stage>/                       a stage's files (tokenizer, checkpoints, ...), swapped in whole;
         .bertwb-build              the build they came from (`BUILD_FILE`)
     .<stage>.tmp-<pid>/            a directory being built (`building`); never read by anything else

@@ -169,7 +169,8 @@ def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
 def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
     import dataclasses
 
-    from bertwb.config import SECTIONS, load_config
+    from bertwb.config import SECTIONS
+    from bertwb.configfile import load_config
     result = CliRunner().invoke(cli, ["init", str(tmp_path), "--input", "texts/*.txt"])
     assert result.exit_code == 0, result.output
     cfg = load_config(tmp_path / "bertwb.yaml")

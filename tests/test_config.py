@@ -11,7 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertwb.config import SECTIONS, load_config
+from bertwb.config import SECTIONS
+from bertwb.configfile import load_config
 from bertwb.errors import BertwbError
 from conftest import REPO
 

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 
-from bertwb.config import load_config
+from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks.pretraining import PretrainingObjective

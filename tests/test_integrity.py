@@ -324,7 +324,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[4])
 from faultkit import artifacts
 from bertwb import engine
-from bertwb.config import load_config
+from bertwb.configfile import load_config
 from bertwb.workspace import Workspace
 
 ws, config, out = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from bertwb.config import load_config
+from bertwb.configfile import load_config
 from bertwb.data.pairs import load_pairs
 from tests.conftest import PYTHON, REPO, SAMPLE_CORPUS, Project
 

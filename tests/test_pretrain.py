@@ -22,7 +22,7 @@ import safetensors.torch
 import torch
 
 from bertwb import memory, ui
-from bertwb.config import load_config
+from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import rules_from_flags
 from bertwb.data.pair_batches import PairArrays, collate

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bertwb.config import load_config
+from bertwb.configfile import load_config
 from bertwb.report import sources
 from bertwb.workspace import Workspace
 from conftest import Project, assert_one_line_error, make_documents, write_bert_format

@@ -1,0 +1,238 @@
+"""The commit protocol: how what a stage builds replaces what it built before, atomically.
+
+Every build has a build id. A stage builds into ``<table>__new`` tables and a temporary directory
+(`build_and_commit` runs it there); then this module
+
+1. writes the stage's new manifest as ``manifests/<stage>.pending.json`` (the intent), with the build id
+   and the sizes and digests of the new outputs;
+2. swaps the tables in, in one DuckDB transaction that also labels each table with the build id (its
+   comment, `TABLE_LABEL`) and recreates the stage's views;
+3. swaps the directory in (two renames), which carries the build id in ``.bertwb-build``;
+4. renames the pending manifest over the manifest.
+
+Tables, directory and manifest thus share one generation. A crash, SIGKILL or full disk anywhere leaves
+each of them either old or new; the engine's `check` (:mod:`bertwb.engine`) compares the manifest's
+build id with the tables' labels and the directory's file, so a mixed stage is stale, never fresh. The
+next run (`settle`, under the lock) finishes a commit whose outputs are all in place (step 4 was all
+that was left) and otherwise discards it; a stale stage then rebuilds.
+
+The manifest a commit writes names what the stage built for everything downstream: its ``identity``
+hashes the digests of the outputs, so equal outputs give an equal identity however they were built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from bertwb import __version__, faults, ui
+from bertwb.config import Config
+from bertwb.stage import Build, Stage
+from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
+
+MANIFEST_FORMAT = 2  # 2: deps hold upstream identities; build ids and output digests
+TABLE_LABEL = "bertwb build "  # a table's comment: the build that made it
+
+
+def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,
+                     inputs: list[dict[str, Any]], key: str, parts: dict[str, Any], force: bool,
+                     runtime: Any) -> tuple[dict[str, Any], float]:
+    """Run the stage into new tables and a temporary directory, then commit them with its manifest;
+    return its summary and the seconds the build took (the commit not counted). On any failure, the
+    build's temporary outputs are dropped and the previous outputs stay as they were."""
+    name = stage.name
+    started = time.time()
+    build_id = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + "-" + secrets.token_hex(4)
+    new_tables = [f"{table}__new" for table in stage.tables]
+    _drop_tables(con, new_tables)
+    out_dir = new_build_dir(ws.stage_dir(name))
+    committing = False
+    try:
+        with faults.within(name):
+            summary = stage.run(cfg, Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime))
+            outputs = _outputs(stage, out_dir, con)
+            finished = time.time()
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "stage": name,
+                "key": key,
+                **parts,
+                "build": build_id,
+                "identity": _identity(outputs["digests"]),
+                "has_files": stage.has_files,
+                "config": str(cfg.path) if cfg.path else None,
+                "outputs": outputs,
+                "started_at": _iso(started),
+                "finished_at": _iso(finished),
+                "duration_s": round(finished - started, 3),
+                "versions": _versions(),
+                "summary": summary,
+            }
+            if stage.has_files:
+                _write_synced(out_dir / BUILD_FILE, build_id + "\n")
+            ws.write_pending(name, manifest)
+            faults.point("before_commit")
+            committing = True
+            _commit_tables(con, stage, build_id, summary)
+            faults.point("after_tables")
+            if stage.has_files:
+                swap_in(out_dir, ws.stage_dir(name), fault_points=True)
+            faults.point("before_manifest")
+            ws.commit_pending(name)
+    except BaseException:
+        _clean_up(con, new_tables, out_dir)
+        if not committing:
+            ws.discard_pending(name)  # after the first swap, the next run decides (`settle`)
+        raise
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)  # stages without files built nothing there
+    return summary, finished - started
+
+
+def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
+    """Finish the commits a crash interrupted once their tables and directory were all in place (only the
+    manifest's rename was left), discard the others, and drop the temporary tables of dead builds.
+    Called under the lock, after `Workspace.recover` has put directories back."""
+    tables = table_labels(con)
+    for name in ws.pending_stages():
+        pending = ws.read_pending(name)
+        if pending is not None and _in_place(name, pending, ws, tables):
+            ws.commit_pending(name)
+            ui.stage_line(name, "finished the commit an interrupted run left")
+        else:
+            ws.discard_pending(name)
+    _drop_tables(con, [table for table in tables if table.endswith("__new")])
+
+
+def table_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    """Every table's comment (its build label, `TABLE_LABEL` and the build id) by name."""
+    query = "select table_name, comment from duckdb_tables() where schema_name = 'main' and not temporary"
+    return dict(con.execute(query).fetchall())
+
+
+def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[str, str | None]) -> bool:
+    """Whether every table and the directory of a pending commit are already its build's."""
+    build = pending.get("build")
+    if any(tables.get(table) != TABLE_LABEL + str(build) for table in pending.get("outputs", {}).get("tables", {})):
+        return False
+    return not pending.get("has_files") or ws.files_build(name) == build
+
+
+def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) -> None:
+    """Drop a failed build's temporary tables, as far as the database still allows (after a fatal
+    DuckDB error it refuses everything; the next run drops them)."""
+    try:
+        _drop_tables(con, tables)
+    except duckdb.Error:
+        pass
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
+    for table in tables:
+        con.execute(f'drop table if exists "{table}"')
+
+
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any]) -> None:
+    """Swap every ``t__new`` in for ``t`` and label it with the build, record the summary's numbers in
+    ``stage_metrics`` and (re)create the stage's views: one transaction."""
+    con.execute("begin transaction")
+    try:
+        for table in stage.tables:
+            con.execute(f'drop table if exists "{table}"')
+            con.execute(f'alter table "{table}__new" rename to "{table}"')
+            con.execute(f"comment on table \"{table}\" is '{TABLE_LABEL}{build_id}'")
+        _record_metrics(con, stage.name, summary)
+        for view in stage.views:
+            con.execute(view)
+        con.execute("commit")
+    except BaseException:
+        try:
+            con.execute("rollback")
+        except duckdb.Error:
+            pass  # a failed commit has already ended the transaction
+        raise
+    con.execute("checkpoint")
+
+
+def _record_metrics(con: duckdb.DuckDBPyConnection, stage: str, summary: dict[str, Any]) -> None:
+    """The stage's summary as rows of ``stage_metrics(stage, name, value, text, finished_at)``, replacing its
+    previous ones: numbers in ``value``, words in ``text``, nested names joined by dots, lists left out."""
+    con.execute("create table if not exists stage_metrics (stage VARCHAR, name VARCHAR, value DOUBLE, text VARCHAR, "
+                "finished_at TIMESTAMP)")
+    con.execute("delete from stage_metrics where stage = ?", [stage])
+    rows = [(stage, name, value if not isinstance(value, str) else None, value if isinstance(value, str) else None)
+            for name, value in _flatten(summary)]
+    if rows:
+        con.executemany("insert into stage_metrics values (?, ?, ?, ?, now())", rows)
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, float | str]]:
+    rows: list[tuple[str, float | str]] = []
+    for name, value in values.items():
+        if isinstance(value, dict):
+            rows.extend(_flatten(value, f"{prefix}{name}."))
+        elif isinstance(value, bool):
+            rows.append((prefix + name, str(value).lower()))
+        elif isinstance(value, (int, float)) and math.isfinite(value):
+            rows.append((prefix + name, float(value)))
+        elif isinstance(value, str):
+            rows.append((prefix + name, value))
+    return rows
+
+
+def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The new outputs, as they will be once swapped in: file sizes and row counts, and a digest of each
+    (sha256 of a file; row count and a sum of row hashes of a table, which no row order changes)."""
+    files, digests = {}, {}
+    if stage.has_files:
+        for path in sorted(out_dir.rglob("*")):
+            if path.is_file() and path.name != BUILD_FILE:
+                rel = f"{stage.name}/{path.relative_to(out_dir).as_posix()}"
+                files[rel] = path.stat().st_size
+                with open(path, "rb") as handle:
+                    digests[rel] = hashlib.file_digest(handle, "sha256").hexdigest()
+    tables = {}
+    for table in stage.tables:
+        rows, hashes = con.execute(f'select count(*), sum(hash(t)::HUGEINT) from "{table}__new" t').fetchone()
+        tables[table] = rows
+        digests[f"table {table}"] = f"{rows}:{hashes or 0}"
+    return {"files": files, "tables": tables, "digests": digests}
+
+
+def _identity(digests: dict[str, str]) -> str:
+    """What a stage built, in one hash: equal for equal outputs, whenever and however they were built."""
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    """Versions of the libraries that shape outputs, read from package metadata (no heavy imports)."""
+    versions = {"bertwb": __version__}
+    for package in ("duckdb", "tokenizers", "torch", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _iso(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(timestamp))
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+

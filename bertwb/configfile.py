@@ -1,0 +1,244 @@
+"""Reading ``bertwb.yaml`` and ``--set`` into a validated `Config` (:mod:`bertwb.config`).
+
+`load_config` parses the YAML (refusing a key given twice, which PyYAML would silently keep the last
+of), applies every ``--set a.b.c=value`` on top, and builds each section's dataclass field by field,
+named sub-sections (``finetune.tasks.<name>``) included, each starting from its parent's values where
+the field says ``inherit``. It remembers the line of every key at every depth, so that an unknown key
+(with a "did you mean"), a wrong type, an out-of-range value, NaN or an infinity raises one
+``BertwbError`` naming the file and line, or the ``--set`` that gave the value. What the sections are,
+their fields, docs and ranges, is :mod:`bertwb.config`; this module only reads and checks against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, is_subsections
+from bertwb.errors import BertwbError
+
+Lines = dict[tuple[str, ...], int]  # key path -> line in the YAML file; 0 = given by --set
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), workdir: str | None = None) -> Config:
+    """Read, merge and validate the configuration.
+
+    ``path`` defaults to ``./bertwb.yaml`` when it exists, else the built-in defaults. ``overrides``
+    are ``section.key=value`` strings (any depth: ``finetune.tasks.sst.lr=3e-5``) applied on top.
+    ``workdir`` replaces ``workspace.dir``.
+    """
+    raw: dict[str, Any] = {}
+    lines: Lines = {}
+    cfg_path: Path | None = None
+    if path is None and Path(DEFAULT_CONFIG_NAME).exists():
+        path = DEFAULT_CONFIG_NAME
+    if path is not None:
+        cfg_path = Path(path)
+        if not cfg_path.is_file():
+            raise BertwbError(f"{cfg_path}: config file not found; pass --config FILE or run `bertwb init`")
+        raw, lines = _read_yaml(cfg_path)
+    where = str(cfg_path) if cfg_path else "config"
+    for item in overrides:
+        _apply_override(raw, lines, item)
+
+    cfg = Config(path=cfg_path.resolve() if cfg_path else None,
+                 base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd())
+    for section_name, values in raw.items():
+        if section_name not in SECTIONS:
+            raise BertwbError(_locate(where, lines, (section_name,))
+                              + f"unknown section {_quoted(section_name)}{_suggest(section_name, SECTIONS)}")
+        if values is None:
+            continue
+        setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines))
+    if workdir is not None:
+        cfg.workspace.dir = str(Path(workdir).resolve())
+    return cfg
+
+
+def _apply_override(raw: dict[str, Any], lines: Lines, item: str) -> None:
+    """``a.b.c=value`` into the raw mapping; every key of the path is marked as given by --set."""
+    key, sep, value = item.partition("=")
+    parts = tuple(part.strip() for part in key.split("."))
+    if not sep or len(parts) < 2 or not all(parts):
+        raise BertwbError(f"--set {item!r}: expected section.key=value, e.g. --set vocab.vocab_size=4096")
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        lines.setdefault(parts[:depth + 1], 0)
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    try:
+        node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        raise BertwbError(f"--set {item!r}: the value is not valid YAML; quote strings with spaces") from None
+    lines[parts] = 0
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"line {line}: key {_quoted(key)} is given twice (first at line {seen[key]}); "
+                                    "keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], Lines]:
+    """Parse YAML and remember the line of every key at every depth, for error messages."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except UnicodeDecodeError:
+        raise BertwbError(f"{path}: not UTF-8 text; save the config as UTF-8") from None
+    except _DuplicateKey as exc:
+        raise BertwbError(f"{path} {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BertwbError(f"{path}{line}: invalid YAML ({problem}); fix the syntax") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise BertwbError(f"{path}: expected a mapping of sections (ingest:, vocab:, ...) at the top level")
+    lines: Lines = {}
+
+    def walk(mapping: yaml.Node, prefix: tuple[str, ...]) -> None:
+        if isinstance(mapping, yaml.MappingNode):
+            for key_node, value_node in mapping.value:
+                key = prefix + (str(key_node.value),)
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key)
+
+    walk(node, ())
+    return data, lines
+
+
+def _locate(where: str, lines: Lines, key: tuple[str, ...]) -> str:
+    line = lines.get(key)
+    if line == 0:
+        return f"--set {'.'.join(key)}: "
+    return f"{where} line {line}: " if line else f"{where}: "
+
+
+def _quoted(name: object) -> str:
+    """A key as it appears in a message: quoted, with control characters escaped, so the message stays one line."""
+    return repr(str(name)) if not str(name).isprintable() else f"'{name}'"
+
+
+def _suggest(name: str, choices: typing.Iterable[str]) -> str:
+    choices = list(choices)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(choices) or 'none'}"
+
+
+def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lines,
+           inherited: dict[str, Any] | None = None) -> Any:
+    """The section dataclass ``cls`` from a raw mapping found at ``path``."""
+    name = ".".join(path)
+    if not isinstance(values, dict):
+        raise BertwbError(_locate(where, lines, path) + f"section {_quoted(name)} must be a mapping of key: value")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = dict(inherited or {})
+    for key, value in values.items():
+        key_path = path + (str(key),)
+        prefix = _locate(where, lines, key_path)
+        if key not in fields:
+            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}{_suggest(str(key), fields)}")
+        hint = hints[key]
+        if is_subsections(hint):
+            kwargs[key] = _build_named(hint, values, key, key_path, where, lines, fields[key], cls)
+        else:
+            kwargs[key] = _coerce(value, hint, fields[key], ".".join(key_path), prefix)
+    return cls(**kwargs)
+
+
+def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple[str, ...], where: str,
+                 lines: Lines, f: dataclasses.Field, owner: type) -> dict[str, Any]:
+    """Named sub-sections (``finetune.tasks.<name>``), each starting from its parent's shared values."""
+    entries = parent_values[key]
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        raise BertwbError(_locate(where, lines, path) + f"{_quoted('.'.join(path))} must be a mapping of names to "
+                          "sections")
+    entry_cls = typing.get_args(hint)[1]
+    shared: dict[str, Any] = {}
+    if f.metadata.get("inherit"):
+        entry_fields = {g.name for g in dataclasses.fields(entry_cls)}
+        parent = _build(owner, {k: v for k, v in parent_values.items() if k != key}, path[:-1], where, lines)
+        shared = {g.name: getattr(parent, g.name) for g in dataclasses.fields(owner)
+                  if g.name in entry_fields and g.name != key}
+    built = {}
+    for name, values in entries.items():
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise BertwbError(_locate(where, lines, path + (str(name),)) + f"{_quoted(name)} is not a usable name "
+                              f"under {'.'.join(path)}; use letters, digits, - and _")
+        built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
+    return built
+
+
+def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:
+    """Check ``value`` against the field's type and range; return it in canonical form."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise BertwbError(prefix + f"{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BertwbError(prefix + f"{name} must be a list of strings, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise BertwbError(prefix + f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BertwbError(prefix + f"{name} must be an integer, got {value!r}")
+    elif hint is float:
+        # PyYAML reads "3e-4" (no dot) as a string, so numbers in strings are accepted.
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            value = float(value)
+        except (TypeError, ValueError):
+            raise BertwbError(prefix + f"{name} must be a number, got {value!r}") from None
+        if not math.isfinite(value):
+            raise BertwbError(prefix + f"{name} must be a finite number, got {value!r}")
+    elif hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise BertwbError(prefix + f"{name} must be a string, got {value!r}")
+        return str(value)
+    low, high = f.metadata.get("min"), f.metadata.get("max")
+    if low is not None and value < low or high is not None and value > high:
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise BertwbError(prefix + f"{name} must be {bounds}, got {value!r}")
+    return value
