@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -42,7 +43,45 @@ def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: floa
     return seconds, peak / 2**20
 
 
-def append_report(text: str) -> None:
-    """Append one benchmark's section to BENCHMARKS.md (results are kept, never rewritten)."""
-    with open(REPO / "BENCHMARKS.md", "a", encoding="utf-8") as handle:
-        handle.write(text if text.startswith("\n") else "\n" + text)
+def append_report(text: str, result: str | None = None) -> None:
+    """Append one benchmark's section to BENCHMARKS.md (results are kept, never rewritten), and with
+    ``result`` (its headline in one line) make it the section's row of the "Current results" table."""
+    path = REPO / "BENCHMARKS.md"
+    document = path.read_text(encoding="utf-8") + (text if text.startswith("\n") else "\n" + text)
+    if result is not None:
+        document = with_current_result(document, text, result)
+    path.write_text(document, encoding="utf-8")
+
+
+def with_current_result(document: str, section: str, result: str) -> str:
+    """``document`` with the row of ``section``'s benchmark (the heading's title, before its date) set to
+    ``result``, dated and linked to the section; a benchmark without a row gets one at the table's end."""
+    heading = next(line[3:] for line in section.splitlines() if line.startswith("## "))
+    title, _, date = heading.partition(" — ")
+    described = next((line.partition(": ")[2] for line in section.splitlines()
+                      if line.startswith(("Machine: ", "GPU: "))), "?")
+    software = ("torch", "Python", "duckdb", "tokenizers", "load average")
+    parts = [part for part in described.rstrip(".").split(", ") if not part.startswith(software)][:2]
+    parts[0] = re.sub(r"^Linux [^(]*\((.+)\)$", r"\1", parts[0]).replace("Linux ", "")  # the CPU, not the kernel
+    machine = ", ".join(parts)
+    row = f"| {title} | {date.removesuffix(' UTC')} | {machine} | {result} | [log](#{anchor_of(document, heading)}) |"
+    lines = document.split("\n")
+    first = next(i for i in range(lines.index("## Current results"), len(lines)) if lines[i].startswith("|"))
+    end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
+    mine = [i for i in range(first, end) if lines[i].startswith(f"| {title} |")]
+    if mine:
+        lines[mine[0]] = row
+    else:
+        lines.insert(end, row)
+    return "\n".join(lines)
+
+
+def anchor_of(document: str, heading: str) -> str:
+    """The link target a Markdown renderer gives the last ``## heading``: lower case, punctuation dropped,
+    spaces as hyphens, and -1, -2, ... for the second, third, ... heading with the same text."""
+    def slug(text: str) -> str:
+        return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+    headings = re.findall(r"^#{1,6} (.+)$", document, re.M)
+    same = sum(slug(h) == slug(heading) for h in headings) - 1
+    return slug(heading) + (f"-{same}" if same > 0 else "")

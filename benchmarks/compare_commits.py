@@ -147,7 +147,9 @@ same pairs; rounds alternate base and head; tokens/s is the median of the loggin
 """
     print(report)
     if not args.no_append:
-        append_report(report)
+        same = "bit-identical" if base["sha"] == head["sha"] else "differ"
+        append_report(report, f"{head['commit'][:8]} at **{100 * ratio:.1f}%** of {base['commit'][:8]}'s step speed "
+                              f"(target: within 3%); weights {same}")
 
 
 if __name__ == "__main__":

@@ -201,7 +201,9 @@ A{config.num_heads}, vocab {VOCAB}, dropout 0.1, batch {BATCH}, lr {LR}, {args.e
 """
     print(report)
     if not args.no_append:
-        append_report(report)
+        ours_acc, theirs_acc = results[name_ours]["accuracy"], results[name_theirs]["accuracy"]
+        append_report(report, f"**{speedup:.2f}×** a plain transformers loop's examples/s (target 1.5×); dev "
+                              f"accuracy {100 * ours_acc:.1f}% vs {100 * theirs_acc:.1f}%")
 
 
 if __name__ == "__main__":

@@ -216,7 +216,11 @@ MFU: useful FLOP/s over {peak or '?'} TFLOP/s dense bf16.
 """
     print(report)
     if not args.no_append:
-        append_report(report)
+        ours = rows[0][1]
+        headline = f"{ours['tokens_per_s']:,.0f} tokens/s, MFU {mfu(ours)} ({args.preset}, batch {args.batch})"
+        if hf is not None:
+            headline += f"; **{ours['tokens_per_s'] / hf['tokens_per_s']:.2f}×** transformers' tokens/s"
+        append_report(report, headline)
 
 
 if __name__ == "__main__":

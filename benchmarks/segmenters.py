@@ -35,7 +35,7 @@ the repository root (created with a ``# Benchmarks`` header if missing).
 """
 from __future__ import annotations
 
-from _common import cpu_model
+from _common import append_report, cpu_model
 
 import argparse
 import datetime as _dt
@@ -565,10 +565,8 @@ Machine: {machine_line()}.
 
 {markdown_table(rows)}
 """
-    if not BENCHMARKS_MD.exists():
-        BENCHMARKS_MD.write_text("# Benchmarks\n", encoding="utf-8")
-    with BENCHMARKS_MD.open("a", encoding="utf-8") as f:
-        f.write(section)
+    columns = {name: i for i, name in enumerate(HEADERS)}
+    append_report(section, "; ".join(f"{r[0]}: F1 {r[columns['F1']]} at {r[columns['MB/s']]} MB/s" for r in rows))
 
 
 def show_errors(name: str, q: Quality, k: int) -> None:

@@ -53,3 +53,30 @@ def test_every_bertwb_name_a_benchmark_imports_exists(script: str):
         for alias in node.names:
             assert hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}"), \
                 f"{script} line {node.lineno}: {node.module} has no {alias.name}"
+
+
+def test_a_benchmark_run_becomes_its_row_of_the_current_results_table():
+    """append_report's table upkeep: a new benchmark's row goes at the end of the table (not into a later
+    table of the log), a later run of it replaces its row, and the link names that run's section."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import with_current_result
+
+    document = ("# Benchmarks\n\n## Current results\n\n| benchmark | date (UTC) | machine | result | section |\n"
+                "|---|---|---|---|---|\n| Old one | 2026-01-01 00:00 | x | y | z |\n\n"
+                "## Old one — 2026-01-01 00:00 UTC\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+
+    def run(title: str, date: str, result: str, doc: str) -> str:
+        section = f"\n## {title} — {date} UTC\n\nMachine: Linux 6.1 x86_64 (AMD EPYC), 2 CPUs, torch 2.13.\n\n| a |\n"
+        return with_current_result(doc + section, section, result)
+
+    first = run("Speed, CPU", "2026-02-02 10:00", "**2.00×**", document)
+    table = first.split("\n\n")[2].splitlines()
+    assert table[-1] == ("| Speed, CPU | 2026-02-02 10:00 | AMD EPYC, 2 CPUs | **2.00×** | "
+                         "[log](#speed-cpu--2026-02-02-1000-utc) |")
+    assert first.count("| Speed, CPU |") == 1 and "| Old one | 2026-01-01 00:00 | x | y | z |" in table
+    second = run("Speed, CPU", "2026-02-02 10:00", "**2.50×**", first)  # the same minute: a second heading
+    rows = [line for line in second.splitlines() if line.startswith("| Speed, CPU |")]
+    assert rows == ["| Speed, CPU | 2026-02-02 10:00 | AMD EPYC, 2 CPUs | **2.50×** | "
+                    "[log](#speed-cpu--2026-02-02-1000-utc-1) |"]
