@@ -172,7 +172,10 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
                inputs: list[dict[str, Any]] | None) -> State:
     name = stage.name
     if inputs is None:
-        inputs = input_fingerprints(stage, cfg, ws)
+        try:
+            inputs = input_fingerprints(stage, cfg, ws)
+        except BertwbError as exc:  # an input that is gone: status shows it, the run stops on it
+            return State(name, "stale" if manifest else "missing", str(exc), None, manifest)
     key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
         return State(name, "missing", "never run", key, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import duckdb
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from conftest import PYTHON, REPO, Project
+from conftest import PYTHON, REPO, Project, assert_one_line_error
 
 
 def test_every_command_has_help_text():
@@ -109,6 +110,19 @@ def test_status_table_and_json(project: Project):
     assert rows["vocab"]["reason"] == "vocab.vocab_size 320 → 256"
     table = project.run("status").stdout
     assert "vocab.vocab_size 320 → 256" in table and "fresh" in table
+
+
+def test_status_shows_a_missing_input_and_run_stops_on_it(project: Project):
+    """A config whose corpus is not there yet (pipelines/bert-base.yaml before corpus/ exists): status
+    still lists every stage and says why, rather than failing; running is what stops, with one line."""
+    project.run("ingest")
+    shutil.rmtree(project.root / "corpus")
+    rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "stale"
+    assert rows["ingest"]["reason"].startswith("ingest.inputs: 'corpus' does not exist")
+    assert rows["vocab"] == rows["vocab"] | {"state": "missing", "reason": "upstream ingest is stale"}
+    assert "does not exist" in project.run("status").stdout
+    assert_one_line_error(project.run("run", expect=1), "ingest.inputs: 'corpus' does not exist", "fix the path")
 
 
 def test_sql_formats(project: Project, tmp_path):
