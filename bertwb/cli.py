@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -126,7 +127,8 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
                       workdir or group.get("workdir"))
     ws = Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
-    ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun: one line, not one per rank
+        ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
     return cfg, ws
 
 

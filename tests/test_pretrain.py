@@ -406,9 +406,10 @@ def test_two_gloo_processes_match_one_process_and_resume(trainer: Project, tmp_p
     shutil.copytree(trainer.root, single.root)
     for steps in (8, 16):
         single.run("pretrain", *no_dropout, "--set", f"pretrain.steps={steps}")
-        result = _torchrun(trainer, *no_dropout, "--set", f"pretrain.steps={steps}")
+        result = _torchrun(trainer, *no_dropout, "--set", f"pretrain.steps={steps}", "-v")
         assert result.returncode == 0, result.stdout + result.stderr
     assert "processes = 2" in result.stderr and "(step 8 of 16)" in result.stderr
+    assert result.stderr.count("config: ") == 1, result.stderr  # -v's lines once, not once per rank
     ddp, one = run_metrics(trainer), run_metrics(single)
     assert [m["step"] for m in ddp] == [m["step"] for m in one] == list(range(1, 17))
     differences = [abs(a["loss"] - b["loss"]) for a, b in zip(ddp, one, strict=True)]
