@@ -123,7 +123,6 @@ class FileReader:
         self.encoding = "utf-8"
         self.problems: dict[str, _Problem] = {}
         self.sentences_split = 0
-        self.sentences_seen = 0
         self.too_short = 0
         self.longest_too_short = 0
         self.bad_line = 0
