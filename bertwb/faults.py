@@ -7,12 +7,14 @@ dictionary look-up and nothing more. The actions:
 * ``exit`` (default) — ``os._exit(137)``: no cleanup, no ``finally``, as after a SIGKILL;
 * ``enospc`` — raise ``OSError(ENOSPC)``, as a full disk would, so the cleanup code runs;
 * ``hang`` — create the file ``BERTWB_FAULT_READY`` names (when set) and sleep, for a test to kill
-  the process with a real signal at a known moment.
+  the process with a real signal at a known moment;
+* ``sigint`` — send this process SIGINT and go on, as a Ctrl-C at that moment would.
 
 The points (``tests/test_faults.py`` runs every stage through every one of them):
 
 * ``work`` — inside a stage's work, with its temporary tables and files half made (pairs: with its
   worker processes running); ``checkpoint`` — in the middle of writing a training checkpoint;
+  ``step`` — a training step done (its ``n``-th pass: the ``n``-th step this process trained);
 * ``before_commit`` — everything built and the commit's intent recorded, nothing swapped in;
 * ``after_tables`` — the tables swapped in and committed; the directory and manifest still old;
 * ``mid_swap`` — the old directory renamed aside, the new one not yet in its place;
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -77,4 +80,7 @@ def point(name: str) -> None:
             Path(ready).write_text(f"{os.getpid()}\n")
         while True:
             time.sleep(60)
-    raise ValueError(f"{ENV}={spec!r}: unknown action {action!r}; use exit, enospc or hang")
+    if action == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)
+        return
+    raise ValueError(f"{ENV}={spec!r}: unknown action {action!r}; use exit, enospc, hang or sigint")

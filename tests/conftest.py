@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
+from bertwb import faults
 from bertwb.cli import cli
 from bertwb.data.pair_batches import PairArrays
 
@@ -176,6 +177,13 @@ def pairs_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trainer(pairs_workspace: Path, tmp_path: Path) -> Project:
     shutil.copytree(pairs_workspace, tmp_path / "p")
     return Project(tmp_path / "p")
+
+
+def interrupt_at(monkeypatch: pytest.MonkeyPatch, stage: str, step: int) -> None:
+    """Ctrl-C the next command once ``stage`` has trained ``step`` steps in it (the fault hook's
+    ``sigint``: the process sends itself SIGINT there, as a terminal would). ``monkeypatch.undo()``
+    ends it."""
+    monkeypatch.setenv(faults.ENV, f"{stage}.step#{step}:sigint")
 
 
 def run_metrics(project: Project, runs: str = "pretrain-runs") -> list[dict]:

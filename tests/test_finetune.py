@@ -11,17 +11,14 @@ thresholds leave room below those numbers for runs that are shorter or drift wit
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
 
-from bertwb import ui
-from conftest import REPO, Project, assert_one_line_error
+from conftest import REPO, Project, assert_one_line_error, interrupt_at
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
 CONFIG = f"""
@@ -173,22 +170,12 @@ def test_tagging_and_question_answering_learn(finetuned: Project):
     assert row["answer"] == "Captain Jonas sailed to Lisbon on Friday."[row["start"]:row["end"]]
 
 
-def _interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    original = ui._PlainTraining.update
-
-    def update(self, done, stats):  # noqa: ANN001
-        original(self, done, stats)
-        if done == step:
-            os.kill(os.getpid(), signal.SIGINT)
-    monkeypatch.setattr(ui._PlainTraining, "update", update)
-
-
 def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     straight = Project(tmp_path / "straight")
     shutil.copytree(project.root, straight.root)
     straight.run("finetune", "sentiment")
-    _interrupt_at(monkeypatch, 30)  # a logging step; checkpoints come every 20
+    interrupt_at(monkeypatch, "finetune/sentiment", 30)  # a logging step; checkpoints come every 20
     result = project.run("finetune", "sentiment", expect=130)
     assert "checkpoint at step 30" in result.output
     monkeypatch.undo()

@@ -21,7 +21,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from bertwb import memory, ui
+from bertwb import memory
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import rules_from_flags
@@ -33,8 +33,8 @@ from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
 from bertwb.train.runs import list_checkpoints
 from bertwb.train.trainer import Trainer
-from conftest import (PRETRAIN_CONFIG, PYTHON, REPO, SAMPLE_CORPUS, Project, make_documents, run_metrics,
-                      stand_in_pairs, write_bert_format)
+from conftest import (PRETRAIN_CONFIG, PYTHON, REPO, SAMPLE_CORPUS, Project, interrupt_at, make_documents,
+                      run_metrics, stand_in_pairs, write_bert_format)
 
 # --- batching on an in-memory split ---------------------------------------------------------------------
 
@@ -264,23 +264,12 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
     assert config["num_hidden_layers"] == 2 and config["hidden_size"] == 128
 
 
-def _interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    """Send this process SIGINT when the training view shows ``step``, as a Ctrl-C would."""
-    original = ui._PlainTraining.update
-
-    def update(self, done, stats):  # noqa: ANN001
-        original(self, done, stats)
-        if done == step:
-            os.kill(os.getpid(), signal.SIGINT)
-    monkeypatch.setattr(ui._PlainTraining, "update", update)
-
-
 def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     straight = Project(tmp_path / "straight")
     shutil.copytree(trainer.root, straight.root)
     straight.run("pretrain")
 
-    _interrupt_at(monkeypatch, 7)  # not a multiple of checkpoint_every: the checkpoint comes from the signal
+    interrupt_at(monkeypatch, "pretrain", 7)  # not a multiple of checkpoint_every: the checkpoint comes from the signal
     result = trainer.run("pretrain", expect=130)
     assert "checkpoint at step 7" in result.output
     assert [p.name for p in list_checkpoints(next((trainer.workspace / "pretrain-runs").iterdir()))] == \
@@ -336,7 +325,7 @@ def test_force_trains_from_scratch_instead_of_resuming(trainer: Project):
 
 
 def test_corrupt_checkpoint_is_reported_and_the_previous_one_used(trainer: Project, monkeypatch: pytest.MonkeyPatch):
-    _interrupt_at(monkeypatch, 7)
+    interrupt_at(monkeypatch, "pretrain", 7)
     trainer.run("pretrain", expect=130)
     monkeypatch.undo()
     run_dir = next((trainer.workspace / "pretrain-runs").iterdir())

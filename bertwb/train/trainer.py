@@ -42,7 +42,7 @@ from typing import Any, Iterator
 import safetensors.torch
 import torch
 
-from bertwb import fast, ui
+from bertwb import fast, faults, ui
 from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
@@ -120,6 +120,7 @@ class Trainer:
                     view.note(f"interrupted: checkpoint at step {step:,} written; the same command resumes from it")
                     raise KeyboardInterrupt
                 self._step(step, micro, totals)
+                faults.point("step")
                 if self._after_step(step + 1, view):
                     break
         if not self.last or self.last.get("step") != self.done:  # nothing left to train: final metrics
