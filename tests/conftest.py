@@ -9,9 +9,12 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from bertwb import faults
@@ -105,6 +108,21 @@ def project(tmp_path: Path) -> Project:
     return proj
 
 
+def ingested_documents(project: Project) -> list[list[str]]:
+    """The sentences ingest stored, as one list per document in document order."""
+    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
+        rows = con.execute("select doc_id, text from sentences order by doc_id, sent_idx").fetchall()
+    docs: dict[int, list[str]] = {}
+    for doc_id, text in rows:
+        docs.setdefault(doc_id, []).append(text)
+    return [docs[k] for k in sorted(docs)]
+
+
+def ingest_summary(project: Project) -> dict:
+    """The summary ingest's manifest holds (counts of documents, sentences and what was skipped)."""
+    return json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
+
+
 def assert_one_line_error(result: Result, *needles: str) -> None:
     """Exit 1, a single 'error:' line naming every needle, and no traceback."""
     assert result.exit_code == 1, result.output
@@ -122,25 +140,23 @@ PYTHON = sys.executable
 # --- training: pairs built once per module, copied by each test ---------------------------------------
 
 # Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
-PRETRAIN_CONFIG = """
-ingest:
-  inputs: [{corpus}]
-  valid_fraction: 0.1
-vocab:
-  vocab_size: 256
-  min_frequency: 1
-pairs:
-  max_seq_length: 64
-  dupe_factor: 2
-pretrain:
-  steps: 12
-  batch_size: 16
-  warmup_steps: 3
-  log_every: 1
-  eval_every: 0
-  eval_batches: 2
-  checkpoint_every: 5
-"""
+PRETRAIN_SETTINGS: dict[str, dict[str, Any]] = {
+    "ingest": {"inputs": ["corpus"], "valid_fraction": 0.1},
+    "vocab": {"vocab_size": 256, "min_frequency": 1},
+    "pairs": {"max_seq_length": 64, "dupe_factor": 2},
+    "pretrain": {"steps": 12, "batch_size": 16, "warmup_steps": 3, "log_every": 1, "eval_every": 0,
+                 "eval_batches": 2, "checkpoint_every": 5},
+}
+
+
+def pretrain_config(corpus: str | Path = "corpus", **changes: dict[str, Any]) -> str:
+    """PRETRAIN_SETTINGS as bertwb.yaml text, reading ``corpus``, with each section's ``changes`` merged
+    in: a test's config says only how it differs from the others'."""
+    sections = {name: dict(values) for name, values in PRETRAIN_SETTINGS.items()}
+    sections["ingest"]["inputs"] = [str(corpus)]
+    for name, values in changes.items():
+        sections[name] = sections.get(name, {}) | values
+    return yaml.safe_dump(sections, sort_keys=False)
 
 
 def stand_in_pairs(n: int = 40, seed: int = 0) -> PairArrays:
@@ -168,7 +184,7 @@ def pairs_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("pairs")
     write_bert_format(root / "corpus" / "a.txt", make_documents(300))
     project = Project(root)
-    project.write_config(PRETRAIN_CONFIG.format(corpus="corpus"))
+    project.write_config(pretrain_config())
     project.run("run", "--until", "pairs")
     return root
 

@@ -17,7 +17,8 @@ import duckdb
 import pytest
 import zstandard
 
-from conftest import PYTHON, REPO, Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import (PYTHON, REPO, Project, assert_one_line_error, ingest_summary, ingested_documents, make_documents,
+                      write_bert_format)
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 CORPUS_FILES = sorted(p.name for p in (BAD / "corpus").iterdir())
@@ -26,19 +27,6 @@ MAX_SENTENCE_CHARS = 2_000  # the default of ingest.max_sentence_chars
 
 def _bert_text(documents: list[list[str]]) -> str:
     return "\n\n".join("\n".join(doc) for doc in documents) + "\n"
-
-
-def _documents(project: Project) -> list[list[str]]:
-    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
-        rows = con.execute("select doc_id, text from sentences order by doc_id, sent_idx").fetchall()
-    docs: dict[int, list[str]] = {}
-    for doc_id, text in rows:
-        docs.setdefault(doc_id, []).append(text)
-    return [docs[k] for k in sorted(docs)]
-
-
-def _summary(project: Project) -> dict:
-    return json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
 
 
 def _lines(output: str) -> list[str]:
@@ -60,8 +48,8 @@ def test_truncated_zst_is_skipped_whole_like_truncated_gz(project: Project):
            "marker was reached); none of its documents were kept" in _lines(result.output)
     assert "warning: skipped z/cut.txt.zst: truncated zstd data (the data ends inside a zstd frame: the file is " \
            "truncated); none of its documents were kept" in _lines(result.output)
-    assert _documents(project) == good
-    assert {s["path"] for s in _summary(project)["skipped"]} == {"z/cut.txt.gz", "z/cut.txt.zst"}
+    assert ingested_documents(project) == good
+    assert {s["path"] for s in ingest_summary(project)["skipped"]} == {"z/cut.txt.gz", "z/cut.txt.zst"}
 
 
 def test_zst_of_several_frames_is_read_whole(project: Project):
@@ -71,7 +59,7 @@ def test_zst_of_several_frames_is_read_whole(project: Project):
     (project.root / "z").mkdir()
     (project.root / "z" / "frames.txt.zst").write_bytes(frames)
     project.run("ingest", "--set", "ingest.inputs=[z]")
-    assert _documents(project) == docs
+    assert ingested_documents(project) == docs
 
 
 def test_utf16_and_utf32_with_a_byte_order_mark_are_decoded(project: Project):
@@ -81,8 +69,8 @@ def test_utf16_and_utf32_with_a_byte_order_mark_are_decoded(project: Project):
     (folder / "b_be.txt").write_bytes(b"\xfe\xff" + "Big endian, sixteen bits.\n".encode("utf-16-be"))
     (folder / "c_32.txt").write_bytes("Thirty-two bits.\n".encode("utf-32"))
     project.run("ingest", "--set", "ingest.inputs=[u]")
-    assert _documents(project) == [["Little endian, sixteen bits.", "Été à Zürich."], ["Big endian, sixteen bits."],
-                                   ["Thirty-two bits."]]
+    assert ingested_documents(project) == [["Little endian, sixteen bits.", "Été à Zürich."],
+                                           ["Big endian, sixteen bits."], ["Thirty-two bits."]]
 
 
 def test_utf16_without_a_byte_order_mark_names_the_encoding_and_the_fix(project: Project):
@@ -102,7 +90,7 @@ def test_invalid_json_names_its_line(project: Project):
     result = project.run("ingest", "--set", "ingest.inputs=[j]")
     assert "warning: j/d.jsonl: skipped 1 line(s) of invalid JSON (line 17: Expecting ',' delimiter: column 14)" \
         in _lines(result.output)
-    assert len(_documents(project)) == 19
+    assert len(ingested_documents(project)) == 19
 
 
 def test_records_without_the_text_field_name_the_key_and_the_keys_found(project: Project):
@@ -112,7 +100,7 @@ def test_records_without_the_text_field_name_the_key_and_the_keys_found(project:
     result = project.run("ingest", "--set", "ingest.inputs=[j]")
     assert "warning: j/some.jsonl: skipped 40 record(s) without a string field 'text' (first at line 1; keys " \
            "found: body, id); set ingest.text_field" in _lines(result.output)
-    assert _summary(project)["bad_lines_by_kind"] == {"field": 40}
+    assert ingest_summary(project)["bad_lines_by_kind"] == {"field": 40}
 
     (project.root / "j" / "some.jsonl").write_text("\n".join(records[:40]) + "\n")
     assert_one_line_error(project.run("ingest", "--set", "ingest.inputs=[j]", expect=None),
@@ -145,7 +133,7 @@ def test_a_csv_without_the_text_column_is_skipped_like_a_jsonl_file(project: Pro
     result = project.run("ingest", "--set", "ingest.inputs=[t]")
     assert "warning: skipped t/other.csv: no column 'text' (has: id, body); set ingest.text_field" \
         in _lines(result.output)
-    assert len(_documents(project)) == 3
+    assert len(ingested_documents(project)) == 3
 
 
 @pytest.mark.parametrize("fmt", ["bert", "paragraphs", "jsonl"])
@@ -160,10 +148,10 @@ def test_a_huge_line_is_split_at_whitespace_into_bounded_sentences(project: Proj
     result = project.run("ingest", "--set", "ingest.inputs=[l]", "--set", f"ingest.format={fmt}")
     assert f"warning: l/{name}: split 1 sentence(s) longer than {MAX_SENTENCE_CHARS:,} characters at whitespace" \
         in _lines(result.output)
-    [document] = _documents(project)
+    [document] = ingested_documents(project)
     assert max(map(len, document)) <= MAX_SENTENCE_CHARS and len(document) >= len(line) // MAX_SENTENCE_CHARS
     assert " ".join(document).split() == words
-    assert _summary(project)["sentences_split"] == 1
+    assert ingest_summary(project)["sentences_split"] == 1
 
 
 # --- ingest: unreadable files and directories stop with one line ------------------------------------
@@ -210,7 +198,7 @@ def test_an_unreadable_directory_or_file_stops_with_one_line_and_keeps_the_last_
         locked.chmod(0o755)
         (locked / "secret.txt").chmod(0o644)
     assert (project.workspace / "manifests" / "ingest.json").read_bytes() == manifest
-    assert len(_documents(project)) == 120
+    assert len(ingested_documents(project)) == 120
 
 
 # --- tests/bad_inputs through every command that reads files --------------------------------------
@@ -267,7 +255,7 @@ def test_bad_inputs_corpus_every_file_is_read_or_skipped_with_its_reason(tmp_pat
     project = _corpus_project(tmp_path, [str(BAD / "corpus")])
     result = project.run("ingest")
     assert "Traceback" not in result.output and "internal error" not in result.output
-    skipped = {Path(s["path"]).name: s["reason"] for s in _summary(project)["skipped"]}
+    skipped = {Path(s["path"]).name: s["reason"] for s in ingest_summary(project)["skipped"]}
     assert set(skipped) == set(SKIPPED)
     for name, reason in SKIPPED.items():
         assert skipped[name].startswith(reason), (name, skipped[name])
@@ -282,7 +270,7 @@ def test_bad_inputs_corpus_every_file_is_read_or_skipped_with_its_reason(tmp_pat
     assert read["crlf.txt"] == ["Windows line one.", "Windows line two.", "Second document."]
     assert read["no_final_newline.txt"] == ["The last line has no newline."]
     assert max(len(s) for sentences in read.values() for s in sentences) <= MAX_SENTENCE_CHARS
-    summary = _summary(project)
+    summary = ingest_summary(project)
     assert summary["bad_lines_by_kind"] == {"encoding": 3, "json": 4, "field": 4}
     assert summary["sentences_split"] == 2  # long_line.txt and long_word.txt
 
@@ -298,7 +286,7 @@ def test_bad_inputs_corpus_in_every_format_never_crashes(tmp_path: Path, fmt: st
         assert_one_line_error(result, f"ingest: no documents in {len(CORPUS_FILES)} input file(s) (skipped ")
         return
     assert result.exit_code == 0, result.output
-    skipped = {Path(s["path"]).name for s in _summary(project)["skipped"]}
+    skipped = {Path(s["path"]).name for s in ingest_summary(project)["skipped"]}
     assert skipped | set(_sources(project)) == set(CORPUS_FILES) and not skipped & set(_sources(project))
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from bertwb import __version__, ui
 from bertwb.cli import cli
-from conftest import PRETRAIN_CONFIG, PYTHON, REPO, Project
+from conftest import PYTHON, REPO, Project, pretrain_config
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
 
@@ -98,18 +98,9 @@ def test_debug_goes_after_the_command_too(project: Project, monkeypatch: pytest.
 
 # --- training, quiet and verbose ----------------------------------------------------------------------
 
-TUNE_CONFIG = PRETRAIN_CONFIG.format(corpus="corpus").replace("steps: 12", "steps: 4") + f"""
-finetune:
-  steps: 3
-  batch_size: 8
-  max_seq_length: 32
-  log_every: 1
-  eval_every: 0
-  tasks:
-    sentiment:
-      type: classify
-      train: {FINETUNE / "sentiment_train.csv"}
-"""
+TUNE_CONFIG = pretrain_config(pretrain={"steps": 4}, finetune={
+    "steps": 3, "batch_size": 8, "max_seq_length": 32, "log_every": 1, "eval_every": 0,
+    "tasks": {"sentiment": {"type": "classify", "train": str(FINETUNE / "sentiment_train.csv")}}})
 
 
 @pytest.fixture(scope="module")

@@ -19,29 +19,10 @@ import pytest
 import torch
 
 from bertwb.model import modeldir
-from conftest import Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 
-CONFIG = """
-ingest:
-  inputs: [corpus]
-  valid_fraction: 0.15
-vocab:
-  vocab_size: 256
-  min_frequency: 1
-pairs:
-  max_seq_length: 64
-  dupe_factor: 2
-pretrain:
-  steps: 12
-  batch_size: 16
-  lr: 2.0e-3
-  warmup_steps: 3
-  log_every: 4
-  eval_every: 0
-  eval_batches: 0
-  checkpoint_every: 5
-  keep_checkpoints: 3
-"""
+CONFIG = pretrain_config(ingest={"valid_fraction": 0.15}, pretrain={
+    "lr": 2.0e-3, "log_every": 4, "eval_batches": 0, "keep_checkpoints": 3})
 
 
 @pytest.fixture(scope="module")

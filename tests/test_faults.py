@@ -18,35 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import torch
 
-from conftest import Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 from faultkit import STAGES, Zygote, artifacts, assert_status_truthful, status_rows
 
-MATRIX_CONFIG = """
-ingest:
-  inputs: [corpus]
-  valid_fraction: 0.1
-vocab:
-  vocab_size: 256
-  min_frequency: 1
-pairs:
-  max_seq_length: 64
-  dupe_factor: 2
-  workers: 1
-model:
-  num_layers: 1
-  hidden_size: 64
-  num_heads: 2
-pretrain:
-  steps: 4
-  batch_size: 16
-  warmup_steps: 2
-  log_every: 1
-  eval_every: 0
-  eval_batches: 2
-  checkpoint_every: 2
-"""
+MATRIX_CONFIG = pretrain_config(pairs={"workers": 1}, model={"num_layers": 1, "hidden_size": 64, "num_heads": 2},
+                                pretrain={"steps": 4, "warmup_steps": 2, "checkpoint_every": 2})
 
 # The setting each stage is rebuilt with: every one changes what the stage builds.
 CHANGES = {"ingest": "ingest.valid_fraction=0.2", "vocab": "vocab.vocab_size=128", "pairs": "pairs.seed=7",
@@ -87,15 +64,6 @@ class Matrix:
             self.reference[stage] = artifacts(project.workspace)
             assert self.reference[stage][stage] != self.reference["A"][stage], f"{CHANGES[stage]} changes nothing"
         return self.reference[stage]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine OpenMP spin-waits made 2 threads 3–5× slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

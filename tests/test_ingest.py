@@ -10,25 +10,12 @@ import pytest
 import zstandard
 
 from bertwb.data.sentences import split_sentences
-from conftest import Project, make_documents, write_bert_format
-
-
-def _documents(project: Project) -> list[list[str]]:
-    con = duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True)
-    rows = con.execute("select doc_id, text from sentences order by doc_id, sent_idx").fetchall()
-    docs: dict[int, list[str]] = {}
-    for doc_id, text in rows:
-        docs.setdefault(doc_id, []).append(text)
-    return [docs[k] for k in sorted(docs)]
-
-
-def _summary(project: Project) -> dict:
-    return json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
+from conftest import Project, ingest_summary, ingested_documents, make_documents, write_bert_format
 
 
 def _ingest(project: Project, inputs: str, *extra: str) -> list[list[str]]:
     project.run("ingest", "--set", f"ingest.inputs=[{inputs}]", *extra)
-    return _documents(project)
+    return ingested_documents(project)
 
 
 def test_bert_format_keeps_documents_and_sentences(project: Project):
@@ -54,7 +41,7 @@ def test_jsonl_with_a_configured_field_and_bad_records(project: Project):
     (project.root / "j" / "d.jsonl").write_text("\n".join(lines) + "\n")
     docs = _ingest(project, "j", "--set", "ingest.text_field=body")
     assert docs == [["First doc.", "Two sentences."], ["Second doc.", "New paragraph."]]
-    assert _summary(project)["bad_lines"] == 2
+    assert ingest_summary(project)["bad_lines"] == 2
 
 
 def test_csv_tsv_and_parquet_through_duckdb(project: Project):
@@ -98,7 +85,7 @@ def test_exact_duplicates_are_removed(project: Project):
     docs = make_documents(20, seed=9)
     write_bert_format(project.root / "d" / "a.txt", docs + docs[:5])
     assert _ingest(project, "d") == docs
-    assert _summary(project)["duplicates_removed"] == 5
+    assert ingest_summary(project)["duplicates_removed"] == 5
     assert len(_ingest(project, "d", "--set", "ingest.dedupe=false")) == 25
 
 
@@ -129,10 +116,10 @@ def test_mixed_corpus_skips_bad_files_and_counts_bad_lines(project: Project):
     (data / "mixed.txt").write_bytes(b"A good line.\n\xff\xfe broken line\nAnother good line.\n")
     result = project.run("ingest", "--set", "ingest.inputs=[m]")
     assert "skipped m/blob.dat: binary file" in result.output
-    summary = _summary(project)
+    summary = ingest_summary(project)
     assert summary["files_skipped"] == 2 and summary["bad_lines"] == 1
     assert {s["reason"] for s in summary["skipped"]} == {"binary file (not text)", "empty file"}
-    assert ["A good line.", "Another good line."] in _documents(project)
+    assert ["A good line.", "Another good line."] in ingested_documents(project)
 
 
 @pytest.mark.parametrize("paragraph, expected", [

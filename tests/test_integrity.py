@@ -17,11 +17,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import pytest
-import torch
 
 import bertwb.stages.vocab
 from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
@@ -31,15 +29,6 @@ from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error
 from faultkit import artifacts, status_rows
 
 psutil = pytest.importorskip("psutil")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine OpenMP spin-waits made 2 threads 3–5× slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def bertwb_process(project: Project, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = (),

@@ -33,8 +33,8 @@ from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
 from bertwb.train.runs import list_checkpoints
 from bertwb.train.trainer import Trainer
-from conftest import (PRETRAIN_CONFIG, PYTHON, REPO, SAMPLE_CORPUS, Project, interrupt_at, make_documents,
-                      run_metrics, stand_in_pairs, write_bert_format)
+from conftest import (PYTHON, REPO, SAMPLE_CORPUS, Project, interrupt_at, make_documents, pretrain_config, run_metrics,
+                      stand_in_pairs, write_bert_format)
 
 # --- batching on an in-memory split ---------------------------------------------------------------------
 
@@ -222,7 +222,7 @@ def _weights(project: Project) -> dict[str, torch.Tensor]:
 def test_pretrain_needs_pairs_first(tmp_path: Path):
     write_bert_format(tmp_path / "corpus" / "a.txt", make_documents(10))
     project = Project(tmp_path)
-    project.write_config(PRETRAIN_CONFIG.format(corpus="corpus"))
+    project.write_config(pretrain_config())
     result = project.run("pretrain", expect=1)
     assert "pretrain needs pairs" in result.output and "bertwb pairs" in result.output
 
@@ -243,7 +243,7 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
     if not sample:
         write_bert_format(corpus / "a.txt", make_documents(300))
     project = Project(tmp_path)
-    project.write_config(PRETRAIN_CONFIG.format(corpus=corpus))
+    project.write_config(pretrain_config(corpus))
     started = time.monotonic()
     project.run("run", "--until", "pairs")
     project.run("pretrain", "--set", "pretrain.steps=600", "--set", "pretrain.lr=2e-3",

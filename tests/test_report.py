@@ -28,39 +28,11 @@ from PIL import Image
 from bertwb.configfile import load_config
 from bertwb.report import sources
 from bertwb.workspace import Workspace
-from conftest import Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 
-CONFIG = """
-ingest:
-  inputs: [corpus]
-  valid_fraction: 0.1
-vocab:
-  vocab_size: 256
-  min_frequency: 1
-pairs:
-  max_seq_length: 64
-  dupe_factor: 2
-pretrain:
-  steps: 12
-  batch_size: 16
-  warmup_steps: 3
-  log_every: 1
-  eval_every: 4
-  eval_batches: 2
-  checkpoint_every: 6
-finetune:
-  steps: 12
-  batch_size: 16
-  lr: 1.0e-3
-  max_seq_length: 32
-  log_every: 2
-  eval_every: 4
-  tasks:
-    topic:
-      type: classify
-      train: train.csv
-      dev: dev.csv
-"""
+CONFIG = pretrain_config(pretrain={"eval_every": 4, "checkpoint_every": 6}, finetune={
+    "steps": 12, "batch_size": 16, "lr": 1.0e-3, "max_seq_length": 32, "log_every": 2, "eval_every": 4,
+    "tasks": {"topic": {"type": "classify", "train": "train.csv", "dev": "dev.csv"}}})
 FIGURES = ["pairs_length", "pairs_mask_kinds", "vocab_fertility", "pretrain_loss", "pretrain_accuracy",
            "pretrain_lr", "pretrain_tokens_per_s", "evaluate", "finetune_topic_curves", "finetune_topic_confusion"]
 WIDTH, HEIGHT = 800, 450  # 8 × 4.5 inches at 100 dpi
