@@ -40,6 +40,11 @@ def test_missing_config_and_missing_corpus_path(project: Project, tmp_path):
                           "'missing_dir' does not exist", "fix the path")
     assert_one_line_error(project.run("ingest", "--set", "ingest.inputs=[corpus/*.jsonl]", expect=None),
                           "matches no file")
+    (project.root / "fresh").mkdir()  # as `bertwb init` leaves corpus/: only its README, no text yet
+    (project.root / "fresh" / "README.md").write_text("Put your text files here.\n")
+    assert_one_line_error(project.run("ingest", "--set", "ingest.inputs=[fresh]", expect=None),
+                          "ingest.inputs: folder 'fresh' holds no corpus file yet (README and hidden files are not "
+                          "read); put the corpus files in it, or point ingest.inputs at them")
 
 
 def test_binary_only_corpus(project: Project):

@@ -195,6 +195,9 @@ def _input_files(cfg: Config) -> list[Path]:
             matches = [path]
         else:
             raise BertwbError(f"ingest.inputs: {pattern!r} does not exist (looked at {path}); fix the path")
+        if not matches and path.is_dir():
+            raise BertwbError(f"ingest.inputs: folder {pattern!r} holds no corpus file yet (README and hidden "
+                              "files are not read); put the corpus files in it, or point ingest.inputs at them")
         if not matches:
             raise BertwbError(f"ingest.inputs: {pattern!r} matches no file; fix the path or glob")
         files.extend(matches)
