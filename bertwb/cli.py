@@ -14,7 +14,7 @@ from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
-from bertwb.workspace import Workspace
+from bertwb.workspace import Workspace, writing_atomic
 
 
 def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
@@ -237,19 +237,21 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
             input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
             device: str, batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
-    from bertwb.tasks.finetuning import open_predictor, rows_text
+    from bertwb.tasks.finetuning import open_predictor, write_rows
 
     if as_json and fmt == "csv":
         raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
     cfg, ws = _load(config_path, overrides, workdir)
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
-    rows = predictor.rows(Path(input_file)) if input_file else predictor.rows(lines=_texts((), None))
-    text = rows_text(rows, fmt)
-    if output:
-        Path(output).write_text(text, encoding="utf-8")
-        ui.info(f"wrote {len(rows):,} predictions to {output}")
-    else:
-        click.echo(text, nl=False)
+    chunks = predictor.stream(Path(input_file)) if input_file else predictor.stream(lines=_texts((), None))
+    if not output:
+        write_rows(chunks, fmt, sys.stdout)
+        return
+    path = Path(output)
+    in_place = path.exists() and not path.is_file()  # a pipe or a device (/dev/stdout): nothing to rename
+    with open(path, "w", encoding="utf-8") if in_place else writing_atomic(path) as handle:
+        count = write_rows(chunks, fmt, handle)
+    ui.info(f"wrote {count:,} predictions to {output}")
 
 
 def _texts(texts: tuple[str, ...], text_file: str | None) -> list[str]:

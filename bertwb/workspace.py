@@ -24,7 +24,7 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 import duckdb
 
@@ -210,13 +210,25 @@ def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file under a temporary name in the same directory, then rename it into place."""
+    with writing_atomic(path) as handle:
+        handle.write(text)
+
+
+@contextmanager
+def writing_atomic(path: Path) -> Iterator[TextIO]:
+    """A text handle on a temporary file beside ``path``, renamed into place when the block succeeds and
+    removed when it fails: a reader sees the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _fsync_dir(path: Path) -> None:

@@ -10,6 +10,7 @@ thresholds leave room below those numbers for runs that are shorter or drift wit
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +18,10 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
+from click.testing import CliRunner
 
+from bertwb.cli import cli
+from bertwb.tasks import finetuning
 from conftest import REPO, Project, assert_one_line_error, interrupt_at
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
@@ -100,10 +104,6 @@ def _results(project: Project, task: str) -> dict:
 
 
 def _predict(project: Project, task: str, *args: str, stdin: str | None = None) -> list[dict]:
-    from click.testing import CliRunner
-
-    from bertwb.cli import cli
-
     result = CliRunner().invoke(cli, ["predict", task, "--config", str(project.config), *args], input=stdin)
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.stdout.splitlines()]
@@ -168,6 +168,44 @@ def test_tagging_and_question_answering_learn(finetuned: Project):
                                                        "context": "Captain Jonas sailed to Lisbon on Friday."}) + "\n")
     row = answer[0]
     assert row["answer"] == "Captain Jonas sailed to Lisbon on Friday."[row["start"]:row["end"]]
+
+
+def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    """Chunks of 7 questions give the answers one chunk of all 300 gives; every row has the same keys, a
+    question marked unanswerable included (gold []), so the CSV's header, written from the first chunk,
+    fits every row; --output replaces its file whole."""
+    squad = json.loads((FINETUNE / "qa_dev.json").read_text())
+    questions = [qa for article in squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    for qa in questions[5::10]:  # SQuAD v2.0's form of a question without an answer
+        qa["answers"], qa["is_impossible"] = [], True
+    dev = tmp_path / "qa_v2.json"
+    dev.write_text(json.dumps(squad))
+    whole = _predict(finetuned, "qa", str(dev))
+    monkeypatch.setattr(finetuning, "PREDICT_CHUNK", 7)
+    chunked = _predict(finetuned, "qa", str(dev))
+    assert len(chunked) == len(whole) == 300
+    assert [(r["id"], r["answer"], r["start"], r["end"]) for r in chunked] == \
+        [(r["id"], r["answer"], r["start"], r["end"]) for r in whole]
+    assert [r["score"] for r in chunked] == pytest.approx([r["score"] for r in whole], abs=1e-5)
+    assert {tuple(row) for row in chunked} == {("id", "question", "answer", "start", "end", "score", "gold")}
+    assert [r["gold"] for r in chunked[5::10]] == [[]] * 30 and all(r["gold"] for r in chunked[:5])
+
+    out = tmp_path / "answers.csv"
+    out.write_text("an older file\n")
+    result = finetuned.run("predict", "qa", str(dev), "--format", "csv", "--output", str(out))
+    assert f"wrote 300 predictions to {out}" in result.output
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 300 and list(rows[0]) == ["id", "question", "answer", "start", "end", "score", "gold"]
+    assert [(r["id"], r["answer"]) for r in rows] == [(r["id"], r["answer"]) for r in chunked]
+    assert [r["gold"] for r in rows[5::10]] == ["[]"] * 30
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+    sentiment = CliRunner().invoke(cli, ["predict", "sentiment", "--config", str(finetuned.config), "--format", "csv"],
+                                   input="Lovely soup.\nCold food, rude staff.\n").stdout.splitlines()
+    assert sentiment[0] == "text,label,score,probabilities.negative,probabilities.positive"
+    assert len(sentiment) == 3
 
 
 def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,

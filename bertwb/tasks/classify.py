@@ -146,13 +146,14 @@ class ClassifyTask:
     def recorded(self) -> dict[str, Any]:
         return {}
 
-    def rows(self, example: Example, prediction: dict[str, Any]) -> list[dict[str, Any]]:
+    def row(self, example: Example, prediction: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = {"text": example.text}
         if example.pair is not None:
             row["text_pair"] = example.pair
-        if example.label is not None:
-            row["gold"] = example.label
-        return [{**row, **prediction}]
+        return {**row, **prediction}
+
+    def gold(self, example: Example) -> Any:
+        return example.label
 
 
 def _label_text(value: Any) -> str:

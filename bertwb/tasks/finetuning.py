@@ -14,13 +14,13 @@ share:
 * `train`: one task's run — data, the model it starts from with a new head, the trainer, then the
   best (or last) weights scored on dev and test and written as a model directory that predicts, exports
   and loads in `transformers` by itself;
-* `Predictor`: a fine-tuned model directory answering new inputs, in batches (``bertwb predict``).
+* `Predictor`: a fine-tuned model directory answering new inputs a chunk at a time, in batches
+  (``bertwb predict``).
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import time
 from contextlib import nullcontext
@@ -49,6 +49,7 @@ from bertwb.train.trainer import BEST_DIR, METRICS_FILE, Trainer
 IGNORE = -100  # a target nothing is predicted for (cross-entropy's ignore_index)
 TASK_FILE = "task.json"
 RESULTS_FILE = "metrics.json"
+PREDICT_CHUNK = 2048  # examples `bertwb predict` featurises, predicts and writes at a time
 
 
 # --- features and batches ---------------------------------------------------------------------------
@@ -159,7 +160,8 @@ class TaskType(Protocol):
     def score(self, examples: list[Any], predictions: list[dict[str, Any]],
               label_names: list[str] | None) -> dict[str, Any]: ...
     def from_lines(self, lines: list[str]) -> list[Any]: ...
-    def rows(self, example: Any, prediction: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def row(self, example: Any, prediction: dict[str, Any]) -> dict[str, Any]: ...
+    def gold(self, example: Any) -> Any: ...  # the example's label in the input, None when it has none
 
 
 def task_type(settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any] | None = None) -> TaskType:
@@ -365,34 +367,66 @@ class Predictor:
         self.label_names = model_dir.label_names
         self.device, self.batch_size, self.precision = device, batch_size, settings.precision
 
-    def rows(self, path: Path | None = None, lines: list[str] | None = None) -> list[dict[str, Any]]:
-        """Output rows for the examples of ``path`` (the task's format) or of ``lines`` (stdin's)."""
-        examples = self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines)
-        return [row for example, prediction in zip(examples, self.predict(examples), strict=True)
-                for row in self.task.rows(example, prediction)]
+    def stream(self, path: Path | None = None, lines: list[str] | None = None,
+               chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Output rows for the examples of ``path`` (the task's format) or of ``lines`` (stdin's), in input
+        order, ``chunk`` (default `PREDICT_CHUNK`) examples at a time.
 
-    def predict(self, examples: list[Any]) -> list[dict[str, Any]]:
-        """One prediction per example, in order."""
+        Each chunk is featurised, length-bucketed, predicted and handed on alone, so memory follows the
+        chunk and not the input, and output begins while the rest is still to do. Every row has the same
+        keys: ``gold`` (the input's own label, None where an example has none) is in all of them when any
+        example of the input has one, so a CSV's header, written from the first chunk, fits every row.
+        """
+        examples = self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines)
+        with_gold = any(self.task.gold(example) is not None for example in examples)
+        chunk = chunk or PREDICT_CHUNK
+        with ui.progress("predicting", total=len(examples), unit="examples") as bar:
+            for start in range(0, len(examples), chunk):
+                part = examples[start:start + chunk]
+                rows = []
+                for example, prediction in zip(part, self.predict(part, bar), strict=True):
+                    row = self.task.row(example, prediction)
+                    rows.append({**row, "gold": self.task.gold(example)} if with_gold else row)
+                yield rows
+
+    def predict(self, examples: list[Any], bar: Any = None) -> list[dict[str, Any]]:
+        """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
         features = self.task.featurize(examples, self.tokenizer, None)
         batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
         objective = self.task.objective(self.label_names)
-        outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device)
+        outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
+                                   _ExampleCounter(bar, len(examples), len(features)))
         return self.task.decode(examples, features, outputs, self.label_names)
+
+
+class _ExampleCounter:
+    """Advances a progress bar counted in examples while batches of features go by (a QA example can
+    have several features, one per window of its context)."""
+
+    def __init__(self, bar: Any, n_examples: int, n_features: int):
+        self.bar, self.n_examples, self.n_features = bar, n_examples, max(n_features, 1)
+        self.features = self.shown = 0
+
+    def features_done(self, n: int) -> None:
+        self.features += n
+        examples = self.n_examples * self.features // self.n_features
+        if self.bar is not None and examples > self.shown:
+            self.bar.advance(examples - self.shown)
+            self.shown = examples
 
 
 @torch.no_grad()
 def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: str,
-                     device: torch.device) -> dict[int, Any]:
+                     device: torch.device, counter: _ExampleCounter) -> dict[int, Any]:
     model.eval()
     outputs: dict[int, Any] = {}
-    with ui.progress("predicting", total=len(batches), unit="features") as bar:
-        for index in range(batches.steps_per_epoch):
-            for batch in batches.micro_batches(0, index):
-                batch = batch.to(device)
-                with autocast(precision, device):
-                    out = objective.forward(model, batch)
-                outputs.update(zip(batch.features.tolist(), objective.task.outputs(out, batch), strict=True))
-                bar.advance(len(batch.features))
+    for index in range(batches.steps_per_epoch):
+        for batch in batches.micro_batches(0, index):
+            batch = batch.to(device)
+            with autocast(precision, device):
+                out = objective.forward(model, batch)
+            outputs.update(zip(batch.features.tolist(), objective.task.outputs(out, batch), strict=True))
+            counter.features_done(len(batch.features))
     return outputs
 
 
@@ -431,17 +465,23 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     return settings, saved.get("recorded", {})
 
 
-def rows_text(rows: list[dict[str, Any]], fmt: str) -> str:
-    """Prediction rows as JSON lines, or as CSV with nested values flattened (``probabilities.positive``)."""
-    if fmt == "jsonl":
-        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    flat = [dict(_flat_items(row)) for row in rows]
-    columns = list(dict.fromkeys(name for row in flat for name in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(flat)
-    return buffer.getvalue()
+def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) -> int:
+    """Write prediction rows to the text ``handle`` as each chunk comes: JSON lines, or CSV with nested
+    values flattened (``probabilities.positive``) under a header taken from the first row. The number
+    of rows written."""
+    count, writer = 0, None
+    for rows in chunks:
+        for row in rows:
+            if fmt == "jsonl":
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                continue
+            flat = dict(_flat_items(row))
+            if writer is None:
+                writer = csv.DictWriter(handle, list(flat), lineterminator="\n")
+                writer.writeheader()
+            writer.writerow(flat)
+        count += len(rows)
+    return count
 
 
 def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -164,9 +164,12 @@ class QATask:
     def recorded(self) -> dict[str, Any]:
         return {"version_2": self.version_2}
 
-    def rows(self, example: Question, prediction: dict[str, Any]) -> list[dict[str, Any]]:
-        row = {"id": example.id, "question": example.question, **prediction}
-        return [row if not example.answers else {**row, "gold": [a["text"] for a in example.answers]}]
+    def row(self, example: Question, prediction: dict[str, Any]) -> dict[str, Any]:
+        return {"id": example.id, "question": example.question, **prediction}
+
+    def gold(self, example: Question) -> Any:
+        """The answers' texts; ``[]`` for a question SQuAD v2.0 marks unanswerable."""
+        return [a["text"] for a in example.answers] if example.answers or example.impossible else None
 
 
 def _window_starts(n_tokens: int, room: int, stride: int) -> list[int]:

@@ -112,9 +112,11 @@ class TagTask:
     def recorded(self) -> dict[str, Any]:
         return {}
 
-    def rows(self, example: Example, prediction: dict[str, Any]) -> list[dict[str, Any]]:
-        row = {"words": example.words, **prediction}
-        return [row if example.tags is None else {**row, "gold": example.tags}]
+    def row(self, example: Example, prediction: dict[str, Any]) -> dict[str, Any]:
+        return {"words": example.words, **prediction}
+
+    def gold(self, example: Example) -> Any:
+        return example.tags
 
 
 def entities(words: list[str], tags: list[str]) -> list[dict[str, Any]]:
