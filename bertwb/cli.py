@@ -13,7 +13,7 @@ from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
-from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
+from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, cannot_write_output, internal_error
 from bertwb.workspace import Workspace, writing_atomic
 
 
@@ -243,14 +243,17 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
         raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
     cfg, ws = _load(config_path, overrides, workdir)
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
-    chunks = predictor.stream(Path(input_file)) if input_file else predictor.stream(lines=_texts((), None))
+    if input_file and not Path(input_file).is_file():
+        raise BertwbError(f"{input_file}: no such file; give a file in the task's format, or lines on stdin")
+    examples = predictor.read(Path(input_file)) if input_file else predictor.read(lines=_texts((), None))
     if not output:
-        write_rows(chunks, fmt, sys.stdout)
+        write_rows(predictor.stream(examples), fmt, sys.stdout)
         return
-    path = Path(output)
-    in_place = path.exists() and not path.is_file()  # a pipe or a device (/dev/stdout): nothing to rename
-    with open(path, "w", encoding="utf-8") if in_place else writing_atomic(path) as handle:
-        count = write_rows(chunks, fmt, handle)
+    try:
+        with writing_atomic(Path(output)) as handle:
+            count = write_rows(predictor.stream(examples), fmt, handle)
+    except OSError as exc:
+        raise cannot_write_output(output, exc) from None
     ui.info(f"wrote {count:,} predictions to {output}")
 
 

@@ -24,6 +24,12 @@ class BertwbError(Exception):
     """
 
 
+def cannot_write_output(output: str, exc: OSError) -> BertwbError:
+    """The error for a command's ``--output`` file that could not be written (its temporary file's name
+    is left out: the user named ``output``)."""
+    return BertwbError(f"--output {output}: cannot write ({exc.strerror or exc}); check the path and the free space")
+
+
 def internal_error(exc: BaseException) -> str:
     """The one line for a bug: what was raised, that it is a bug, where to report it, how to see the traceback."""
     return (f"internal error: {type(exc).__name__}: {_first_line(exc)} (a bug in bertwb: rerun with --debug, "

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,8 +23,8 @@ import duckdb
 import pyarrow as pa
 
 from bertwb.data.text_files import bom_encoding
-from bertwb.errors import BertwbError
-from bertwb.workspace import Workspace
+from bertwb.errors import BertwbError, cannot_write_output
+from bertwb.workspace import Workspace, replacing
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -157,20 +156,12 @@ def write_output(result: pa.Table | None, fmt: str, output: str) -> int:
 
 
 def _write_whole(output: str, write: Callable[[str], None]) -> None:
-    """Write under a temporary name beside ``output``, then rename; a device or pipe is written in place."""
-    target = Path(output)
-    special = target.exists() and not target.is_file()  # /dev/stdout, a named pipe
-    tmp = target if special else target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    """Write ``output`` whole or not at all (`replacing`); a link, device or pipe is written in place."""
     try:
-        write(str(tmp))
-        if not special:
-            os.replace(tmp, target)
+        with replacing(Path(output)) as path:
+            write(str(path))
     except OSError as exc:
-        raise BertwbError(f"--output {output}: cannot write ({exc.strerror or exc}); check the path and the "
-                          "free space") from None
-    finally:
-        if not special and tmp.exists():
-            tmp.unlink()
+        raise cannot_write_output(output, exc) from None
 
 
 def _error_line(exc: duckdb.Error, write: bool) -> str:

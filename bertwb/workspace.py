@@ -210,25 +210,39 @@ def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file under a temporary name in the same directory, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with writing_atomic(path) as handle:
         handle.write(text)
 
 
 @contextmanager
 def writing_atomic(path: Path) -> Iterator[TextIO]:
-    """A text handle on a temporary file beside ``path``, renamed into place when the block succeeds and
-    removed when it fails: a reader sees the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            yield handle
+    """A text handle for ``path``'s new content, which appears whole when the block succeeds (see
+    `replacing`)."""
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        yield handle
+        if tmp != path:  # a regular file: on disk before the rename makes it the one readers see
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+
+
+@contextmanager
+def replacing(target: Path) -> Iterator[Path]:
+    """Where to write ``target``'s new content: a temporary file beside it, renamed over it when the
+    block succeeds and removed when it fails, so a reader sees the old file or the whole new one.
+
+    A link, a device or a pipe (``--output /dev/stdout``) is written in place: a rename would put a
+    file where the link was (as root, in /dev) instead of writing through it.
+    """
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        yield target
+        return
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
 
 
 def _fsync_dir(path: Path) -> None:

@@ -137,6 +137,10 @@ def test_sql_formats(project: Project, tmp_path):
     out = tmp_path / "docs.parquet"
     project.run("sql", query, "--format", "parquet", "--output", str(out))
     assert duckdb.connect().execute(f"select count(*) from '{out}'").fetchone()[0] == 3
+    link = tmp_path / "latest.csv"  # a link is written through (as /dev/stdout must be), not replaced
+    link.symlink_to(tmp_path / "docs.csv")
+    project.run("sql", query, "--format", "csv", "--output", str(link))
+    assert link.is_symlink() and (tmp_path / "docs.csv").read_text() == csv_text
     sql_file = tmp_path / "q.sql"
     sql_file.write_text("select count(*) as n from sentences;")
     assert json.loads(project.run("sql", "-f", str(sql_file), "--format", "json").stdout)[0]["n"] > 0

@@ -201,6 +201,16 @@ def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project
     assert [(r["id"], r["answer"]) for r in rows] == [(r["id"], r["answer"]) for r in chunked]
     assert [r["gold"] for r in rows[5::10]] == ["[]"] * 30
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(out)  # written through, as /dev/stdout is: a rename would replace the link itself
+    finetuned.run("predict", "qa", str(dev), "--output", str(link))
+    assert link.is_symlink() and [json.loads(line)["id"] for line in out.read_text().splitlines()][:2] == \
+        [r["id"] for r in chunked[:2]]
+    assert_one_line_error(finetuned.run("predict", "qa", str(dev), "--output", str(tmp_path / "no" / "a.csv"),
+                                        expect=1),
+                          f"--output {tmp_path / 'no' / 'a.csv'}: cannot write (No such file or directory)")
+    assert_one_line_error(finetuned.run("predict", "qa", str(tmp_path / "none.json"), expect=1),
+                          f"{tmp_path / 'none.json'}: no such file; give a file in the task's format")
 
     sentiment = CliRunner().invoke(cli, ["predict", "sentiment", "--config", str(finetuned.config), "--format", "csv"],
                                    input="Lovely soup.\nCold food, rude staff.\n").stdout.splitlines()

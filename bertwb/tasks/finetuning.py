@@ -367,17 +367,18 @@ class Predictor:
         self.label_names = model_dir.label_names
         self.device, self.batch_size, self.precision = device, batch_size, settings.precision
 
-    def stream(self, path: Path | None = None, lines: list[str] | None = None,
-               chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
-        """Output rows for the examples of ``path`` (the task's format) or of ``lines`` (stdin's), in input
-        order, ``chunk`` (default `PREDICT_CHUNK`) examples at a time.
+    def read(self, path: Path | None = None, lines: list[str] | None = None) -> list[Any]:
+        """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
+        return self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines or [])
 
-        Each chunk is featurised, length-bucketed, predicted and handed on alone, so memory follows the
-        chunk and not the input, and output begins while the rest is still to do. Every row has the same
-        keys: ``gold`` (the input's own label, None where an example has none) is in all of them when any
-        example of the input has one, so a CSV's header, written from the first chunk, fits every row.
+    def stream(self, examples: list[Any], chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Output rows for ``examples``, in their order, ``chunk`` (default `PREDICT_CHUNK`) at a time.
+
+        Each chunk is featurised, length-bucketed, predicted and handed on alone, so the features and
+        outputs held at once are one chunk's, and output begins while the rest is still to do. Every row
+        has the same keys: ``gold`` (the input's own label, None where an example has none) is in all of
+        them when any example of the input has one, so a CSV header taken from the first row fits all.
         """
-        examples = self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines)
         with_gold = any(self.task.gold(example) is not None for example in examples)
         chunk = chunk or PREDICT_CHUNK
         with ui.progress("predicting", total=len(examples), unit="examples") as bar:
