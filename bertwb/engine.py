@@ -333,9 +333,10 @@ def _run_named(stage: Stage, index: int, total: int, cfg: Config, ws: Workspace,
         if total > 1 and not str(exc).startswith(f"{stage.name}:"):
             raise BertwbError(f"{stage.name}: {exc}") from None
         raise
-    except Exception:
+    except (Exception, KeyboardInterrupt) as exc:
         if total > 1:
-            ui.stage_line(stage.name, f"failed; the {index - 1} stage(s) before it are built and kept")
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            ui.stage_line(stage.name, f"{what}; the {index - 1} stage(s) before it are built and kept", always=True)
         raise
 
 

@@ -66,9 +66,10 @@ def detail(message: str) -> None:
         err.print(message, markup=False, style="dim")
 
 
-def stage_line(stage: str, message: str) -> None:
-    """One line saying what a stage did or why it is skipped."""
-    if not _narrating():
+def stage_line(stage: str, message: str, always: bool = False) -> None:
+    """One line saying what a stage did or why it is skipped; ``always``: even when quiet (a line that
+    belongs to an error, as which stage of a run failed)."""
+    if not _narrating() and not always:
         return
     if interactive():
         err.print(f"[bold]{stage}[/bold]: {message}")

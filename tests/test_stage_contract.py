@@ -11,7 +11,11 @@ import re
 import duckdb
 import pytest
 
+from click.testing import CliRunner
+
 import bertwb.stages
+from bertwb import faults
+from bertwb.cli import cli
 from bertwb.stage import Stage
 from conftest import REPO, Project
 
@@ -73,3 +77,16 @@ def test_a_failing_stage_is_named_and_what_ran_before_it_is_kept(project: Projec
         result.output
     rows = {row["stage"]: row["state"] for row in json.loads(project.run("status", "--json").stdout)}
     assert rows["ingest"] == rows["vocab"] == rows["pairs"] == "fresh" and rows["pretrain"] == "missing"
+
+
+@pytest.mark.parametrize("fault, what", [("pairs.work:enospc", "failed"), ("pairs.work:sigint", "interrupted")])
+def test_quiet_still_names_the_stage_a_run_stopped_in(project: Project, monkeypatch: pytest.MonkeyPatch,
+                                                      fault: str, what: str):
+    """-q keeps errors: the line naming the failed stage is part of one, whatever stopped it (a full disk
+    is an environment error and Ctrl-C an interruption, neither of them a message with the stage in it)."""
+    monkeypatch.setenv(faults.ENV, fault)
+    result = CliRunner().invoke(cli, ["-q", "run", "--config", str(project.config), "--until", "pairs"])
+    assert result.exit_code == (130 if what == "interrupted" else 1), result.output
+    assert result.output.splitlines()[0] == f"pairs: {what}; the 2 stage(s) before it are built and kept"
+    assert result.output.splitlines()[1].startswith("error: ") and len(result.output.splitlines()) == 2
+
