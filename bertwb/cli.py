@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
-from bertwb.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, cannot_write_output, internal_error
+from bertwb.errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, cannot_write_output,
+                           internal_error)
 from bertwb.workspace import Workspace, writing_atomic
 
 
@@ -58,8 +60,9 @@ class _Group(click.Group):
     """Every error as one red line (a traceback only with --debug) and an exit code (bertwb.errors).
 
     1: a user or environment error; 2: a mistyped command line, which click alone reports with a usage
-    block; 130: interrupted; and a bug says it is one. The group also gives every command the output
-    options (`_output_params`), and scopes their verbosity to one invocation.
+    block; 130: interrupted; 141, silently: stdout's reader left (``| head``); and a bug says it is one.
+    The group also gives every command the output options (`_output_params`), and scopes their
+    verbosity to one invocation.
     """
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
@@ -95,6 +98,9 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             ui.error("interrupted; outputs already built are kept")
             ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:  # `bertwb predict ... | head`: the reader has what it wanted; no message
+            _stdout_to_devnull()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # the machine (a path, the disk, memory) or a bug: one line unless asked
@@ -103,6 +109,15 @@ class _Group(click.Group):
             known = environment.user_error(exc)  # a full disk, a permission, memory, a damaged database
             ui.error(str(known) if known is not None else internal_error(exc))
             ctx.exit(EXIT_ERROR)
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that flushing what is still buffered for the closed pipe at exit
+    raises nothing more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (a test runner's stream)
+        pass
 
 
 def _config_options(func: Callable) -> Callable:

@@ -13,6 +13,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left (`| head`)
 
 # Where the "internal error" line sends bug reports.
 BUG_REPORTS = "the bertwb issue tracker"

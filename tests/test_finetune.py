@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from click.testing import CliRunner
 
 from bertwb.cli import cli
 from bertwb.tasks import finetuning
-from conftest import REPO, Project, assert_one_line_error, interrupt_at
+from conftest import PYTHON, REPO, Project, assert_one_line_error, interrupt_at
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
 CONFIG = f"""
@@ -216,6 +217,20 @@ def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project
                                    input="Lovely soup.\nCold food, rude staff.\n").stdout.splitlines()
     assert sentiment[0] == "text,label,score,probabilities.negative,probabilities.positive"
     assert len(sentiment) == 3
+
+
+def test_predict_into_a_pipe_closed_early_stops_quietly_with_141(finetuned: Project, tmp_path: Path):
+    """`bertwb predict ... | head -1`: the reader leaves after a line; bertwb stops at its next write and
+    exits as a shell's own tools do there (128 + SIGPIPE), without an error line."""
+    big = tmp_path / "big.csv"
+    lines = (FINETUNE / "sentiment_train.csv").read_text().splitlines()
+    big.write_text("\n".join([lines[0], *lines[1:] * 4]) + "\n")  # 8,000 rows: far more than a pipe holds
+    process = subprocess.Popen([PYTHON, "-m", "bertwb", "predict", "sentiment", str(big), "--config",
+                                str(finetuned.config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert json.loads(process.stdout.readline())["label"] in ("positive", "negative")
+    process.stdout.close()  # what head does once it has its line
+    stderr = process.communicate(timeout=120)[1].decode()
+    assert process.returncode == 141 and "error" not in stderr, stderr
 
 
 def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,
