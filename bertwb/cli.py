@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from pathlib import Path
@@ -14,9 +13,8 @@ from bertwb import __version__, engine, environment, memory, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
-from bertwb.errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, cannot_write_output,
-                           internal_error)
-from bertwb.workspace import Workspace, writing_atomic
+from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
+from bertwb.workspace import Workspace
 
 
 def _usage_error(exc: click.UsageError, where: str) -> NoReturn:
@@ -99,7 +97,7 @@ class _Group(click.Group):
             ui.error("interrupted; outputs already built are kept")
             ctx.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # `bertwb predict ... | head`: the reader has what it wanted; no message
-            _stdout_to_devnull()
+            ui.stdout_to_devnull()
             ctx.exit(EXIT_BROKEN_PIPE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -109,15 +107,6 @@ class _Group(click.Group):
             known = environment.user_error(exc)  # a full disk, a permission, memory, a damaged database
             ui.error(str(known) if known is not None else internal_error(exc))
             ctx.exit(EXIT_ERROR)
-
-
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null, so that flushing what is still buffered for the closed pipe at exit
-    raises nothing more."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (a test runner's stream)
-        pass
 
 
 def _config_options(func: Callable) -> Callable:
@@ -252,7 +241,7 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
             input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
             device: str, batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
-    from bertwb.tasks.finetuning import open_predictor, write_rows
+    from bertwb.tasks.prediction import open_predictor, write_predictions
 
     if as_json and fmt == "csv":
         raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
@@ -261,15 +250,9 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
     if input_file and not Path(input_file).is_file():
         raise BertwbError(f"{input_file}: no such file; give a file in the task's format, or lines on stdin")
     examples = predictor.read(Path(input_file)) if input_file else predictor.read(lines=_texts((), None))
-    if not output:
-        write_rows(predictor.stream(examples), fmt, sys.stdout)
-        return
-    try:
-        with writing_atomic(Path(output)) as handle:
-            count = write_rows(predictor.stream(examples), fmt, handle)
-    except OSError as exc:
-        raise cannot_write_output(output, exc) from None
-    ui.info(f"wrote {count:,} predictions to {output}")
+    count = write_predictions(predictor, examples, fmt, output, sys.stdout)
+    if output:
+        ui.info(f"wrote {count:,} predictions to {output}")
 
 
 def _texts(texts: tuple[str, ...], text_file: str | None) -> list[str]:
@@ -499,14 +482,7 @@ def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
     if output:
         ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")
     elif fmt == "table":
-        if result is None:
-            ui.info("no result: the SQL has no statement that returns rows")
-        columns, rows = sql_module.rows(result, max_rows)
-        if columns:
-            ui.table(None, columns, [list(r) for r in rows])
-        hidden = (result.num_rows if result is not None else 0) - max_rows
-        if hidden > 0:
-            ui.info(f"{hidden:,} more rows not shown (raise --max-rows or use --format csv)")
+        sql_module.show_table(result, max_rows)
     else:
         click.echo(sql_module.to_text(result, fmt), nl=False)
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import duckdb
 import pyarrow as pa
 
+from bertwb import ui
 from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.workspace import Workspace, replacing
@@ -95,6 +96,18 @@ def rows(result: pa.Table | None, limit: int | None = None) -> tuple[list[str], 
         result = result.slice(0, limit)
     columns = [_python_values(column) for column in result.columns]
     return list(result.column_names), list(zip(*columns, strict=True)) if columns else []
+
+
+def show_table(result: pa.Table | None, max_rows: int) -> None:
+    """The result as a terminal table of its first ``max_rows`` rows, saying how many more there are."""
+    if result is None:
+        ui.info("no result: the SQL has no statement that returns rows")
+    columns, values = rows(result, max_rows)
+    if columns:
+        ui.table(None, columns, [list(r) for r in values])
+    hidden = (result.num_rows if result is not None else 0) - max_rows
+    if hidden > 0:
+        ui.info(f"{hidden:,} more rows not shown (raise --max-rows or use --format csv)")
 
 
 def _python_values(column: pa.ChunkedArray) -> list[Any]:

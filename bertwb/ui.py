@@ -12,7 +12,10 @@ devices) for someone debugging a pipeline. Colour follows rich, which honours ``
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -94,6 +97,15 @@ def warn(message: str) -> None:
 
 def error(message: str) -> None:
     err.print(f"[red]error:[/red] {message}" if interactive() else f"error: {message}", markup=interactive())
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null after its reader left (``| head``), so that flushing what is still
+    buffered for the closed pipe at exit raises nothing more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (a test runner's stream)
+        pass
 
 
 def human_bytes(n: float) -> str:

@@ -22,7 +22,7 @@ import torch
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from bertwb.tasks import finetuning
+from bertwb.tasks import prediction as predict_module
 from conftest import PYTHON, REPO, Project, assert_one_line_error, interrupt_at
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
@@ -183,7 +183,7 @@ def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project
     dev = tmp_path / "qa_v2.json"
     dev.write_text(json.dumps(squad))
     whole = _predict(finetuned, "qa", str(dev))
-    monkeypatch.setattr(finetuning, "PREDICT_CHUNK", 7)
+    monkeypatch.setattr(predict_module, "PREDICT_CHUNK", 7)
     chunked = _predict(finetuned, "qa", str(dev))
     assert len(chunked) == len(whole) == 300
     assert [(r["id"], r["answer"], r["start"], r["end"]) for r in chunked] == \

@@ -1,4 +1,4 @@
-"""Fine-tuning: any task's examples as features, its run on the one trainer, and its predictions.
+"""Fine-tuning: any task's examples as features, and its run on the one trainer.
 
 A task type (:mod:`bertwb.tasks.classify`, :mod:`~bertwb.tasks.tag`, :mod:`~bertwb.tasks.qa`) reads its
 files, turns examples into *features* — token sequences ``[CLS] A [SEP] (B [SEP])`` with their targets,
@@ -13,20 +13,19 @@ share:
   the whole dev set (`collect` runs the model over any split, on every rank, and gathers the outputs);
 * `train`: one task's run — data, the model it starts from with a new head, the trainer, then the
   best (or last) weights scored on dev and test and written as a model directory that predicts, exports
-  and loads in `transformers` by itself;
-* `Predictor`: a fine-tuned model directory answering new inputs a chunk at a time, in batches
-  (``bertwb predict``).
+  and loads in `transformers` by itself.
+
+:mod:`bertwb.tasks.prediction` answers new inputs with such a directory (``bertwb predict``).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import safetensors.torch
@@ -49,7 +48,6 @@ from bertwb.train.trainer import BEST_DIR, METRICS_FILE, Trainer
 IGNORE = -100  # a target nothing is predicted for (cross-entropy's ignore_index)
 TASK_FILE = "task.json"
 RESULTS_FILE = "metrics.json"
-PREDICT_CHUNK = 2048  # examples `bertwb predict` featurises, predicts and writes at a time
 
 
 # --- features and batches ---------------------------------------------------------------------------
@@ -351,146 +349,6 @@ def task_settings(settings: FinetuneTaskConfig) -> dict[str, Any]:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-# --- predictions ------------------------------------------------------------------------------------
-
-class Predictor:
-    """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
-
-    def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
-                 batch_size: int = 64, recorded: dict[str, Any] | None = None):
-        self.task = task_type(settings, "task", recorded)
-        self.source = model_dir
-        self.tokenizer = modeldir.load_tokenizer(model_dir)
-        self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
-        self.label_names = model_dir.label_names
-        self.device, self.batch_size, self.precision = device, batch_size, settings.precision
-
-    def read(self, path: Path | None = None, lines: list[str] | None = None) -> list[Any]:
-        """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
-        return self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines or [])
-
-    def stream(self, examples: list[Any], chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
-        """Output rows for ``examples``, in their order, ``chunk`` (default `PREDICT_CHUNK`) at a time.
-
-        Each chunk is featurised, length-bucketed, predicted and handed on alone, so the features and
-        outputs held at once are one chunk's, and output begins while the rest is still to do. Every row
-        has the same keys: ``gold`` (the input's own label, None where an example has none) is in all of
-        them when any example of the input has one, so a CSV header taken from the first row fits all.
-        """
-        with_gold = any(self.task.gold(example) is not None for example in examples)
-        chunk = chunk or PREDICT_CHUNK
-        with ui.progress("predicting", total=len(examples), unit="examples") as bar:
-            for start in range(0, len(examples), chunk):
-                part = examples[start:start + chunk]
-                rows = []
-                for example, prediction in zip(part, self.predict(part, bar), strict=True):
-                    row = self.task.row(example, prediction)
-                    rows.append({**row, "gold": self.task.gold(example)} if with_gold else row)
-                yield rows
-
-    def predict(self, examples: list[Any], bar: Any = None) -> list[dict[str, Any]]:
-        """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
-        features = self.task.featurize(examples, self.tokenizer, None)
-        batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
-        objective = self.task.objective(self.label_names)
-        outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
-                                   _ExampleCounter(bar, len(examples), len(features)))
-        return self.task.decode(examples, features, outputs, self.label_names)
-
-
-class _ExampleCounter:
-    """Advances a progress bar counted in examples while batches of features go by (a QA example can
-    have several features, one per window of its context)."""
-
-    def __init__(self, bar: Any, n_examples: int, n_features: int):
-        self.bar, self.n_examples, self.n_features = bar, n_examples, max(n_features, 1)
-        self.features = self.shown = 0
-
-    def features_done(self, n: int) -> None:
-        self.features += n
-        examples = self.n_examples * self.features // self.n_features
-        if self.bar is not None and examples > self.shown:
-            self.bar.advance(examples - self.shown)
-            self.shown = examples
-
-
-@torch.no_grad()
-def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: str,
-                     device: torch.device, counter: _ExampleCounter) -> dict[int, Any]:
-    model.eval()
-    outputs: dict[int, Any] = {}
-    for index in range(batches.steps_per_epoch):
-        for batch in batches.micro_batches(0, index):
-            batch = batch.to(device)
-            with autocast(precision, device):
-                out = objective.forward(model, batch)
-            outputs.update(zip(batch.features.tolist(), objective.task.outputs(out, batch), strict=True))
-            counter.features_done(len(batch.features))
-    return outputs
-
-
-def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
-                   batch_size: int) -> Predictor:
-    """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory).
-
-    The directory's ``task.json``, when it has one, says how inputs become features, as in training.
-    """
-    from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
-    from bertwb.train.device import resolve_device  # noqa: PLC0415
-
-    if checkpoint:
-        folder = cfg.resolve(checkpoint) if not Path(checkpoint).exists() else Path(checkpoint)
-    else:
-        task_settings(cfg, task)  # an unknown task is named first
-        folder = ws.stage_dir(f"finetune/{task}")
-        if ws.read_manifest(f"finetune/{task}") is None or not folder.is_dir():
-            raise BertwbError(f"finetune/{task} has not run in {ws.root}; run `bertwb finetune {task}` first, "
-                              "or pass --checkpoint DIR")
-    model_dir = modeldir.open_model_dir(folder)
-    settings, recorded = _prediction_settings(cfg, task, folder)
-    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded)
-
-
-def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
-    """The task's settings (the config's, with what the model directory's task.json says about featurising),
-    and what training recorded about its data."""
-    settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
-    saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
-    known = {f for f in asdict(settings)}
-    settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
-    if settings.type is None:
-        raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
-                          "unknown; add the task to the config")
-    return settings, saved.get("recorded", {})
-
-
-def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) -> int:
-    """Write prediction rows to the text ``handle`` as each chunk comes: JSON lines, or CSV with nested
-    values flattened (``probabilities.positive``) under a header taken from the first row. The number
-    of rows written."""
-    count, writer = 0, None
-    for rows in chunks:
-        for row in rows:
-            if fmt == "jsonl":
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-                continue
-            flat = dict(_flat_items(row))
-            if writer is None:
-                writer = csv.DictWriter(handle, list(flat), lineterminator="\n")
-                writer.writeheader()
-            writer.writerow(flat)
-        count += len(rows)
-    return count
-
-
-def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for name, value in row.items():
-        if isinstance(value, dict):
-            yield from _flat_items(value, f"{prefix}{name}.")
-        else:
-            yield prefix + name, json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value
 
 
 def example_ranges(features: Features, n_examples: int) -> list[np.ndarray]:

@@ -1,0 +1,179 @@
+"""``bertwb predict``: a fine-tuned model directory answering new inputs, and the rows it writes.
+
+The directory is what :func:`bertwb.tasks.finetuning.train` wrote (or any fine-tuned BERT with a
+``task.json``, or one the task's config describes): weights, labels, tokenizer and how the task turns
+inputs into features. Inputs are read whole, then featurised, predicted and written a chunk
+(`PREDICT_CHUNK` examples) at a time, so the features and outputs in memory stay one chunk's and output
+starts early; rows go out as JSON lines or CSV, to stdout or to a file that appears whole at the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from bertwb import ui
+from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.data.batching import Batches
+from bertwb.errors import BertwbError, cannot_write_output
+from bertwb.model import modeldir
+from bertwb.tasks.finetuning import TASK_FILE, TaskObjective, task_type
+from bertwb.train.device import autocast
+from bertwb.workspace import writing_atomic
+
+PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
+
+
+class Predictor:
+    """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
+
+    def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
+                 batch_size: int = 64, recorded: dict[str, Any] | None = None):
+        self.task = task_type(settings, "task", recorded)
+        self.source = model_dir
+        self.tokenizer = modeldir.load_tokenizer(model_dir)
+        self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
+        self.label_names = model_dir.label_names
+        self.device, self.batch_size, self.precision = device, batch_size, settings.precision
+
+    def read(self, path: Path | None = None, lines: list[str] | None = None) -> list[Any]:
+        """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
+        return self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines or [])
+
+    def stream(self, examples: list[Any], chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Output rows for ``examples``, in their order, ``chunk`` (default `PREDICT_CHUNK`) at a time.
+
+        Each chunk is featurised, length-bucketed, predicted and handed on alone, so the features and
+        outputs held at once are one chunk's, and output begins while the rest is still to do. Every row
+        has the same keys: ``gold`` (the input's own label, None where an example has none) is in all of
+        them when any example of the input has one, so a CSV header taken from the first row fits all.
+        """
+        with_gold = any(self.task.gold(example) is not None for example in examples)
+        chunk = chunk or PREDICT_CHUNK
+        with ui.progress("predicting", total=len(examples), unit="examples") as bar:
+            for start in range(0, len(examples), chunk):
+                part = examples[start:start + chunk]
+                rows = []
+                for example, prediction in zip(part, self.predict(part, bar), strict=True):
+                    row = self.task.row(example, prediction)
+                    rows.append({**row, "gold": self.task.gold(example)} if with_gold else row)
+                yield rows
+
+    def predict(self, examples: list[Any], bar: Any = None) -> list[dict[str, Any]]:
+        """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
+        features = self.task.featurize(examples, self.tokenizer, None)
+        batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
+        objective = self.task.objective(self.label_names)
+        outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
+                                   _ExampleCounter(bar, len(examples), len(features)))
+        return self.task.decode(examples, features, outputs, self.label_names)
+
+
+class _ExampleCounter:
+    """Advances a progress bar counted in examples while batches of features go by (a QA example can
+    have several features, one per window of its context)."""
+
+    def __init__(self, bar: Any, n_examples: int, n_features: int):
+        self.bar, self.n_examples, self.n_features = bar, n_examples, max(n_features, 1)
+        self.features = self.shown = 0
+
+    def features_done(self, n: int) -> None:
+        self.features += n
+        examples = self.n_examples * self.features // self.n_features
+        if self.bar is not None and examples > self.shown:
+            self.bar.advance(examples - self.shown)
+            self.shown = examples
+
+
+@torch.no_grad()
+def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: str,
+                     device: torch.device, counter: _ExampleCounter) -> dict[int, Any]:
+    model.eval()
+    outputs: dict[int, Any] = {}
+    for index in range(batches.steps_per_epoch):
+        for batch in batches.micro_batches(0, index):
+            batch = batch.to(device)
+            with autocast(precision, device):
+                out = objective.forward(model, batch)
+            outputs.update(zip(batch.features.tolist(), objective.task.outputs(out, batch), strict=True))
+            counter.features_done(len(batch.features))
+    return outputs
+
+
+def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
+                   batch_size: int) -> Predictor:
+    """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory).
+
+    The directory's ``task.json``, when it has one, says how inputs become features, as in training.
+    """
+    from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
+    from bertwb.train.device import resolve_device  # noqa: PLC0415
+
+    if checkpoint:
+        folder = cfg.resolve(checkpoint) if not Path(checkpoint).exists() else Path(checkpoint)
+    else:
+        task_settings(cfg, task)  # an unknown task is named first
+        folder = ws.stage_dir(f"finetune/{task}")
+        if ws.read_manifest(f"finetune/{task}") is None or not folder.is_dir():
+            raise BertwbError(f"finetune/{task} has not run in {ws.root}; run `bertwb finetune {task}` first, "
+                              "or pass --checkpoint DIR")
+    model_dir = modeldir.open_model_dir(folder)
+    settings, recorded = _prediction_settings(cfg, task, folder)
+    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded)
+
+
+def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
+    """The task's settings (the config's, with what the model directory's task.json says about featurising),
+    and what training recorded about its data."""
+    settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
+    saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
+    known = {f for f in asdict(settings)}
+    settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
+    if settings.type is None:
+        raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
+                          "unknown; add the task to the config")
+    return settings, saved.get("recorded", {})
+
+
+def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) -> int:
+    """Write prediction rows to the text ``handle`` as each chunk comes: JSON lines, or CSV with nested
+    values flattened (``probabilities.positive``) under a header taken from the first row. The number
+    of rows written."""
+    count, writer = 0, None
+    for rows in chunks:
+        for row in rows:
+            if fmt == "jsonl":
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                continue
+            flat = dict(_flat_items(row))
+            if writer is None:
+                writer = csv.DictWriter(handle, list(flat), lineterminator="\n")
+                writer.writeheader()
+            writer.writerow(flat)
+        count += len(rows)
+    return count
+
+
+def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for name, value in row.items():
+        if isinstance(value, dict):
+            yield from _flat_items(value, f"{prefix}{name}.")
+        else:
+            yield prefix + name, json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value
+
+
+def write_predictions(predictor: Predictor, examples: list[Any], fmt: str, output: str | None, stdout: Any) -> int:
+    """Predict ``examples`` into ``output`` (whole, via a temporary file; a link, device or pipe in place)
+    or, without one, onto ``stdout`` as the rows come; the number of rows."""
+    if not output:
+        return write_rows(predictor.stream(examples), fmt, stdout)
+    try:
+        with writing_atomic(Path(output)) as handle:
+            return write_rows(predictor.stream(examples), fmt, handle)
+    except OSError as exc:  # the input was read before: an error here is the output's
+        raise cannot_write_output(output, exc) from None
