@@ -13,13 +13,15 @@ the workspace at the same path, so paths recorded in keys and metrics compare eq
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
+from conftest import PYTHON, Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 from faultkit import STAGES, Zygote, artifacts, assert_status_truthful, status_rows
 
 MATRIX_CONFIG = pretrain_config(pairs={"workers": 1}, model={"num_layers": 1, "hidden_size": 64, "num_heads": 2},
@@ -110,3 +112,32 @@ def test_disk_full_at_any_point(matrix: Matrix, monkeypatch: pytest.MonkeyPatch,
         result = project.run(stage, "--set", CHANGES[stage], expect=1)
     assert_one_line_error(result, "disk full: no space left writing", "free some space")
     _check_cell(matrix, stage)
+
+
+IN_PROCESS_FAILURE = """
+import gc, json, os, sys
+from click.testing import CliRunner
+from bertwb.cli import cli
+gc.disable()  # what a traceback's reference cycle holds stays alive: no collection comes to free it
+config, stage, before = sys.argv[1:]
+runner = CliRunner()
+assert runner.invoke(cli, ["run", "--config", config, "--until", before]).exit_code == 0
+os.environ["BERTWB_FAULT"] = stage + ".work:enospc"
+assert runner.invoke(cli, [stage, "--config", config]).exit_code == 1
+del os.environ["BERTWB_FAULT"]
+status = runner.invoke(cli, ["status", "--config", config, "--json"])
+print(json.dumps({row["stage"]: row["state"] for row in json.loads(status.stdout)}))
+"""
+
+
+@pytest.mark.parametrize("stage, before", [("vocab", "ingest"), ("pairs", "vocab")])
+def test_a_failed_stage_leaves_no_database_handle_behind_in_the_process(project: Project, stage: str, before: str):
+    """A stage that fails halfway closes its DuckDB readers and cursors itself. Left to the garbage
+    collector, an open arrow reader kept the database alive after every connection had closed, and
+    DuckDB's next connect to the file from that process (a test's `status`) spun at 100% CPU forever."""
+    project.write_config(project.config.read_text().replace("vocab:\n", "vocab:\n  batch_size: 50\n"))  # 3+ batches
+    result = subprocess.run([PYTHON, "-c", IN_PROCESS_FAILURE, str(project.config), stage, before],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    states = json.loads(result.stdout.splitlines()[-1])
+    assert states[before] == "fresh" and states[stage] == "missing", states

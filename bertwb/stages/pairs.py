@@ -340,6 +340,7 @@ class _Writer:
         self.inserter.shutdown(wait=True)
         if self.transaction_open:
             self.cursor.execute("rollback")
+        self.cursor.close()  # now, not when a traceback that holds this writer is collected
         for handles in self.files.values():
             for handle in handles.values():
                 try:

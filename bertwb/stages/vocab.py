@@ -199,11 +199,13 @@ class _NormalisingTable:
 def _train_batches(con: Any, bar: Any) -> Iterator[list[str]]:
     """Training sentences (train split only, so valid text stays unseen) in batches."""
     cursor = con.cursor()
-    cursor.execute("select text from sentences join documents using (doc_id) where split = 'train'")
-    while batch := cursor.fetchmany(10_000):
-        bar.advance(len(batch))
-        yield [row[0] for row in batch]
-    cursor.close()
+    try:
+        cursor.execute("select text from sentences join documents using (doc_id) where split = 'train'")
+        while batch := cursor.fetchmany(10_000):
+            bar.advance(len(batch))
+            yield [row[0] for row in batch]
+    finally:
+        cursor.close()
 
 
 def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
@@ -262,6 +264,9 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
         _rollback(inserter)  # so the engine can drop the half-filled table
         raise
     finally:
+        # The reader first: an open one keeps the database alive after every connection is closed, and
+        # DuckDB then spins forever on the next connect to this file from this process (a test's status).
+        reader.close()
         inserter.close()
         cursor.close()
     n_tokens = int(counts.sum())
