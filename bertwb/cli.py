@@ -246,9 +246,9 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
     if as_json and fmt == "csv":
         raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
     cfg, ws = _load(config_path, overrides, workdir)
-    predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
-    if input_file and not Path(input_file).is_file():
+    if input_file and not Path(input_file).is_file():  # before the model loads
         raise BertwbError(f"{input_file}: no such file; give a file in the task's format, or lines on stdin")
+    predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     examples = predictor.read(Path(input_file)) if input_file else predictor.read(lines=_texts((), None))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)
     if output:

@@ -45,8 +45,8 @@ class Predictor:
         """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
         return self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines or [])
 
-    def stream(self, examples: list[Any], chunk: int | None = None) -> Iterator[list[dict[str, Any]]]:
-        """Output rows for ``examples``, in their order, ``chunk`` (default `PREDICT_CHUNK`) at a time.
+    def stream(self, examples: list[Any]) -> Iterator[list[dict[str, Any]]]:
+        """Output rows for ``examples``, in their order, `PREDICT_CHUNK` at a time.
 
         Each chunk is featurised, length-bucketed, predicted and handed on alone, so the features and
         outputs held at once are one chunk's, and output begins while the rest is still to do. Every row
@@ -54,10 +54,9 @@ class Predictor:
         them when any example of the input has one, so a CSV header taken from the first row fits all.
         """
         with_gold = any(self.task.gold(example) is not None for example in examples)
-        chunk = chunk or PREDICT_CHUNK
         with ui.progress("predicting", total=len(examples), unit="examples") as bar:
-            for start in range(0, len(examples), chunk):
-                part = examples[start:start + chunk]
+            for start in range(0, len(examples), PREDICT_CHUNK):
+                part = examples[start:start + PREDICT_CHUNK]
                 rows = []
                 for example, prediction in zip(part, self.predict(part, bar), strict=True):
                     row = self.task.row(example, prediction)
