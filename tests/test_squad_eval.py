@@ -17,7 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bertwb.config import FinetuneTaskConfig
 from bertwb.tasks import squad_eval
+from bertwb.tasks.qa import QATask
+from bertwb.tasks.readers import Question
 
 
 # --- the reference ----------------------------------------------------------------------------------
@@ -172,6 +175,9 @@ def test_the_best_threshold_by_hand():
     preds = {"a": "x", "b": "oops", "c": "z", "d": ""}
     result = squad_eval.best_thresholds(golds, preds, {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4})
     assert result == {"best_exact": 75.0, "best_exact_thresh": 0.1, "best_f1": 75.0, "best_f1_thresh": 0.1}
+    # the threshold means "answer when the no-answer score is at most this": answering so gives best_exact
+    at_best = {"a": "x", "b": "", "c": "", "d": ""}
+    assert squad_eval.evaluate_v2(golds, at_best)["exact"] == result["best_exact"]
     # answering nothing is best: the script reports threshold 0.0
     nothing = squad_eval.best_thresholds({"a": [], "b": ["x"]}, {"a": "no", "b": "wrong"}, {"a": -0.5, "b": 0.5})
     assert (nothing["best_exact"], nothing["best_exact_thresh"]) == (50.0, 0.0)
@@ -205,3 +211,41 @@ def test_random_questions_score_as_the_reference(rows):
     answerable = {k: v for k, v in golds.items() if v}
     if answerable:
         assert_same(squad_eval.evaluate_v1(answerable, preds), reference_v1(answerable, preds))
+
+
+# --- the qa task's use of it ------------------------------------------------------------------------
+
+def _question(qid: str, answers: list[str], version: str | None = "v2.0") -> Question:
+    context = "Anna flew to Oslo on the night train " + " ".join(answers)
+    return Question(1, qid, "where?", context, [{"text": a, "answer_start": context.rindex(a)} for a in answers],
+                    impossible=not answers, dataset_version=version)
+
+
+def test_qa_scores_each_file_with_its_own_version():
+    task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {"version_2": True})
+    prediction = {"answer": "", "start": None, "end": None, "score": 0.5}
+    for version, expected in (("1.1", "1.1"), ("v2.0", "2.0"), ("2.0", "2.0"), (None, "2.0")):
+        result = task.score([_question("q", ["the", "Oslo"], version)], [prediction], None)
+        assert result["squad_version"] == expected, version
+    assert "exact_match" in task.score([_question("q", ["Oslo"], "1.1")], [prediction], None)
+    # an unanswerable question is v2.0 whatever the file says; a v1.1-trained task on an undeclared file is v1.1
+    assert task.score([_question("q", [], "1.1")], [prediction], None)["squad_version"] == "2.0"
+    v1_task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {})
+    assert v1_task.score([_question("q", ["Oslo"], None)], [prediction], None)["squad_version"] == "1.1"
+
+
+def test_qa_searches_the_threshold_over_its_best_spans_not_its_withheld_answers():
+    """Questions the null_threshold in force made empty still count with their best span in the search, so
+    best_f1_thresh is right above that threshold too."""
+    task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {"version_2": True})
+    questions = [_question("a", ["Oslo"]), _question("b", []), _question("c", ["train"])]
+    predictions = [{"answer": "", "best_span": "Oslo", "no_answer_score": 0.3},  # withheld at null_threshold 0
+                   {"answer": "", "best_span": "Anna", "no_answer_score": 0.5},
+                   {"answer": "train", "best_span": "train", "no_answer_score": -0.2}]
+    result = task.score(questions, predictions, None)
+    golds = {i: [a["text"] for a in q.answers] for i, q in enumerate(questions)}
+    expected = reference_v2(golds, {i: p["answer"] for i, p in enumerate(predictions)},
+                            {i: p["no_answer_score"] for i, p in enumerate(predictions)},
+                            sweep_preds={i: p["best_span"] for i, p in enumerate(predictions)})
+    assert_same({k: v for k, v in result.items() if k != "squad_version"}, expected)
+    assert (result["exact"], result["best_exact"], result["best_exact_thresh"]) == (200 / 3, 100.0, 0.3)
