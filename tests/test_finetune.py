@@ -234,7 +234,8 @@ def _squad_v2(source: Path, out: Path, every: int) -> Path:
 def test_squad_v2_metrics_are_the_official_script_s_on_what_predict_writes(project: Project, tmp_path: Path):
     """A v2.0 task's metrics.json is what the v2.0 script (the test's reference) computes from the rows
     `bertwb predict` writes for the dev file: answers, and best-threshold over best_span and
-    no_answer_score; finetune_metrics shows them; and null_threshold set to best_f1_thresh gives best_f1."""
+    no_answer_score; finetune_metrics shows them; and null_threshold, compared with no_answer_score, withholds
+    the answers the threshold search assumes it does."""
     train = _squad_v2(FINETUNE / "qa_train.json", tmp_path / "train_v2.json", every=4)
     dev = _squad_v2(FINETUNE / "qa_dev.json", tmp_path / "dev_v2.json", every=4)
     project.write_config(CONFIG + f"""    qa2:
