@@ -36,6 +36,7 @@ from tokenizers import Tokenizer
 
 from bertwb import engine
 from bertwb.config import Config
+from bertwb.data.tokenizer import declared_max_length
 from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig
@@ -337,6 +338,24 @@ def load_tokenizer(model_dir: ModelDir, ws: Workspace | None = None, folder: Pat
         raise BertwbError(f"{folder}: the tokenizer has {size:,} tokens but the model {model_dir.config.vocab_size:,}; "
                           "they do not belong together")
     return tokenizer
+
+
+def max_length(model_dir: ModelDir, folder: Path | None = None) -> tuple[int, str]:
+    """The longest input the model declares it takes, and where it says so: its positions, or its
+    tokenizer's ``model_max_length`` (``folder``'s, else the directory's own) when that is lower."""
+    limit, where = model_dir.config.max_position_embeddings, f"positions of {model_dir.path}"
+    folder = folder or model_dir.tokenizer_dir
+    declared = declared_max_length(folder)
+    if declared is not None and declared < limit:
+        limit, where = declared, f"tokens model_max_length allows in {folder / 'tokenizer_config.json'}"
+    return limit, where
+
+
+def check_length(model_dir: ModelDir, length: int, setting: str, folder: Path | None = None) -> None:
+    """A config's sequence length (``setting``) must fit what the model declares (`max_length`)."""
+    limit, where = max_length(model_dir, folder)
+    if length > limit:
+        raise BertwbError(f"{setting} {length} is more than the {limit} {where}; lower it")
 
 
 def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:
