@@ -247,3 +247,22 @@ finetune:
 """)
     assert_one_line_error(project.run("finetune", expect=None), "finetune.tasks.t.max_seq_length 48",
                           "32", "model_max_length", "tokenizer_config.json", "lower it")
+
+
+def test_a_model_bertwb_trained_past_512_positions_is_not_held_to_the_vocab_stage_default(tmp_path: Path):
+    """The vocab stage knows no model and writes model_max_length 512; a model pre-trained with more
+    positions declares its own, in its folder and in every checkpoint that borrows the vocab's tokenizer."""
+    from bertwb.model import modeldir
+
+    write_bert_format(tmp_path / "corpus" / "a.txt", make_documents(60))
+    project = Project(tmp_path)
+    project.write_config(pretrain_config(pairs={"max_seq_length": 600, "dupe_factor": 1},
+                                         pretrain={"steps": 2, "batch_size": 4, "checkpoint_every": 2}))
+    project.run("run", "--until", "pretrain")
+    assert json.loads((project.workspace / "vocab" / "tokenizer_config.json").read_text())["model_max_length"] == 512
+    output = modeldir.open_model_dir(project.workspace / "pretrain")
+    assert output.config.max_position_embeddings == 600
+    assert json.loads((output.path / "tokenizer_config.json").read_text())["model_max_length"] == 600
+    assert modeldir.max_length(output)[0] == 600
+    checkpoint = next((project.workspace / "pretrain-runs").rglob("step-*"))
+    assert modeldir.max_length(modeldir.open_model_dir(checkpoint))[0] == 600

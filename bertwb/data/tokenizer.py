@@ -168,6 +168,14 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
         "tokenize_chinese_chars": True, "model_max_length": model_max_length, **SPECIAL_TOKENS_MAP})
 
 
+def set_model_max_length(folder: Path, length: int) -> None:
+    """Rewrite ``folder``'s tokenizer_config.json to declare ``length`` (same bytes when it already does)."""
+    side = folder / "tokenizer_config.json"
+    config = json.loads(side.read_text(encoding="utf-8"))
+    if config.get("model_max_length") != length:
+        _write_json(side, {**config, "model_max_length": length})
+
+
 def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
     """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config)."""
     normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}

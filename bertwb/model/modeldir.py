@@ -340,20 +340,23 @@ def load_tokenizer(model_dir: ModelDir, ws: Workspace | None = None, folder: Pat
     return tokenizer
 
 
-def max_length(model_dir: ModelDir, folder: Path | None = None) -> tuple[int, str]:
-    """The longest input the model declares it takes, and where it says so: its positions, or its
-    tokenizer's ``model_max_length`` (``folder``'s, else the directory's own) when that is lower."""
+def max_length(model_dir: ModelDir) -> tuple[int, str]:
+    """The longest input the model declares it takes, and where it says so: its positions, or the
+    ``model_max_length`` of its own tokenizer_config.json (a published model's) when that is lower.
+
+    Only the directory's own tokenizer declares: the workspace's vocab stage, which a checkpoint borrows,
+    knows no model and writes a default."""
     limit, where = model_dir.config.max_position_embeddings, f"positions of {model_dir.path}"
-    folder = folder or model_dir.tokenizer_dir
-    declared = declared_max_length(folder)
+    declared = declared_max_length(model_dir.tokenizer_dir)
     if declared is not None and declared < limit:
-        limit, where = declared, f"tokens model_max_length allows in {folder / 'tokenizer_config.json'}"
+        side = model_dir.tokenizer_dir / "tokenizer_config.json"
+        limit, where = declared, f"tokens model_max_length allows in {side}"
     return limit, where
 
 
-def check_length(model_dir: ModelDir, length: int, setting: str, folder: Path | None = None) -> None:
+def check_length(model_dir: ModelDir, length: int, setting: str) -> None:
     """A config's sequence length (``setting``) must fit what the model declares (`max_length`)."""
-    limit, where = max_length(model_dir, folder)
+    limit, where = max_length(model_dir)
     if length > limit:
         raise BertwbError(f"{setting} {length} is more than the {limit} {where}; lower it")
 
