@@ -63,9 +63,8 @@ finetune:
     return project
 
 
-@pytest.fixture
-def featurised(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Every `Features` a classify task builds while the test runs."""
+def _spy_on_features(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every `Features` a classify task builds from now on, in a list."""
     built = []
     original = ClassifyTask.featurize
 
@@ -75,6 +74,21 @@ def featurised(monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(ClassifyTask, "featurize", spy)
     return built
+
+
+@pytest.fixture
+def featurised(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every `Features` a classify task builds while the test runs."""
+    return _spy_on_features(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def finetuned(published: Project) -> tuple[Project, list]:
+    """The task fine-tuned once (tests run in any order), with the features its training built."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        built = _spy_on_features(monkeypatch)
+        published.run("finetune")
+    return published, built
 
 
 def test_import_records_the_source_padding_and_applies_none(published: Project):
@@ -100,18 +114,17 @@ def test_fill_mask_sees_the_whole_text(published: Project):
     assert all("[PAD]" not in p["sequence"] for mask in result[0]["masks"] for p in mask["predictions"])
 
 
-def test_finetune_and_predict_build_features_of_their_own_lengths(published: Project, featurised: list,
-                                                                   tmp_path: Path):
-    published.run("finetune")
-    assert featurised, "fine-tuning built no features"
-    for features in featurised:
+def test_finetune_and_predict_build_features_of_their_own_lengths(finetuned: tuple[Project, list],
+                                                                   featurised: list):
+    published, trained_on = finetuned
+    assert trained_on, "fine-tuning built no features"
+    for features in trained_on:
         assert not (features.tokens == PAD_ID).any()
         assert features.lengths.max() == MAX_SEQ_LENGTH and features.lengths.min() < PAD_TO
     task_dir = published.workspace / "finetune" / "t"
     written = json.loads((task_dir / "tokenizer.json").read_text())
     assert written["padding"] is None and written["truncation"] is None
 
-    featurised.clear()
     texts = [_text(i) for i in (1, 2, 4, 9)]
     result = _predict(published, texts)
     assert len(result) == len(texts)
@@ -121,10 +134,9 @@ def test_finetune_and_predict_build_features_of_their_own_lengths(published: Pro
     assert list(features.lengths) == [min(len(plain.encode(t).ids), MAX_SEQ_LENGTH) for t in texts]
 
 
-def test_the_task_directory_and_its_export_predict_in_transformers_as_bertwb_does(published: Project,
+def test_the_task_directory_and_its_export_predict_in_transformers_as_bertwb_does(finetuned: tuple[Project, list],
                                                                                    tmp_path: Path):
-    if not (published.workspace / "finetune" / "t").is_dir():
-        published.run("finetune")
+    published = finetuned[0]
     task_dir = published.workspace / "finetune" / "t"
     out = tmp_path / "exported"
     published.run("export", "--checkpoint", str(task_dir), str(out))
@@ -143,6 +155,27 @@ def test_the_task_directory_and_its_export_predict_in_transformers_as_bertwb_doe
     labels = [model.config.id2label[int(i)] for i in probs.argmax(-1)]
     assert [row["label"] for row in ours] == labels
     assert [row["score"] for row in ours] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
+
+
+def test_every_model_loader_hands_out_a_tokenizer_without_padding_or_truncation(finetuned: tuple[Project, list]):
+    """fill-mask, nsp (one loader), predict, export and the model-directory loader: all go through
+    load_tokenizer, so none sees the published file's padding to `PAD_TO`."""
+    from bertwb.configfile import load_config
+    from bertwb.inference import Predictor as PretrainedPredictor
+    from bertwb.model import modeldir
+    from bertwb.tasks.prediction import open_predictor
+    from bertwb.workspace import Workspace
+
+    published = finetuned[0]
+    cfg = load_config(published.config)
+    ws = Workspace(published.workspace)
+    tokenizers = {
+        "fill-mask/nsp": PretrainedPredictor.load(cfg, ws, str(published.root / "hf"), "cpu").tokenizer,
+        "predict": open_predictor(cfg, ws, "t", None, "cpu", 8).tokenizer,
+        "model directory": modeldir.load_tokenizer(modeldir.open_model_dir(published.root / "hf")),
+    }
+    for where, tokenizer in tokenizers.items():
+        assert tokenizer.padding is None and tokenizer.truncation is None, where
 
 
 def _predict(project: Project, texts: list[str]) -> list[dict]:
@@ -201,11 +234,11 @@ pretrain:
     assert len(lengths) > 5 and max(lengths) > PAD_TO, table  # real lengths, not all PAD_TO
 
 
-def test_a_task_is_stale_when_its_tokenizer_changes_and_not_when_only_its_padding_does(published: Project):
+def test_a_task_is_stale_when_its_tokenizer_changes_and_not_when_only_its_padding_does(
+        finetuned: tuple[Project, list]):
     """The finetune key holds the tokenizer as loaded: another vocabulary or normaliser at the same path
     reruns the task; another padding setting, which changes no feature, does not."""
-    if not (published.workspace / "finetune" / "t").is_dir():
-        published.run("finetune")
+    published = finetuned[0]
     file = published.root / "imported" / "tokenizer.json"
     original = file.read_bytes()
 
