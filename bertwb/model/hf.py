@@ -19,6 +19,11 @@ heads: ``evaluate``, ``fill-mask`` and ``nsp`` refuse it with a one-line error (
 print confident nonsense), while ``model.init_from`` pre-trains from its encoder, leaving its task head
 out and initialising the pre-training heads, as for a ``BertModel``.
 
+**Lengths stay bertwb's.** The source tokenizer's own padding and truncation (a sentence-transformers
+export pads and cuts every input to 128) are recorded in ``import.json`` (``source_tokenizer``), never
+applied: the imported ``tokenizer.json`` has neither, and its ``tokenizer_config.json`` keeps the
+source's ``model_max_length`` where that is below the positions, the limit configs are checked against.
+
 Every file is a function of the model and tokenizer only (no dates, no paths), so export → import →
 export writes identical bytes. Output folders are built under a temporary name and renamed.
 
@@ -43,7 +48,7 @@ import safetensors.torch
 from tokenizers import Tokenizer
 
 from bertwb.config import Config
-from bertwb.data.tokenizer import write_tokenizer_files
+from bertwb.data.tokenizer import declared_lengths, write_tokenizer_files
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.heads import AnyBert
@@ -67,7 +72,7 @@ def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, for
         safetensors.torch.save_file(hf_state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _readable(tmp / "model.safetensors")
         _write_json(tmp / "config.json", hf_config_of(model))
-        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+        write_tokenizer_files(tokenizer, tmp, modeldir.max_length(model_dir)[0])
     return {"path": str(out), "source": model_dir.label, "architecture": model.hf_architecture,
             "tensors": len(hf_state),
             "parameters": sum(t.numel() for t in hf_state.values()),
@@ -85,12 +90,13 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
     with _building(out, force, [*protected, (source, "the model being imported")]) as tmp:
         modeldir.save_model_dir(model, tmp)
         _readable(tmp / "model.safetensors")
-        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+        write_tokenizer_files(tokenizer, tmp, modeldir.max_length(model_dir)[0])
         summary = {"source": str(source.resolve()), "weights": model_dir.weights.name, "layout": report.layout,
                    "kind": model.kind, "architecture": model.hf_architecture,
                    "label_names": getattr(model, "label_names", None),
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
-                   "dropped_tensors": report.dropped, "config": _sizes(model)}
+                   "dropped_tensors": report.dropped, "config": _sizes(model),
+                   "source_tokenizer": declared_lengths(model_dir.tokenizer_dir)}
         _write_json(tmp / "import.json", summary)
     return {"path": str(out), **summary}
 

@@ -160,11 +160,15 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 
 
 def _copy_vocabulary(build: Build, out_dir: Path) -> None:
-    """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since."""
+    """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since;
+    their ``model_max_length`` is the model's positions (the vocab stage, which knows no model, wrote 512)."""
     from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
+    from bertwb.data.tokenizer import set_model_max_length
 
     for name in TOKENIZER_FILES:
         shutil.copy2(build.upstream_dir("vocab") / name, out_dir / name)
+    if (out_dir / "config.json").is_file():
+        set_model_max_length(out_dir, json.loads((out_dir / "config.json").read_text())["max_position_embeddings"])
 
 
 def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:
