@@ -103,9 +103,13 @@ def one_thread() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def ctrl_c_interrupts() -> None:
-    """SIGINT raises KeyboardInterrupt in the suite's own process, as in a terminal's foreground job. A
-    suite started in the background by a script (`bash .ci/run &`) inherits SIGINT ignored, which Python
-    keeps; the in-process Ctrl-C tests (the fault hook's ``sigint``) would then interrupt nothing."""
+    """SIGINT raises KeyboardInterrupt in the suite's own process, as in a terminal's foreground job.
+
+    A suite started in the background by a script (`make test &`, a CI harness without job control)
+    inherits SIGINT ignored, which Python keeps. The fault hook's ``sigint`` then interrupted nothing
+    where bertwb installs no handler of its own: the quiet-stage test's pairs ran to the end and exited
+    0, while the training Ctrl-C tests passed, the trainer installing its own handler. That is how it
+    passed alone in a terminal and failed in a full run (reproduced with `trap '' INT`)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -123,8 +127,8 @@ def leaves_no_state_behind() -> Iterator[None]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """The test order's seed, last, where a failed run's reader looks: the header that pytest-randomly
-    prints it in is hidden by -q."""
+    """The test order's seed, at the end where a failed run's reader looks: -q hides the header that
+    pytest-randomly prints it in."""
     seed = getattr(config.option, "randomly_seed", None)
     if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
         terminalreporter.write_line(f"test order: random, seed {seed}; repeat it with "
