@@ -133,10 +133,9 @@ def to_text(result: pa.Table | None, fmt: str) -> str:
     return json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
-def output_format(ws: Workspace, fmt: str, output: str) -> str:
-    """The format to write ``--output`` in: ``fmt``, or for ``table`` the one the file name says."""
-    if Path(output).resolve() == ws.db_path.resolve():
-        raise BertwbError(f"--output {output} is the workspace database; write the result to another file")
+def output_format(fmt: str, output: str) -> str:
+    """The format to write ``--output`` in: ``fmt``, or for ``table`` the one the file name says. (Where it
+    may go is `bertwb.outputs`' to say: not in the workspace, nor over the config's data.)"""
     if fmt != "table":
         return fmt
     suffix = Path(output).suffix.lower().lstrip(".")
