@@ -88,7 +88,8 @@ def test_every_renderer_shows_control_characters_as_escapes(screen: io.StringIO,
 
 
 # Text a renderer could meet: brackets, backslashes, markup-like tags, controls, and any letters.
-PIECES = ["[", "]", "/", "\\", "[/", "[bold]", "[/quote]", "[link=x]", ":smile:", "\x1b", "\r", "\x00", "\x9b", "a", " "]
+PIECES = ["[", "]", "/", "\\", "[/", "[bold]", "[/quote]", "[link=x]", ":smile:",
+          "\x1b", "\r", "\x00", "\x9b", "a", " "]
 TEXT = st.lists(st.sampled_from(PIECES) | st.characters(codec="utf-8", exclude_characters="\n\t"),
                 min_size=1, max_size=30).map("".join)
 
