@@ -206,3 +206,18 @@ def test_a_report_from_before_markers_in_the_workspace_is_replaced(built: Projec
     (own / ".bertwb-report").unlink(missing_ok=True)
     built.run("report", "-q")
     assert (own / ".bertwb-report").is_file() and not (own / "figures" / "old.png").exists()
+
+
+# Commands that write where the user says without going through bertwb.outputs, and why.
+UNGUARDED = {"init": "creates a new project (a config, a Makefile, corpus/) in DIRECTORY: no workspace or config "
+                     "exists yet to protect, and it overwrites only its own files, with --force"}
+
+
+def test_every_command_that_writes_a_user_named_path_is_guarded_here():
+    """Whatever comes later: a command with an output path (an --output/--out option or an OUT argument)
+    is one of the commands parametrised above, or says in UNGUARDED why not."""
+    from bertwb.cli import cli
+
+    writers = {name for name, command in cli.commands.items()
+               if any(param.name in ("output", "out", "directory") for param in command.params)}
+    assert writers == set(FILE_COMMANDS) | set(FOLDER_COMMANDS) | set(UNGUARDED)
