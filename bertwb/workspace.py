@@ -282,6 +282,19 @@ def replacing(target: Path, in_place: bool = False) -> Iterator[BinaryIO]:
         tmp.unlink(missing_ok=True)
 
 
+def open_append(path: Path) -> TextIO:
+    """``path`` opened to add lines at its end (a run's metrics.jsonl), created if need be, never through
+    a link: the file lives in a workspace that others may write into (see the module doc)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise BertwbError(f"{path} is a symbolic link, which bertwb never writes through; remove it "
+                          f"(rm {path}) and run again") from None
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)

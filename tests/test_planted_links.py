@@ -114,3 +114,22 @@ def test_no_temporary_or_lock_path_in_the_package_is_named_by_the_process_id():
         offenders += [f"{path.name}: {m.group()}" for m in re.finditer(r"(tmp|old)-\{os\.getpid\(\)\}", text)]
         offenders += [f"{path.name}: {m.group()}" for m in re.finditer(r"(?<!\w)open\([^)]*\.lock", text)]
     assert offenders == []
+
+
+def test_a_link_planted_at_a_runs_metrics_file_is_refused(tmp_path: Path, victim: Path):
+    """A run's metrics.jsonl lives on in the workspace (not a temporary name): lines are appended to it
+    only when it is no link."""
+    from bertwb.errors import BertwbError
+    from bertwb.workspace import open_append
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.symlink_to(victim)
+    before = _digest(victim)
+    with pytest.raises(BertwbError, match="is a symbolic link"):
+        open_append(metrics)
+    assert _digest(victim) == before
+    plain = tmp_path / "plain.jsonl"
+    for line in ("a\n", "b\n"):
+        with open_append(plain) as handle:
+            handle.write(line)
+    assert plain.read_text() == "a\nb\n"
