@@ -84,7 +84,7 @@ def _labelled(label: str, style: str, message: str) -> Text:
     """``label: message`` with only the label styled, on a terminal; all plain elsewhere."""
     if not interactive():
         return plain(f"{label}: {message}")
-    return Text.assemble(plain(label, style), ": ", plain(message))
+    return Text.assemble(plain(f"{label}:", style), " ", plain(message))
 
 
 def info(message: str) -> None:
