@@ -7,7 +7,7 @@ Layout under ``workspace.dir``::
     manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.commit`)
     <stage>/                       a stage's files (tokenizer, checkpoints, ...), swapped in whole;
         .bertwb-build              the build they came from (`BUILD_FILE`)
-    .<stage>.tmp-<random>/         a directory being built (`building`); never read by anything else
+    .<stage>.tmp-<pid>-<random>/   a directory being built (`building`); never read by anything else
     .lock                          held while a stage runs
 
 Every directory bertwb writes whole (a stage's files, a checkpoint, an export) is built by
@@ -18,7 +18,8 @@ renamed into it.
 can put a symbolic link (or a hard link) where bertwb is about to write. So nothing bertwb creates
 here is opened through a link: the lock is opened with ``O_NOFOLLOW`` and must be a plain file of its
 own, and every temporary file or directory is created new (``O_EXCL``, `tempfile`) under a name with
-a random part that cannot be guessed in advance (not the process id), then renamed into place.
+a random part that cannot be guessed in advance (the process id alone could be), then renamed into
+place. (The process id is in the name too, so that `Workspace.recover` leaves a live one's alone.)
 """
 
 from __future__ import annotations
@@ -157,18 +158,38 @@ class Workspace:
     def recover(self) -> None:
         """Undo swaps that a crash cut between their two renames, and drop leftovers of dead builds.
 
-        Called under the lock, so no other process is building here. Checkpoints of training runs
+        Called under the lock, so no stage is building here; but commands that take no lock (``report``,
+        ``import-hf`` into ``imports/``) may be, so what a live process is making is left to it (the
+        process id in the name, `_made_by_a_live_process`). Checkpoints of training runs
         (``<stage>-runs/.../checkpoints/``) are cleaned up the same way.
         """
         for depth in ("", "*/", "*-runs/**/checkpoints/"):
             for old in self.root.glob(f"{depth}.*.old-*"):
                 final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
+                if _made_by_a_live_process(old, ".old-"):
+                    continue
                 if not final.exists():
                     os.replace(old, final)
                 else:
                     _remove(old)
             for tmp in self.root.glob(f"{depth}.*.tmp-*"):
-                _remove(tmp)
+                if not _made_by_a_live_process(tmp, ".tmp-"):
+                    _remove(tmp)
+
+
+def _made_by_a_live_process(path: Path, marker: str) -> bool:
+    """Whether the process named in ``path`` (``.<name><marker><pid>-<random>``) is another one, still
+    running. A name without a pid is a leftover of an older bertwb: not live."""
+    pid, dash, _ = path.name.rsplit(marker, 1)[-1].partition("-")
+    if not dash or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _open_lock_file(path: Path) -> int:
@@ -214,10 +235,10 @@ def building(final: Path, keep: bool = True) -> Iterator[Path]:
 
 
 def new_build_dir(final: Path) -> Path:
-    """A new, empty directory beside ``final`` (``.<name>.tmp-<random>``) to build its replacement in,
+    """A new, empty directory beside ``final`` (``.<name>.tmp-<pid>-<random>``) to build its replacement in,
     with the permissions a plain mkdir gives (`tempfile.mkdtemp` makes it 0700)."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
     tmp.chmod(0o777 & ~_umask())
     return tmp
 
@@ -227,7 +248,7 @@ def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
 
     ``fault_points``: pass `bertwb.faults`' ``mid_swap`` and ``after_swap`` (a stage's own directory).
     """
-    old = final.with_name(f".{final.name}.old-{secrets.token_hex(8)}")
+    old = final.with_name(f".{final.name}.old-{os.getpid()}-{secrets.token_hex(8)}")
     if final.exists():
         os.replace(final, old)
     if fault_points:
@@ -269,7 +290,7 @@ def replacing(target: Path, in_place: bool = False) -> Iterator[BinaryIO]:
         with open(target, "wb") as handle:
             yield handle
         return
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)  # O_EXCL: no link followed
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent)  # O_EXCL: no link followed
     tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; give it a plain file's permissions
