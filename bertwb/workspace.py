@@ -290,7 +290,8 @@ def replacing(target: Path, in_place: bool = False) -> Iterator[BinaryIO]:
         with open(target, "wb") as handle:
             yield handle
         return
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent)  # O_EXCL: no link followed
+    # O_EXCL: a link planted at the name is never followed
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; give it a plain file's permissions
