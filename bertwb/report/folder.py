@@ -31,7 +31,7 @@ def check_replaceable(out: Path, legacy_ok: bool = False) -> None:
         return
     name = f"the report folder {out}" if legacy_ok else f"--output {out}"
     if not out.is_dir() or out.is_symlink():
-        raise BertwbError(f"{name} is not a folder; give a folder for the report (a new one, or one "
+        raise BertwbError(f"{name} is a file or a link, not a folder; give a folder for the report (a new one, or one "
                           "an earlier `bertwb report` wrote)")
     found = sorted(_files(out))
     listed = _listed(out)
