@@ -230,6 +230,7 @@ SKIPPED = {
     "utf16_no_bom.txt": "binary file (not text; it looks like UTF-16LE without a byte-order mark: convert it to "
                         "UTF-8, e.g. iconv -f UTF-16LE -t UTF-8)",
     "utf16_odd_byte.txt": "no documents: 1 line(s) of invalid UTF-16 (line 1)",
+    "[bold] not json [x].jsonl": "no documents: 1 line(s) of invalid JSON",
 }
 
 
@@ -269,6 +270,9 @@ def test_bad_inputs_corpus_every_file_is_read_or_skipped_with_its_reason(tmp_pat
     assert read["records.jsonl"] == ["A good record.", "a lone surrogate escaped", "Another good record."]
     assert read["crlf.txt"] == ["Windows line one.", "Windows line two.", "Second document."]
     assert read["no_final_newline.txt"] == ["The last line has no newline."]
+    assert read["markup.txt"] == ["See [citation needed] here.", "Close the [/quote] tag and [bold]this[/bold]."]
+    assert any(line.startswith("warning: skipped ") and "[bold] not json [x].jsonl" in line
+               for line in _lines(result.output))  # the name whole, not read as markup
     assert max(len(s) for sentences in read.values() for s in sentences) <= MAX_SENTENCE_CHARS
     summary = ingest_summary(project)
     assert summary["bad_lines_by_kind"] == {"encoding": 3, "json": 4, "field": 4}
@@ -319,6 +323,7 @@ SQL_FILES: dict[str, str | tuple[list[str], str | None] | None] = {
     "utf16_bom.sql": None,
     "nul.sql": ([], None),
     "writes_a_file.sql": (["written_by_sql.csv"], "read-only"),
+    "markup.sql": None,
     "deletes.sql": (["DELETE"], "read-only"),
 }
 
@@ -344,6 +349,11 @@ def test_a_utf16_sql_file_runs_and_a_comment_says_it_returns_nothing(built: Proj
     assert "from UTF-16" in built.run("sql", "-f", str(BAD / "sql" / "utf16_bom.sql")).stdout
     result = built.run("sql", "-f", str(BAD / "sql" / "comment_only.sql"))
     assert "no result: the SQL has no statement that returns rows" in result.output
+
+
+def test_sql_values_and_names_that_look_like_markup_print_whole(built: Project):
+    table = built.run("sql", "-f", str(BAD / "sql" / "markup.sql")).stdout
+    assert "see [citation needed] here" in table and "[/quote]" in table and "[/y]" in table
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "fill_mask").iterdir()))

@@ -85,7 +85,8 @@ def test_output_that_names_no_format_or_the_database_is_one_line(built: Project,
                           ".json or .parquet)")
     database = built.workspace / "bertwb.duckdb"
     assert_one_line_error(built.run("sql", "select 1", "--format", "csv", "--output", str(database), expect=None),
-                          f"--output {database} is the workspace database; write the result to another file")
+                          f"--output {database} is inside the workspace ({built.workspace.resolve()}); bertwb writes "
+                          "no output there")
 
 
 def test_timestamp_with_time_zone_in_every_format_without_pytz(built: Project, tmp_path: Path,
