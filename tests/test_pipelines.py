@@ -115,7 +115,7 @@ def test_make_finetune_imports_a_hugging_face_bert_and_fine_tunes_it(pipelines: 
     assert bertwb_commands(first) == ["import-hf", "finetune"]
     result = json.loads((pipelines / "runs" / "finetune" / "finetune" / "sentiment" / "metrics.json").read_text())
     assert result["dev"]["examples"] == 300 and 0 <= result["dev"]["accuracy"] <= 1
-    assert (pipelines / "runs" / "finetune" / "model" / "model.safetensors").is_file()
+    assert (pipelines / "runs" / "finetune-model" / "model.safetensors").is_file()
     assert bertwb_commands(make(pipelines, "finetune", f"HF_MODEL={hf}", extra="--set finetune.steps=4")) == []
 
 
