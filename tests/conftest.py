@@ -192,6 +192,22 @@ def is_usage_line(line: str, fact: str, where: str) -> bool:
         is not None
 
 
+def write_tiny_model(folder: Path) -> Path:
+    """A tiny random bertwb model directory (L1 H32, 64 positions) with its 10-token tokenizer, in ``folder``."""
+    from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
+    from bertwb.model import modeldir
+    from bertwb.model.bert import BertConfig, BertForPreTraining
+
+    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
+    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
+                                                          num_heads=2, intermediate_size=64,
+                                                          max_position_embeddings=64)), folder)
+    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    write_tokenizer_files(tokenizer, folder, 64)
+    return folder
+
+
 PYTHON = sys.executable
 
 

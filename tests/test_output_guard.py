@@ -16,10 +16,8 @@ from typing import Callable
 
 import pytest
 
-from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
-from bertwb.model import modeldir
-from bertwb.model.bert import BertConfig, BertForPreTraining
-from conftest import DEFAULT_TEST_CONFIG, Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import (DEFAULT_TEST_CONFIG, Project, assert_one_line_error, make_documents, write_bert_format,
+                      write_tiny_model)
 
 CONFIG = DEFAULT_TEST_CONFIG + """pairs:
   max_seq_length: 32
@@ -29,17 +27,6 @@ finetune:
       type: classify
       train: data/train.csv
 """
-
-
-def _tiny_model(folder: Path) -> Path:
-    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
-    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
-                                                          num_heads=2, intermediate_size=64,
-                                                          max_position_embeddings=64)), folder)
-    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
-    write_tokenizer_files(tokenizer, folder, 64)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +42,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Project:
     project.run("run", "--until", "pairs", "-q")
     (project.workspace / "pretrain").mkdir()
     (project.workspace / "pretrain" / "model.safetensors").write_bytes(b"weights that took a week")
-    _tiny_model(root / "models" / "tiny")
+    write_tiny_model(root / "models" / "tiny")
     project.run("export", "--checkpoint", str(root / "models" / "tiny"), str(root / "models" / "hf"))
     (root / "into_workspace.csv").symlink_to(project.workspace / "manifests" / "pairs.json")
     (root / "into_workspace").symlink_to(project.workspace / "pretrain")
