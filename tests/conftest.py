@@ -123,6 +123,23 @@ def ingest_summary(project: Project) -> dict:
     return json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
 
 
+def tiny_model_dir(folder: Path, max_positions: int = 64) -> Path:
+    """A random one-layer bertwb model directory with its own tokenizer, made in a blink: for commands
+    that need a model but not a trained one (export, a finetune that must fail before training)."""
+    from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files  # noqa: PLC0415
+    from bertwb.model import modeldir  # noqa: PLC0415
+    from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: PLC0415
+
+    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
+    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
+                                                          num_heads=2, intermediate_size=64,
+                                                          max_position_embeddings=max_positions)), folder)
+    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    write_tokenizer_files(tokenizer, folder, max_positions)
+    return folder
+
+
 def assert_one_line_error(result: Result, *needles: str) -> None:
     """Exit 1, a single 'error:' line naming every needle, and no traceback."""
     assert result.exit_code == 1, result.output

@@ -1,6 +1,6 @@
 """Hostile input (issue #19): each case with the exact line it gets, and tests/bad_inputs/ (made by
 make_bad_inputs.py) through every command that reads files: ingest in each format,
-vocab.from_file, sql -f, fill-mask --file and import-hf. Never a traceback, never an internal error:
+vocab.from_file, sql -f, fill-mask --file, import-hf and finetune's train and dev files. Never a traceback, never an internal error:
 a file is read, or skipped and counted with its reason, or the command stops with one line naming it.
 """
 
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 import zstandard
 
 from conftest import (PYTHON, REPO, Project, assert_one_line_error, ingest_summary, ingested_documents, make_documents,
-                      write_bert_format)
+                      tiny_model_dir, write_bert_format)
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 CORPUS_FILES = sorted(p.name for p in (BAD / "corpus").iterdir())
@@ -355,3 +356,75 @@ def test_bad_inputs_import_hf_folder(built: Project, name: str, tmp_path: Path):
     assert_one_line_error(result)
     assert "internal error" not in result.output and name in result.output
     assert not (tmp_path / "out").exists()
+
+
+# --- finetune: train and dev files of the wrong shape or with silently wrong labels (issue #25) ----------
+
+FINETUNE_GOOD = {
+    "good.csv": "text,label\n" + "".join(f"Sentence number {i}.,{'good' if i % 2 else 'bad'}\n" for i in range(8)),
+    "good.json": (BAD / "finetune" / "negative_answer_start.json").read_text()
+    .replace('"text": "."', '"text": "dawn"').replace('"answer_start": -1', '"answer_start": 19'),
+}
+
+
+@pytest.fixture(scope="module")
+def finetune_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Two tasks (classify, qa) on good files, starting from a tiny random model: nothing to pre-train."""
+    root = tmp_path_factory.mktemp("finetune_bad")
+    for name, text in FINETUNE_GOOD.items():
+        (root / name).write_text(text)
+    project = Project(root)
+    project.write_config(yaml.safe_dump({"finetune": {
+        "steps": 2, "batch_size": 2, "max_seq_length": 32, "eval_every": 1, "checkpoint_every": 1,
+        "tasks": {"classify": {"type": "classify", "train": "good.csv", "dev": "good.csv",
+                               "init_from": str(tiny_model_dir(root / "model", 64))},
+                  "qa": {"type": "qa", "train": "good.json", "dev": "good.json", "doc_stride": 8, "batch_size": 1,
+                         "max_query_length": 8, "init_from": str(root / "model")}}}}))
+    return project
+
+
+@pytest.mark.parametrize("role", ["train", "dev"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "finetune").iterdir()))
+def test_bad_inputs_finetune_file(finetune_project: Project, name: str, role: str):
+    """Each file is refused with one line naming it (and its line), before training starts: as a dev
+    file too, not at the first evaluation; nothing is built."""
+    task = "qa" if name.endswith(".json") else "classify"
+    path = BAD / "finetune" / name
+    result = finetune_project.run("finetune", task, "--set", f"finetune.tasks.{task}.{role}={path}", expect=None)
+    assert_one_line_error(result, str(path))
+    assert "internal error" not in result.output
+    workspace = finetune_project.workspace
+    assert not (workspace / "finetune" / task).exists()
+    assert not list(workspace.glob(f"finetune-runs/{task}/*/checkpoints/*"))  # training never started
+
+
+FINETUNE_LINES = {
+    "nan_label.jsonl": ":3: 'label' is nan, a missing value",
+    "nan_text.jsonl": ":3: 'text' is nan, a missing value",
+    "list_label.jsonl": ":3: 'label' is a list, not a text or a number",
+    "header_only.csv": "only a header (text, label), no examples",
+    "negative_answer_start.json": ":11: question q1: answer_start -1 is not a position of the context (0 to 23)",
+    "answer_start_past_end.json": ":11: question q1: answer_start 90 is not a position of the context",
+    "answers_not_list.json": ":11: question q1.answers is an object, not a list",
+    "qas_not_list.json": ":9: data[].paragraphs[].qas is a string, not a list",
+    "paragraphs_not_list.json": ":6: data[].paragraphs is an object, not a list",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FINETUNE_LINES))
+def test_bad_finetune_files_name_the_line_and_what_is_wrong(finetune_project: Project, name: str):
+    """A NaN label no longer becomes a class named "nan", nor a negative answer_start an unanswerable question."""
+    task = "qa" if name.endswith(".json") else "classify"
+    path = BAD / "finetune" / name
+    result = finetune_project.run("finetune", task, "--set", f"finetune.tasks.{task}.train={path}", expect=None)
+    assert_one_line_error(result, str(path) + FINETUNE_LINES[name] if FINETUNE_LINES[name].startswith(":")
+                          else FINETUNE_LINES[name])
+
+
+def test_the_good_finetune_files_train(finetune_project: Project, tmp_path: Path):
+    """The control: the same project with good files fine-tunes both tasks (so the refusals above are the files')."""
+    shutil.copytree(finetune_project.root, tmp_path / "p")
+    project = Project(tmp_path / "p")
+    project.write_config(finetune_project.config.read_text().replace(str(finetune_project.root), str(project.root)))
+    result = project.run("finetune")
+    assert "finetune/classify: done" in result.output and "finetune/qa: done" in result.output

@@ -22,10 +22,8 @@ import duckdb
 import pytest
 
 import bertwb.stages.vocab
-from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
-from bertwb.model import modeldir
-from bertwb.model.bert import BertConfig, BertForPreTraining
-from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error
+from bertwb.data.tokenizer import SPECIAL_TOKENS
+from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error, tiny_model_dir
 from faultkit import artifacts, status_rows
 
 psutil = pytest.importorskip("psutil")
@@ -184,15 +182,7 @@ def test_a_damaged_database_is_never_fresh(project: Project, damage: str):
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
     """A tiny random bertwb model directory with its tokenizer."""
-    folder = tmp_path / "model"
-    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
-    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
-                                                          num_heads=2, intermediate_size=64,
-                                                          max_position_embeddings=64)), folder)
-    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
-    write_tokenizer_files(tokenizer, folder, 64)
-    return folder
+    return tiny_model_dir(tmp_path / "model")
 
 
 def _listing(folder: Path) -> list[str]:

@@ -8,6 +8,7 @@ vocab/      files for `vocab.from_file`
 sql/        files for `bertwb sql -f`
 fill_mask/  files for `bertwb fill-mask --file`
 hf/         folders for `bertwb import-hf`
+finetune/   train and dev files of fine-tuning tasks: .csv/.tsv/.jsonl for classify, .json (SQuAD) for qa
 """
 
 from __future__ import annotations
@@ -135,6 +136,37 @@ def fill_mask_files() -> dict[str, bytes]:
     }
 
 
+CONTEXT = "The ship sailed at dawn."
+
+
+def squad(qas: object = None, answers: object = None, paragraphs: object = None) -> bytes:
+    """A one-question SQuAD file, with one level replaced by a value of the wrong shape."""
+    answer = [{"text": "dawn", "answer_start": 19}] if answers is None else answers
+    question = [{"id": "q1", "question": "When did the ship sail?", "answers": answer}] if qas is None else qas
+    paragraph = [{"context": CONTEXT, "qas": question}] if paragraphs is None else paragraphs
+    return json.dumps({"version": "1.1", "data": [{"title": "Ships", "paragraphs": paragraph}]}, indent=1).encode()
+
+
+def finetune_files() -> dict[str, bytes]:
+    good = [json.dumps({"text": "A calm sea.", "label": "good"}), json.dumps({"text": "A storm.", "label": "bad"})]
+    return {
+        # classify: a header and no examples; a missing value as NaN (json.dumps writes float("nan") so).
+        "header_only.csv": b"text,label\n",
+        "header_only.tsv": b"text\tlabel\n",
+        "nan_label.jsonl": "\n".join([*good, json.dumps({"text": "Unknown.", "label": float("nan")})]).encode(),
+        "nan_text.jsonl": "\n".join([*good, json.dumps({"text": float("nan"), "label": "good"})]).encode(),
+        "list_label.jsonl": "\n".join([*good, json.dumps({"text": "Both.", "label": ["good", "bad"]})]).encode(),
+        # qa: spans outside the context (Python would slice a negative start from the end) and wrong shapes.
+        "negative_answer_start.json": squad(answers=[{"text": ".", "answer_start": -1}]),
+        "answer_start_past_end.json": squad(answers=[{"text": "dawn", "answer_start": 90}]),
+        "empty_answer_text.json": squad(answers=[{"text": "", "answer_start": 3}]),
+        "answers_not_list.json": squad(answers={"text": "dawn", "answer_start": 19}),
+        "answer_not_object.json": squad(answers=["dawn"]),
+        "qas_not_list.json": squad(qas="When did the ship sail?"),
+        "paragraphs_not_list.json": squad(paragraphs={"context": CONTEXT}),
+    }
+
+
 def hf_folders() -> dict[str, dict[str, bytes]]:
     vocab = (SPECIALS + "the\nsea\nship\n").encode()
     config = json.dumps(TINY_BERT, indent=2).encode()
@@ -164,6 +196,7 @@ def main() -> None:
     write(HERE / "vocab", vocab_files())
     write(HERE / "sql", sql_files())
     write(HERE / "fill_mask", fill_mask_files())
+    write(HERE / "finetune", finetune_files())
     shutil.rmtree(HERE / "hf", ignore_errors=True)
     for name, files in hf_folders().items():
         write(HERE / "hf" / name, files)
