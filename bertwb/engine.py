@@ -178,6 +178,10 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
             return State(name, "stale" if manifest else "missing", str(exc), None, manifest)
     key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
+        damage = ws.manifest_damage(name)
+        if damage:  # as a truncated database: stale, and the next run rebuilds the stage
+            return State(name, "stale", f"damaged: {ws.manifest_path(name)} is {damage}; `bertwb run` rebuilds it",
+                         key, None)
         return State(name, "missing", "never run", key, None)
     if manifest.get("format") != commit.MANIFEST_FORMAT:
         return State(name, "stale", f"made by an older bertwb (manifest format {manifest.get('format')} → "

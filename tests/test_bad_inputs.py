@@ -428,3 +428,27 @@ def test_the_good_finetune_files_train(finetune_project: Project, tmp_path: Path
     project.write_config(finetune_project.config.read_text().replace(str(finetune_project.root), str(project.root)))
     result = project.run("finetune")
     assert "finetune/classify: done" in result.output and "finetune/qa: done" in result.output
+
+
+# --- manifests: torn, or valid JSON of another shape (issue #25) -----------------------------------------
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "manifest").iterdir()))
+def test_bad_inputs_manifest_reads_as_damaged_and_the_next_run_rebuilds(built: Project, name: str, tmp_path: Path):
+    """Issue: a manifest of valid JSON but the wrong shape (``[1,2,3]``) made `status` and `run` crash.
+    Now it is a stale stage, "damaged", as a truncated database is; `run` rebuilds it, and a pending
+    manifest of that shape is discarded as an unfinished commit is."""
+    shutil.copytree(built.root, tmp_path / "p")
+    project = Project(tmp_path / "p")
+    project.write_config(built.config.read_text())
+    manifests = project.workspace / "manifests"
+    shutil.copy(BAD / "manifest" / name, manifests / "ingest.json")
+    shutil.copy(BAD / "manifest" / name, manifests / "ingest.pending.json")
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "stale"
+    assert rows["ingest"]["reason"].startswith(f"damaged: {manifests / 'ingest.json'} is ")
+    assert rows["ingest"]["reason"].endswith("; `bertwb run` rebuilds it")
+    result = project.run("run", "--until", "ingest")
+    assert "ingest: running (stale: damaged: " in result.output
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "fresh"
+    assert not (manifests / "ingest.pending.json").exists()

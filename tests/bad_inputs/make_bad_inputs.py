@@ -8,6 +8,7 @@ vocab/      files for `vocab.from_file`
 sql/        files for `bertwb sql -f`
 fill_mask/  files for `bertwb fill-mask --file`
 hf/         folders for `bertwb import-hf`
+manifest/   stage manifests that are torn or valid JSON of another shape, for `status` and `run`
 finetune/   train and dev files of fine-tuning tasks: .csv/.tsv/.jsonl for classify, .json (SQuAD) for qa
 """
 
@@ -167,6 +168,20 @@ def finetune_files() -> dict[str, bytes]:
     }
 
 
+def manifest_files() -> dict[str, bytes]:
+    shaped = {"format": 2, "stage": "vocab", "key": "0" * 64, "build": "b", "has_files": True}
+    return {
+        "list.json": b"[1, 2, 3]\n",
+        "string.json": b'"vocab"\n',
+        "null.json": b"null\n",
+        "torn.json": json.dumps(shaped).encode()[:30],
+        "outputs_list.json": json.dumps({**shaped, "outputs": [1, 2]}).encode(),
+        "files_not_sizes.json": json.dumps({**shaped, "outputs": {"files": {"vocab/vocab.txt": "big"}}}).encode(),
+        "summary_list.json": json.dumps({**shaped, "summary": ["tokens"]}).encode(),
+        "inputs_strings.json": json.dumps({**shaped, "inputs": ["corpus/a.txt"]}).encode(),
+    }
+
+
 def hf_folders() -> dict[str, dict[str, bytes]]:
     vocab = (SPECIALS + "the\nsea\nship\n").encode()
     config = json.dumps(TINY_BERT, indent=2).encode()
@@ -197,6 +212,7 @@ def main() -> None:
     write(HERE / "sql", sql_files())
     write(HERE / "fill_mask", fill_mask_files())
     write(HERE / "finetune", finetune_files())
+    write(HERE / "manifest", manifest_files())
     shutil.rmtree(HERE / "hf", ignore_errors=True)
     for name, files in hf_folders().items():
         write(HERE / "hf" / name, files)
