@@ -17,7 +17,9 @@ import duckdb
 import pytest
 import yaml
 import zstandard
+from click.testing import CliRunner
 
+from bertwb.cli import cli
 from conftest import (PYTHON, REPO, Project, assert_one_line_error, ingest_summary, ingested_documents, make_documents,
                       tiny_model_dir, write_bert_format)
 
@@ -452,3 +454,17 @@ def test_bad_inputs_manifest_reads_as_damaged_and_the_next_run_rebuilds(built: P
     rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").stdout)}
     assert rows["ingest"]["state"] == "fresh"
     assert not (manifests / "ingest.pending.json").exists()
+
+
+# --- config: a section that is not a mapping (issue #25) ---------------------------------------------------
+
+@pytest.mark.parametrize("with_set", [False, True], ids=["alone", "with-set"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "config").iterdir()))
+def test_bad_inputs_config_section_not_a_mapping(tmp_path: Path, name: str, with_set: bool):
+    """Issue: ``vocab: [1, 2]`` was accepted (status exit 0) once a --set touched vocab; now it is one line
+    naming the file and its line either way."""
+    path = BAD / "config" / name
+    overrides = path.read_text().splitlines()[0].removeprefix("# ").split() if with_set else []
+    result = CliRunner().invoke(cli, ["status", "--config", str(path), "--workdir", str(tmp_path / "ws"), *overrides])
+    assert_one_line_error(result, f"{path} line ", "mapping")
+    assert "internal error" not in result.output

@@ -8,6 +8,7 @@ vocab/      files for `vocab.from_file`
 sql/        files for `bertwb sql -f`
 fill_mask/  files for `bertwb fill-mask --file`
 hf/         folders for `bertwb import-hf`
+config/     bertwb.yaml files whose sections are not mappings, for every command (with a --set into them)
 manifest/   stage manifests that are torn or valid JSON of another shape, for `status` and `run`
 finetune/   train and dev files of fine-tuning tasks: .csv/.tsv/.jsonl for classify, .json (SQuAD) for qa
 """
@@ -168,6 +169,17 @@ def finetune_files() -> dict[str, bytes]:
     }
 
 
+def config_files() -> dict[str, bytes]:
+    """Each file names, in its first line, the --set that reaches into its bad section."""
+    return {
+        "section_list.yaml": b"# --set vocab.vocab_size=128\nvocab: [1, 2]\n",
+        "section_text.yaml": b"# --set pretrain.lr=1e-4\npretrain: fast\n",
+        "section_number.yaml": b"# --set pairs.seed=3\npairs: 3\n",
+        "tasks_list.yaml": b"# --set finetune.tasks.sst.lr=1e-4\nfinetune:\n  tasks: [sst, ner]\n",
+        "task_text.yaml": b"# --set finetune.tasks.sst.lr=1e-4\nfinetune:\n  tasks:\n    sst: classify\n",
+    }
+
+
 def manifest_files() -> dict[str, bytes]:
     shaped = {"format": 2, "stage": "vocab", "key": "0" * 64, "build": "b", "has_files": True}
     return {
@@ -213,6 +225,7 @@ def main() -> None:
     write(HERE / "fill_mask", fill_mask_files())
     write(HERE / "finetune", finetune_files())
     write(HERE / "manifest", manifest_files())
+    write(HERE / "config", config_files())
     shutil.rmtree(HERE / "hf", ignore_errors=True)
     for name, files in hf_folders().items():
         write(HERE / "hf" / name, files)
