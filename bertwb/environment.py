@@ -3,7 +3,8 @@ memory.
 
 `user_error` turns the OS, DuckDB, memory and CUDA errors they raise into one-line `BertwbError`\\ s that
 name the path and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal
-error". Anything it does not recognise stays what it was: a bug to report.
+error". Anything it does not recognise stays what it was: a bug to report. `truncation` finds a database
+file cut short, which DuckDB itself opens without complaint.
 """
 
 from __future__ import annotations
@@ -75,6 +76,32 @@ def damaged_database(path: Path, reason: str) -> BertwbError:
     first = reason.strip().splitlines()[0] if reason.strip() else "unreadable"
     return BertwbError(f"{path} is not a DuckDB database or is truncated ({first}); move it aside (or delete "
                        "it) and run `bertwb run` to rebuild the tables")
+
+
+# DuckDB's file: three 4 KiB headers, then blocks of block_size.
+_DUCKDB_HEADERS = 3 * 4096
+
+
+def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the database file is too short for the blocks its tables use (a truncated copy opens, and its
+    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status.
+
+    Lenient by one block: the file must reach into the last block in use, not to its end, so a DuckDB
+    that one day writes its last block short is not taken for a damaged one."""
+    # fetchall, not fetchone: a result left unfinished makes DuckDB refuse the connection's next query
+    block_size = con.execute("select block_size from pragma_database_size()").fetchall()[0][0]
+    needed, needing = 0, None
+    for (table,) in con.execute("select table_name from duckdb_tables() where schema_name = 'main' "
+                                "and not temporary").fetchall():
+        quoted = table.replace("'", "''")
+        last = con.execute(f"select max(block_id) from pragma_storage_info('{quoted}') where block_id >= 0"
+                           ).fetchall()[0][0]
+        if last is not None and _DUCKDB_HEADERS + last * block_size + 1 > needed:
+            needed, needing = _DUCKDB_HEADERS + last * block_size + 1, table
+    size = path.stat().st_size
+    if size < needed:
+        return f"truncated: {size:,} bytes, and the blocks of table {needing} start at {needed - 1:,}"
+    return None
 
 
 def _os_error(code: int, filename: str | None, reason: str, workspace: Path | None,

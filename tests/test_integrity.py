@@ -177,6 +177,21 @@ def test_a_damaged_database_is_never_fresh(project: Project, damage: str):
     assert {rows[stage]["state"] for rows in [status_rows(project)] for stage in ("ingest", "vocab")} == {"fresh"}
 
 
+def test_sql_on_a_truncated_database_warns_and_its_data_queries_name_the_damage(project: Project):
+    """Issue #25: a truncated database answered metadata queries (table names, row counts from the
+    catalog) as if nothing were wrong."""
+    project.run("run", "--until", "vocab")
+    database = project.workspace / "bertwb.duckdb"
+    with open(database, "r+b") as handle:
+        handle.truncate(database.stat().st_size // 2)
+    result = project.run("sql", "select table_name, estimated_size from duckdb_tables() order by 1", "--format", "csv")
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and str(database) in warnings[0] and "is damaged (truncated: " in warnings[0], result.output
+    assert "bertwb run" in warnings[0] and "sentences," in result.stdout
+    result = project.run("sql", "select * from vocab", expect=None)  # the half cut off
+    assert_one_line_error(result, str(database), "is not a DuckDB database or is truncated", "move it aside")
+
+
 # --- 3. Exports replace only what they wrote ------------------------------------------------------------
 
 @pytest.fixture
