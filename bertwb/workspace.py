@@ -10,9 +10,12 @@ Layout under ``workspace.dir``::
     .<stage>.tmp-<pid>/            a directory being built (`building`); never read by anything else
     .lock                          held while a stage runs
 
-Every directory bertwb writes whole (a stage's files, a checkpoint, an export) is built by
-`building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place, then
-renamed into it.
+Every directory bertwb writes whole (a stage's files, a checkpoint, a task's best weights, an export) is
+built by `building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place,
+then renamed into it, the old one first renamed aside. One mechanism repairs what a crash leaves of
+any of them, wherever it lies (`repair_leftovers`): an old directory renamed aside and never replaced
+is put back, other leftovers of dead processes are removed. `Workspace.recover` runs it over the whole
+workspace before a stage runs, and `building` beside its own target before it builds.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -144,20 +148,15 @@ class Workspace:
         return con
 
     def recover(self) -> None:
-        """Undo swaps that a crash cut between their two renames, and drop leftovers of dead builds.
+        """Repair the swaps a crash cut between their two renames and drop leftovers of dead builds, in
+        every folder of the workspace (a stage's directory, a task's ``best/`` in its run, checkpoints).
 
-        Called under the lock, so no other process is building here. Checkpoints of training runs
-        (``<stage>-runs/.../checkpoints/``) are cleaned up the same way.
+        Called under the lock, so no other process is building here.
         """
-        for depth in ("", "*/", "*-runs/**/checkpoints/"):
-            for old in self.root.glob(f"{depth}.*.old-*"):
-                final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
-                if not final.exists():
-                    os.replace(old, final)
-                else:
-                    _remove(old)
-            for tmp in self.root.glob(f"{depth}.*.tmp-*"):
-                _remove(tmp)
+        for folder, subfolders, _ in os.walk(self.root):
+            repair_leftovers(Path(folder))
+            subfolders[:] = sorted(entry.name for entry in os.scandir(folder)
+                                   if entry.is_dir(follow_symlinks=False) and not _LEFTOVER.match(entry.name))
 
 
 # The type of each field a manifest may hold (`bertwb.commit` writes them), and of the outputs' fields.
@@ -202,15 +201,53 @@ def _manifest_shape_problem(data: Any) -> str | None:
     return None
 
 
+# What a swap leaves beside its target: ``.<name>.tmp-<pid>`` (being built), ``.<name>.old-<pid>`` (set aside).
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>old|tmp)-(?P<pid>\d+)$")
+
+
+def repair_leftovers(folder: Path, name: str | None = None) -> None:
+    """Finish what crashed swaps left in ``folder`` (only those of ``name``, when given): a directory set
+    aside whose replacement never came is put back; anything else a dead process left is removed. A
+    process still running (another export, a report) keeps its own."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for entry in sorted(entries):
+        found = _LEFTOVER.match(entry.name)
+        if not found or (name is not None and found["name"] != name) or _running(int(found["pid"])):
+            continue
+        final = folder / found["name"]
+        if found["kind"] == "old" and not final.exists() and not final.is_symlink():
+            os.replace(entry, final)
+        else:
+            _remove(entry)
+
+
+def _running(pid: int) -> bool:
+    """Whether another process with this id runs (this one is not building while it repairs)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, as another user's
+    return True
+
+
 @contextmanager
-def building(final: Path, keep: bool = True) -> Iterator[Path]:
+def building(final: Path, keep: bool = True, what: str = "dir") -> Iterator[Path]:
     """A fresh directory beside ``final`` to build in; when the block succeeds it replaces ``final``.
 
     The swap is two renames (``final`` aside, the new one in), then the old one is removed, so a
     crash leaves either the old or the new directory in place, or an ``.old`` one that
-    `Workspace.recover` puts back. When the block fails, or with ``keep=False``, the new directory
-    is removed and ``final`` is untouched.
+    `repair_leftovers` puts back: here, before the next build of ``final``, and in the workspace by
+    `Workspace.recover`. When the block fails, or with ``keep=False``, the new directory is removed and
+    ``final`` is untouched. ``what`` names the swap's fault points (`swap_in`).
     """
+    repair_leftovers(final.parent, final.name)
     tmp = new_build_dir(final)
     try:
         yield tmp
@@ -220,7 +257,7 @@ def building(final: Path, keep: bool = True) -> Iterator[Path]:
     if not keep:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    swap_in(tmp, final)
+    swap_in(tmp, final, what)
 
 
 def new_build_dir(final: Path) -> Path:
@@ -232,20 +269,26 @@ def new_build_dir(final: Path) -> Path:
     return tmp
 
 
-def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
+def swap_in(tmp: Path, final: Path, what: str | None = None) -> None:
     """Replace ``final`` by ``tmp``: ``final`` renamed aside, ``tmp`` renamed in, the old one removed.
+    An error between the renames puts the old one back (a kill leaves it to `repair_leftovers`).
 
-    ``fault_points``: pass `bertwb.faults`' ``mid_swap`` and ``after_swap`` (a stage's own directory).
+    Passes `bertwb.faults`' points ``<what>_mid_swap`` and ``<what>_after_swap`` (``mid_swap`` and
+    ``after_swap`` with no ``what``: a stage's own directory).
     """
+    prefix = f"{what}_" if what else ""
     old = final.with_name(f".{final.name}.old-{os.getpid()}")
     if final.exists():
         os.replace(final, old)
-    if fault_points:
-        faults.point("mid_swap")
-    os.replace(tmp, final)
+    try:
+        faults.point(f"{prefix}mid_swap")
+        os.replace(tmp, final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
     _fsync_dir(final.parent)
-    if fault_points:
-        faults.point("after_swap")
+    faults.point(f"{prefix}after_swap")
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -130,10 +130,14 @@ def tiny_model_dir(folder: Path, max_positions: int = 64) -> Path:
     from bertwb.model import modeldir  # noqa: PLC0415
     from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: PLC0415
 
+    import torch  # noqa: PLC0415
+
     tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
-    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
-                                                          num_heads=2, intermediate_size=64,
-                                                          max_position_embeddings=max_positions)), folder)
+    with torch.random.fork_rng():  # the same weights every time, and the caller's random state untouched
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32, num_heads=2,
+                                              intermediate_size=64, max_position_embeddings=max_positions))
+    modeldir.save_model_dir(model, folder)
     tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
     write_tokenizer_files(tokenizer, folder, max_positions)

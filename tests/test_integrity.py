@@ -244,6 +244,27 @@ def test_export_force_replaces_an_earlier_export_or_an_empty_folder(project: Pro
     assert (tmp_path / "empty" / "config.json").is_file()
 
 
+@pytest.mark.parametrize("action", ["exit", "enospc"])
+def test_an_export_killed_or_out_of_disk_between_its_renames_is_put_back_by_the_next_export(
+        project: Project, model: Path, tmp_path: Path, action: str):
+    """Issue #25: an export --force cut between its two renames left the earlier export only as a hidden
+    ``.export.old-<pid>`` folder, never repaired. The next export puts it back before it decides anything."""
+    out = tmp_path / "export"
+    project.run("export", "--checkpoint", str(model), str(out))
+    before = _listing(out)
+    code, output = finished(bertwb_process(project, "export", "--checkpoint", str(model), "--force", str(out),
+                                           env={"BERTWB_FAULT": f"export_mid_swap:{action}"}))
+    if action == "exit":
+        assert code == 137, output
+    else:
+        assert_one_error_line(code, output, "disk full: no space left writing", "free some space")
+        assert _listing(out) == before  # put back at once
+    assert_one_line_error(project.run("export", "--checkpoint", str(model), str(out), expect=None), "pass --force")
+    assert _listing(out) == before
+    project.run("export", "--checkpoint", str(model), "--force", str(out))
+    assert _listing(out) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".export.")]
+
+
 # --- 5. No orphans ------------------------------------------------------------------------------------------
 
 def test_a_killed_pairs_leaves_no_process_behind(project: Project, tmp_path: Path):

@@ -48,7 +48,7 @@ from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.heads import AnyBert
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict
-from bertwb.workspace import Workspace, building
+from bertwb.workspace import Workspace, building, repair_leftovers
 
 TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 MARKER = ".bertwb-export"  # in every folder export and import-hf write; --force replaces only those
@@ -150,6 +150,7 @@ def _building(out: Path, force: bool, protected: Protected) -> Iterator[Path]:
     """`bertwb.workspace.building` for an output folder the user names: not a protected path nor an
     ancestor of one, no file there, and no folder with contents unless ``force`` and bertwb wrote it."""
     target = out.resolve()
+    repair_leftovers(target.parent, target.name)  # an earlier export killed mid-swap: its folder back first
     protected = [(path.resolve(), what) for path, what in protected]
     for path, what in protected:
         if target == path:
@@ -165,6 +166,6 @@ def _building(out: Path, force: bool, protected: Protected) -> Iterator[Path]:
         if not (out / MARKER).is_file():
             raise BertwbError(f"{out} holds files bertwb did not write (no {MARKER} in it), and --force replaces "
                               "only an earlier export or import; remove it yourself or pick another folder")
-    with building(target) as tmp:
+    with building(target, what="export") as tmp:
         (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
         yield tmp
