@@ -295,7 +295,9 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
                     con.close()
                 except duckdb.Error:
                     pass  # invalidated by a fatal error, reported below
-    except (OSError, duckdb.Error) as exc:
+    except BertwbError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a full disk comes as OSError, DuckDB's, torch's or safetensors' type
         known = environment.user_error(exc, ws.root, _last_size(ws, current.name) if current else None)
         if known is None:
             raise

@@ -3,7 +3,8 @@ memory.
 
 `user_error` turns the OS, DuckDB, memory and CUDA errors they raise into one-line `BertwbError`\\ s that
 name the path and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal
-error". Anything it does not recognise stays what it was: a bug to report. `truncation` finds a database
+error", those that libraries raise as text included (`write_errno`: torch.save and safetensors on a full
+disk). Anything it does not recognise stays what it was: a bug to report. `truncation` finds a database
 file cut short, which DuckDB itself opens without complaint.
 """
 
@@ -54,6 +55,9 @@ def user_error(exc: BaseException, workspace: Path | None = None, needed: str | 
         where = f"{exc.filename}: " if exc.filename else ""
         fix = _ERRNO_FIXES.get(exc.errno)
         return BertwbError(f"{where}{exc.strerror or _first_line(exc)}{'; ' + fix if fix else ''}")
+    code = write_errno(exc)
+    if code is not None:
+        return user_error(OSError(code, f"{type(exc).__name__}: {_first_line(exc)}"), workspace, needed)
     if isinstance(exc, duckdb.Error):
         text = str(exc)
         quoted = re.search(r'"([^"]+)"', text)
@@ -65,6 +69,30 @@ def user_error(exc: BaseException, workspace: Path | None = None, needed: str | 
             return damaged_database(Path(path) if path else Path("bertwb.duckdb"), text)
         if type(exc).__name__ in ("IOException", "OutOfMemoryException", "PermissionException"):
             return BertwbError(f"DuckDB: {_first_line(exc)}")
+    return None
+
+
+# torch.save's zip writer says only that a write failed (a short write, its position off): a full disk,
+# nearly always, which it does not name.
+_TORCH_WRITE_FAILED = ("file write failed", "unexpected pos")
+
+
+def write_errno(exc: BaseException) -> int | None:
+    """The OS error code of a failed write that a library raised as another exception than OSError, or None.
+
+    safetensors and tokenizers (Rust) raise their own types with the OS error in the text: ``SafetensorError:
+    Error while serializing: I/O error: No space left on device (os error 28)``. torch.save raises
+    ``RuntimeError: [enforce fail at inline_container.cc:...] . unexpected pos 704 vs 598`` (or "...file
+    write failed"), taken as a full disk.
+    """
+    if isinstance(exc, OSError):
+        return None
+    text = str(exc)
+    found = re.search(r"\(os error (\d+)\)", text)
+    if found:
+        return int(found.group(1))
+    if isinstance(exc, RuntimeError) and "inline_container.cc" in text and any(n in text for n in _TORCH_WRITE_FAILED):
+        return errno.ENOSPC
     return None
 
 

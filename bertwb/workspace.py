@@ -245,14 +245,18 @@ def building(final: Path, keep: bool = True, what: str = "dir") -> Iterator[Path
     crash leaves either the old or the new directory in place, or an ``.old`` one that
     `repair_leftovers` puts back: here, before the next build of ``final``, and in the workspace by
     `Workspace.recover`. When the block fails, or with ``keep=False``, the new directory is removed and
-    ``final`` is untouched. ``what`` names the swap's fault points (`swap_in`).
+    ``final`` is untouched; a library's failed write (`bertwb.environment.write_errno`) comes out as the
+    OSError it was, naming ``final``. ``what`` names the swap's fault points (`swap_in`).
     """
     repair_leftovers(final.parent, final.name)
     tmp = new_build_dir(final)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        code = environment.write_errno(exc)  # torch.save or safetensors out of disk: an OSError naming the folder
+        if code is not None:
+            raise OSError(code, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}", str(final)) from exc
         raise
     if not keep:
         shutil.rmtree(tmp, ignore_errors=True)
