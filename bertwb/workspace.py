@@ -192,7 +192,8 @@ def _manifest_shape_problem(data: Any) -> str | None:
         if not isinstance(value, kind):
             return f"its outputs.{name} is {type(value).__name__}"
     for name in ("files", "tables"):
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in data.get("outputs", {}).get(name, {}).values()):
+        sizes = data.get("outputs", {}).get(name, {}).values()
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
             return f"its outputs.{name} holds something other than sizes"
     if not all(isinstance(i, dict) and "path" in i for i in data.get("inputs", [])):
         return "its inputs are not objects with a path"

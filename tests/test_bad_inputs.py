@@ -1,7 +1,8 @@
 """Hostile input (issue #19): each case with the exact line it gets, and tests/bad_inputs/ (made by
-make_bad_inputs.py) through every command that reads files: ingest in each format,
-vocab.from_file, sql -f, fill-mask --file, import-hf and finetune's train and dev files. Never a traceback, never an internal error:
-a file is read, or skipped and counted with its reason, or the command stops with one line naming it.
+make_bad_inputs.py) through every command that reads files: ingest in each format, vocab.from_file,
+sql -f, fill-mask --file, import-hf, finetune's train and dev files, a config, a stage's manifest.
+Never a traceback, never an internal error: a file is read, or skipped and counted with its reason, or
+the command stops with one line naming it.
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ def test_a_full_disk_in_torch_or_safetensors_words_is_the_disk_full_line(exc: Ex
     with pytest.raises(OSError) as raised, building(tmp_path / "best", what="best"):
         raise exc
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "best")
-    assert str(environment.user_error(raised.value)).startswith(f"disk full: no space left writing {tmp_path / 'best'} (")
+    line = str(environment.user_error(raised.value))
+    assert line.startswith(f"disk full: no space left writing {tmp_path / 'best'} (")
     assert not list(tmp_path.iterdir())  # the half-written folder is gone
 
 

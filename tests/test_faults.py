@@ -25,7 +25,7 @@ import yaml
 
 from conftest import (PYTHON, Project, assert_one_line_error, make_documents, pretrain_config, tiny_model_dir,
                       write_bert_format)
-from faultkit import STAGES, Zygote, artifacts, assert_status_truthful, status_rows
+from faultkit import STAGES, Zygote, artifacts, assert_one_error_line, assert_status_truthful, status_rows
 
 MATRIX_CONFIG = pretrain_config(pairs={"workers": 1}, model={"num_layers": 1, "hidden_size": 64, "num_heads": 2},
                                 pretrain={"steps": 4, "warmup_steps": 2, "checkpoint_every": 2})
@@ -206,10 +206,3 @@ def test_a_task_killed_or_out_of_disk_at_any_swap_is_repaired_by_the_next_run(ta
     assert status_rows(project)["finetune/score"]["state"] == "fresh"
     assert _task_digests(project) == reference
     assert not [path for path in project.workspace.rglob("*") if ".old-" in path.name or ".tmp-" in path.name]
-
-
-def assert_one_error_line(code: int, output: str, *needles: str) -> None:
-    assert code == 1, output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in output, output
-    assert all(needle in errors[0] for needle in needles), errors[0]

@@ -10,10 +10,8 @@ The kill-anywhere matrix is in test_faults.py.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -25,7 +23,7 @@ import pytest
 import bertwb.stages.vocab
 from bertwb.data.tokenizer import SPECIAL_TOKENS
 from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error, tiny_model_dir
-from faultkit import artifacts, status_rows
+from faultkit import artifacts, assert_one_error_line, finished, namespace, status_rows
 
 psutil = pytest.importorskip("psutil")
 
@@ -39,20 +37,6 @@ def bertwb_process(project: Project, *args: str, env: dict[str, str] | None = No
                             text=True, cwd=project.root, **popen)
 
 
-def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
-
-
-def assert_one_error_line(code: int, output: str, *needles: str) -> None:
-    """A real process's version of `assert_one_line_error`."""
-    assert code == 1, output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in output, output
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-
-
 def wait_for(ready: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     """Until the fault hook says the process hangs at its point (the process must not end first)."""
     deadline = time.monotonic() + timeout
@@ -61,10 +45,6 @@ def wait_for(ready: Path, process: subprocess.Popen, timeout: float = 120) -> No
             process.kill()
             raise AssertionError(f"never reached the fault point:\n{process.communicate()[0]}")
         time.sleep(0.05)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def vocab_table_matches_files(workspace: Path) -> bool:
@@ -121,10 +101,11 @@ def test_a_rebuild_to_the_same_outputs_keeps_everything_below_fresh(project: Pro
     project.run("vocab")
     assert "pairs: fresh" in project.run("run", "--until", "pairs").output
     (project.workspace / "manifests" / "vocab.json").write_text("{ not json")
-    rows = status_rows(project)
-    assert rows["vocab"]["state"] == "missing" and rows["pairs"]["reason"] == "upstream vocab is missing"
+    rows = status_rows(project)  # a torn manifest is damaged, not "never run" (issue #25)
+    assert rows["vocab"]["state"] == "stale" and rows["vocab"]["reason"].startswith("damaged: ")
+    assert rows["pairs"]["reason"] == "upstream vocab is stale"
     output = project.run("run", "--until", "pairs").output
-    assert "vocab: running (missing: never run)" in output and "pairs: fresh" in output
+    assert "vocab: running (stale: damaged: " in output and "pairs: fresh" in output
     assert artifacts(project.workspace, ("vocab", "pairs")) == before
 
 
@@ -191,7 +172,8 @@ def test_sql_on_a_truncated_database_warns_and_its_data_queries_name_the_damage(
         handle.truncate(database.stat().st_size // 2)
     result = project.run("sql", "select table_name, estimated_size from duckdb_tables() order by 1", "--format", "csv")
     warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and str(database) in warnings[0] and "is damaged (truncated: " in warnings[0], result.output
+    assert len(warnings) == 1, result.output
+    assert str(database) in warnings[0] and "is damaged (truncated: " in warnings[0]
     assert "bertwb run" in warnings[0] and "sentences," in result.stdout
     result = project.run("sql", "select * from vocab", expect=None)  # the half cut off
     assert_one_line_error(result, str(database), "is not a DuckDB database or is truncated", "move it aside")
@@ -294,20 +276,12 @@ def test_a_killed_pairs_leaves_no_process_behind(project: Project, tmp_path: Pat
 
 # --- 6. Environment faults are user errors ---------------------------------------------------------------
 
-def _namespace(*flags: str) -> tuple[str, ...]:
-    """An ``unshare`` prefix (user namespace, and more ``flags``), or a skip where the machine allows none."""
-    unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "--user", *flags, "true"], capture_output=True).returncode:
-        pytest.skip("needs unshare with user namespaces")
-    return (unshare, "--user", *flags)
-
-
 def _as_a_plain_user() -> tuple[str, ...]:
     """A prefix under which permissions bind (root ignores them; a user namespace strips that power)."""
-    return () if os.geteuid() != 0 else _namespace()
+    return () if os.geteuid() != 0 else namespace()
 
 
-# An unreadable input: test_bad_inputs.py::
+# A full disk: test_full_disk.py. An unreadable input: test_bad_inputs.py::
 # test_an_unreadable_directory_or_file_stops_with_one_line_and_keeps_the_last_build.
 
 
@@ -323,7 +297,7 @@ def test_an_unwritable_workspace_is_a_one_line_error(project: Project):
 
 def test_a_read_only_workspace_is_a_one_line_error_and_status_still_works(project: Project):
     project.run("ingest")
-    prefix = _namespace("--map-root-user", "--mount")
+    prefix = namespace("--map-root-user", "--mount")
     ws = str(project.workspace)
     script = (f"mount --bind {ws} {ws} && mount -o remount,bind,ro {ws} {ws} && "
               f"{PYTHON} -m bertwb vocab --config {project.config}; echo exit=$?; "
@@ -336,189 +310,3 @@ def test_a_read_only_workspace_is_a_one_line_error_and_status_still_works(projec
     assert_one_error_line(1, output, "read-only file system", ws, "--workdir")
     assert {row["stage"]: row["state"] for row in json.loads((project.root / "status.json").read_text())}["ingest"] \
         == "fresh"
-
-
-SMALL_DISK = r"""
-import json, os, shutil, subprocess, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[4])
-from faultkit import artifacts
-from bertwb import engine
-from bertwb.configfile import load_config
-from bertwb.workspace import Workspace
-
-ws, config, out = sys.argv[1], sys.argv[2], sys.argv[3]
-STAGES = ("ingest", "vocab", "pairs")
-snapshot = os.path.join(os.path.dirname(out), "snapshot")
-
-def bertwb(*args):
-    done = subprocess.run([sys.executable, "-m", "bertwb", *args, "--config", config, "--workdir", ws],
-                          capture_output=True, text=True)
-    return done.returncode, done.stdout + done.stderr
-
-def status(*overrides):
-    cfg = load_config(config, list(overrides), ws)
-    ws_ = Workspace(cfg.resolve(cfg.workspace.dir))
-    return {row["stage"]: [row["state"], row["reason"]] for row in engine.status(cfg, ws_) if row["stage"] in STAGES}
-
-def restore():
-    for name in os.listdir(ws):
-        path = os.path.join(ws, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    shutil.copytree(snapshot, ws, dirs_exist_ok=True)
-
-results = {"build": bertwb("run", "--until", "pairs"), "cells": []}
-shutil.copytree(ws, snapshot)
-results["A"] = artifacts(Path(ws), STAGES)
-for stage, change in (("vocab", "vocab.vocab_size=128"), ("pairs", "pairs.seed=7")):
-    restore()
-    bertwb(stage, "--set", change)
-    results[change] = artifacts(Path(ws), STAGES)
-    for room in (16 << 10, 160 << 10, 600 << 10):
-        restore()
-        free = os.statvfs(ws).f_bavail * os.statvfs(ws).f_frsize
-        with open(os.path.join(ws, "filler"), "wb") as filler:
-            os.posix_fallocate(filler.fileno(), 0, max(free - room, 1))
-        cell = {"stage": stage, "change": change, "room": room, "run": bertwb(stage, "--set", change),
-                "status A": status(), "status B": status(change)}
-        cell["artifacts"] = artifacts(Path(ws), STAGES)
-        os.remove(os.path.join(ws, "filler"))
-        cell["rerun"] = bertwb(stage, "--set", change)
-        cell["after"] = artifacts(Path(ws), STAGES)
-        cell["status after"] = status(change)
-        results["cells"].append(cell)
-with open(out, "w") as handle:
-    json.dump(results, handle)
-"""
-
-
-def test_a_full_disk_leaves_a_consistent_workspace_and_says_so(project: Project, tmp_path: Path):
-    """A real small file system (tmpfs in a user namespace): vocab and pairs run out of room at several
-    points. Issue: a full disk during `vocab --force` left a mixed workspace that reported fresh, and
-    during `pairs` said "OSError: 266806 requested and 129024 written"."""
-    prefix = _namespace("--map-root-user", "--mount")
-    ws = tmp_path / "small"
-    ws.mkdir()
-    helper, out = tmp_path / "small_disk.py", tmp_path / "results.json"
-    helper.write_text(SMALL_DISK)
-    script = f"mount -t tmpfs -o size=24m tmpfs {ws} && {PYTHON} {helper} {ws} {project.config} {out} {REPO / 'tests'}"
-    code, output = finished(subprocess.Popen([*prefix, "sh", "-c", script], stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True, cwd=project.root))
-    if "mount:" in output:
-        pytest.skip(f"cannot mount a tmpfs here: {output.strip().splitlines()[0]}")
-    assert code == 0, output
-    results = json.loads(out.read_text())
-    assert results["build"][0] == 0, results["build"]
-    failures = 0
-    for cell in results["cells"]:
-        code, text = cell["run"]
-        where = f"{cell['stage']} with {cell['room']:,} bytes free: {text}"
-        if code != 0:
-            failures += 1
-            assert_one_error_line(code, text, "disk full: no space left writing", "free some space")
-            assert "requested and" not in text, where
-        for config, expected in (("status A", results["A"]), ("status B", results[cell["change"]])):
-            for stage, (state, reason) in cell[config].items():
-                if state == "fresh" and stage in expected:
-                    assert cell["artifacts"][stage] == expected[stage], f"{config}: {stage} fresh ({reason}); {where}"
-        assert cell["rerun"][0] == 0, cell["rerun"]
-        assert cell["after"][cell["stage"]] == results[cell["change"]][cell["stage"]], where
-        assert cell["status after"][cell["stage"]][0] == "fresh", where
-    assert failures >= 4, "the file system did not fill up: make the rooms smaller"
-
-
-SMALL_DISK_TRAINING = r"""
-import hashlib, json, os, shutil, subprocess, sys
-small, finetune_config, pretrain_project, out = sys.argv[1:5]
-finetune_rooms, pretrain_rooms = json.loads(sys.argv[5]), json.loads(sys.argv[6])
-
-def bertwb(config, *args):
-    done = subprocess.run([sys.executable, "-m", "bertwb", *args, "--config", config], capture_output=True, text=True)
-    return [done.returncode, done.stdout + done.stderr]
-
-def filled(room, run):
-    stat = os.statvfs(small)
-    with open(os.path.join(small, "filler"), "wb") as filler:
-        os.posix_fallocate(filler.fileno(), 0, max(stat.f_bavail * stat.f_frsize - room, 1))
-    try:
-        return run()
-    finally:
-        os.remove(os.path.join(small, "filler"))
-
-def digest(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.exists(path) else None
-
-results = {"finetune": [], "export": [], "pretrain": []}
-ws, export = os.path.join(small, "ws"), os.path.join(small, "export")
-task = os.path.join(ws, "finetune", "score")
-for room in finetune_rooms:
-    shutil.rmtree(ws, ignore_errors=True)
-    cell = {"room": room, "run": filled(room, lambda: bertwb(finetune_config, "finetune", "--workdir", ws))}
-    cell["rerun"] = bertwb(finetune_config, "finetune", "--workdir", ws)
-    cell["weights"] = digest(os.path.join(task, "model.safetensors"))
-    results["finetune"].append(cell)
-    shutil.rmtree(export, ignore_errors=True)
-    cell = {"room": room, "run": filled(room, lambda: bertwb(finetune_config, "export", "--workdir", ws,
-                                                             "--checkpoint", task, export))}
-    cell["rerun"] = bertwb(finetune_config, "export", "--workdir", ws, "--force", "--checkpoint", task, export)
-    results["export"].append(cell)
-config = os.path.join(pretrain_project, "bertwb.yaml")
-for room in pretrain_rooms:
-    shutil.rmtree(ws, ignore_errors=True)
-    shutil.copytree(os.path.join(pretrain_project, ".bertwb"), ws)
-    cell = {"room": room, "run": filled(room, lambda: bertwb(config, "pretrain", "--workdir", ws))}
-    cell["rerun"] = bertwb(config, "pretrain", "--workdir", ws)
-    cell["weights"] = digest(os.path.join(ws, "pretrain", "model.safetensors"))
-    results["pretrain"].append(cell)
-with open(out, "w") as handle:
-    json.dump(results, handle)
-"""
-WEIGHT_WRITERS = {"RuntimeError: [enforce fail at inline_container.cc", "SafetensorError"}  # torch.save, safetensors
-
-
-def test_a_full_disk_while_training_or_exporting_writes_weights_is_the_disk_full_line(trainer: Project, tmp_path: Path):
-    """A real small file system: torch.save (a checkpoint's trainer.pt) and safetensors (a checkpoint's and
-    the best weights' model.safetensors, an export's) run out of room, in pretrain, finetune and export.
-    Issue #25: their errors, RuntimeError "[enforce fail at inline_container.cc...]" and SafetensorError
-    "(os error 28)", said "internal error". Each is now the disk-full line, and the rerun, with room again,
-    ends with the weights of a run never interrupted."""
-    prefix = _namespace("--map-root-user", "--mount")
-    finetune = tmp_path / "finetune"
-    finetune.mkdir()
-    (finetune / "train.csv").write_text("text,label\n" + "".join(f"{'the ship ' * (i % 4 + 1)}sails,{i % 4}\n"
-                                                                for i in range(16)))
-    tiny_model_dir(finetune / "model")
-    (finetune / "bertwb.yaml").write_text(json.dumps({"finetune": {
-        "steps": 6, "batch_size": 4, "lr": 1.0e-4, "max_seq_length": 16, "eval_every": 1, "checkpoint_every": 2,
-        "tasks": {"score": {"type": "classify", "regression": True, "train": "train.csv", "dev": "train.csv",
-                            "init_from": "model"}}}}))
-    Project(finetune).run("finetune", "--workdir", str(tmp_path / "reference"))
-    reference = {"finetune": _digest(tmp_path / "reference" / "finetune" / "score" / "model.safetensors")}
-    shutil.copytree(trainer.root, tmp_path / "pretrained")
-    Project(tmp_path / "pretrained").run("pretrain")
-    reference["pretrain"] = _digest(tmp_path / "pretrained" / ".bertwb" / "pretrain" / "model.safetensors")
-    small, helper, out = tmp_path / "small", tmp_path / "small_disk_training.py", tmp_path / "results.json"
-    small.mkdir()
-    helper.write_text(SMALL_DISK_TRAINING)
-    # The rooms: finetune: less than the best weights (safetensors), then room for them but not for the first
-    # checkpoint's trainer.pt (torch.save); the export's weights do not fit in the first. Pretrain likewise.
-    rooms = [json.dumps([24 << 10, 160 << 10]), json.dumps([1 << 20, 3 << 20])]
-    script = (f"mount -t tmpfs -o size=48m tmpfs {small} && {PYTHON} {helper} {small} {finetune / 'bertwb.yaml'} "
-              f"{trainer.root} {out} '{rooms[0]}' '{rooms[1]}'")
-    code, output = finished(subprocess.Popen([*prefix, "sh", "-c", script], stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True, cwd=tmp_path))
-    if "mount:" in output:
-        pytest.skip(f"cannot mount a tmpfs here: {output.strip().splitlines()[0]}")
-    assert code == 0, output
-    results = json.loads(out.read_text())
-    writers = {command: set() for command in results}
-    for command, cells in results.items():
-        for cell in cells:
-            code, text = cell["run"]
-            if code != 0:
-                assert_one_error_line(code, text, "disk full: no space left writing", "free some space")
-                writers[command] |= {writer for writer in WEIGHT_WRITERS if writer in text}
-            assert cell["rerun"][0] == 0, cell["rerun"][1]
-            if command in reference:
-                assert cell["weights"] == reference[command], f"{command} with {cell['room']:,} bytes free"
-    assert writers == {"finetune": WEIGHT_WRITERS, "pretrain": WEIGHT_WRITERS, "export": {"SafetensorError"}}, results

@@ -243,7 +243,8 @@ def test_tasks_whose_names_differ_only_in_non_ascii_letters_or_case_get_figures_
                                                       "eval_every": 1, "tasks": tasks}}, allow_unicode=True))
     project.run("finetune")
     report = json.loads(project.run("report", "--json").stdout)
-    curves = {figure["title"]: Path(figure["path"]) for figure in report["figures"] if figure["name"].endswith("_curves")}
+    curves = {figure["title"]: Path(figure["path"]) for figure in report["figures"]
+              if figure["name"].endswith("_curves")}
     assert sorted(curves) == sorted(f"{name}: training" for name in tasks)
     assert len({path.name.lower() for path in curves.values()}) == len(tasks)
     assert all(path.is_file() for path in curves.values())
