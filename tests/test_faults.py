@@ -206,3 +206,18 @@ def test_a_task_killed_or_out_of_disk_at_any_swap_is_repaired_by_the_next_run(ta
     assert status_rows(project)["finetune/score"]["state"] == "fresh"
     assert _task_digests(project) == reference
     assert not [path for path in project.workspace.rglob("*") if ".old-" in path.name or ".tmp-" in path.name]
+
+
+def test_best_weights_removed_by_hand_are_one_line_naming_them_and_the_fix(task_matrix):
+    """Not a crash's leftover (those are repaired): best/ deleted after the run. The rerun, which has nothing
+    left to train, names the missing file and --force instead of an internal FileNotFoundError."""
+    saved, where, _ = task_matrix
+    shutil.rmtree(where, ignore_errors=True)
+    shutil.copytree(saved, where)
+    project = Project(where)
+    project.run("finetune")
+    (best,) = project.workspace.glob("finetune-runs/score/*/best")
+    shutil.rmtree(best)
+    (project.workspace / "manifests" / "finetune" / "score.json").unlink()
+    assert_one_line_error(project.run("finetune", expect=None), f"{best / 'model.safetensors'} is missing",
+                          "bertwb finetune score --force")
