@@ -1,10 +1,19 @@
 # The two commands of the README: `make demo` and `make test`. Both are idempotent.
+#
+# Both install the locked set in requirements/ (exact versions with hashes that the suite has passed on),
+# not whatever is newest today: a fresh clone gets what CI tested. `make test-latest` tries the newest
+# versions pyproject.toml allows; `make lock` re-resolves the lock and reruns the suite on it.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 TORCH_CPU_VERSION ?= 2.13.0
+LOCK_RUNTIME = requirements/runtime.txt
+LOCK_DEV     = requirements/dev.txt
+# --no-deps: the lock is complete (pip check proves it below) and leaves torch, the one unlocked package,
+# to the step before, so a CUDA build installed into the venv by hand is kept.
+PIP_LOCKED   = $(BIN)/pip install --quiet --require-hashes --no-deps
 
-.PHONY: demo test install install-dev lint clean-workspace
+.PHONY: demo test test-latest lock install install-dev lint clean-workspace
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +24,15 @@ $(VENV)/.torch: $(BIN)/python
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "torch==$(TORCH_CPU_VERSION)"
 	@touch $@
 
-$(VENV)/.installed: $(VENV)/.torch pyproject.toml
-	$(BIN)/pip install --quiet -e .
+$(VENV)/.installed: $(VENV)/.torch $(LOCK_RUNTIME) pyproject.toml
+	$(PIP_LOCKED) -r $(LOCK_RUNTIME)
+	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip check
 	@touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev,hf]"
+$(VENV)/.installed-dev: $(VENV)/.installed $(LOCK_DEV)
+	$(PIP_LOCKED) -r $(LOCK_DEV)
+	$(BIN)/pip check
 	@touch $@
 
 install: $(VENV)/.installed
@@ -38,8 +50,27 @@ demo: install
 	printf '%s\n' "The crème brûlée at Café Lumière was superb, and we will definitely return." \
 		"The service was awful, and I regret going." | $(BIN)/bertwb predict sentiment
 
+# The suite runs in a new random order each time (pytest-randomly); its last line says how to repeat one.
 test: install-dev
 	$(BIN)/python -m pytest -q
+
+# The suite on the newest versions pyproject.toml allows, in a venv of its own: run before `make lock`.
+test-latest: VENV = .venv-latest
+test-latest:
+	$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "torch==$(TORCH_CPU_VERSION)"
+	$(BIN)/pip install --quiet --upgrade -e ".[dev,hf]"
+	$(BIN)/python -m pytest -q
+
+# Re-resolve requirements/*.txt to the newest versions pyproject.toml allows (against the CPU torch),
+# reinstall .venv from them and rerun the suite. Commit the new lock only when the suite passes.
+PIP_COMPILE = $(BIN)/pip-compile --quiet --upgrade --generate-hashes --strip-extras --unsafe-package torch \
+	--no-emit-index-url --no-emit-find-links -c requirements/torch-cpu.txt
+lock: $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip pip-tools
+	$(PIP_COMPILE) --extra dev --extra hf --output-file $(LOCK_DEV) pyproject.toml
+	$(PIP_COMPILE) -c $(LOCK_DEV) --output-file $(LOCK_RUNTIME) pyproject.toml
+	$(MAKE) test
 
 lint: install-dev
 	$(BIN)/ruff check bertwb tests benchmarks

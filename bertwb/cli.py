@@ -9,7 +9,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, engine, environment, memory, stages, ui
+from bertwb import __version__, engine, environment, memory, outputs, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
@@ -248,6 +248,9 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
     cfg, ws = _load(config_path, overrides, workdir)
     if input_file and not Path(input_file).is_file():  # before the model loads
         raise BertwbError(f"{input_file}: no such file; give a file in the task's format, or lines on stdin")
+    if output:
+        outputs.check_file(output, outputs.protected_paths(cfg, ws, [
+            *outputs.reading(input_file, "the input file"), *outputs.reading(checkpoint, "the model", True)]))
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     examples = predictor.read(Path(input_file)) if input_file else predictor.read(lines=_texts((), None))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)
@@ -338,7 +341,7 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
     written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force,
-                           hf.protected_paths(cfg, ws))
+                           outputs.protected_paths(cfg, ws))
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
@@ -357,7 +360,7 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
-    done = hf.import_hf(Path(source), target, force, hf.protected_paths(cfg, ws))
+    done = hf.import_hf(Path(source), target, force, outputs.protected_paths(cfg, ws), ws.root / "imports")
     sizes = done["config"]
     ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
             f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
@@ -473,11 +476,13 @@ def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
         sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
     """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
-    _, ws = _load(config_path, overrides, workdir)
+    cfg, ws = _load(config_path, overrides, workdir)
     text = sql_module.read_query(query, sql_file)
     if fmt == "parquet" and not output:
         raise BertwbError("--format parquet needs --output FILE.parquet")
-    output_format = sql_module.output_format(ws, fmt, output) if output else fmt
+    if output:
+        outputs.check_file(output, outputs.protected_paths(cfg, ws, outputs.reading(sql_file, "the SQL file")))
+    output_format = sql_module.output_format(fmt, output) if output else fmt
     result = sql_module.run_query(ws, text, write)
     if output:
         ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")

@@ -228,8 +228,8 @@ class FinetuneTaskConfig(FinetuneTraining):
     max_query_length: int = _field(64, "qa: longest question in tokens; longer ones are cut.", min=1)
     max_answer_length: int = _field(30, "qa: longest answer span in tokens.", min=1)
     n_best: int = _field(20, "qa: start and end candidates searched per window.", min=1, max=1000)
-    null_threshold: float = _field(0.0, "qa (SQuAD v2.0): answer only when the best span beats no-answer by this.",
-                                   min=-1000.0, max=1000.0)
+    null_threshold: float = _field(0.0, "qa (SQuAD v2.0): no answer when no_answer_score is above this "
+                                   "(metrics' best_f1_thresh is the best value on dev).", min=-1000.0, max=1000.0)
 
 
 @dataclass

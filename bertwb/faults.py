@@ -22,7 +22,8 @@ The points (``tests/test_faults.py`` runs every stage through every one of them)
 * ``before_manifest`` — tables and directory new, the manifest still old;
 * ``<what>_mid_swap``, ``<what>_after_swap`` — the same two moments of every other directory bertwb
   replaces by renaming (`bertwb.workspace.swap_in`): ``checkpoint`` (a training checkpoint), ``best``
-  (a task's best weights so far), ``export`` (``bertwb export`` and ``import-hf``, outside any stage).
+  (a task's best weights so far), ``export`` (``bertwb export`` and ``import-hf``) and ``report`` (its
+  output folder), these two outside any stage.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import duckdb
 import pyarrow as pa
@@ -142,10 +142,9 @@ def to_text(result: pa.Table | None, fmt: str) -> str:
     return json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n"
 
 
-def output_format(ws: Workspace, fmt: str, output: str) -> str:
-    """The format to write ``--output`` in: ``fmt``, or for ``table`` the one the file name says."""
-    if Path(output).resolve() == ws.db_path.resolve():
-        raise BertwbError(f"--output {output} is the workspace database; write the result to another file")
+def output_format(fmt: str, output: str) -> str:
+    """The format to write ``--output`` in: ``fmt``, or for ``table`` the one the file name says. (Where it
+    may go is `bertwb.outputs`' to say: not in the workspace, nor over the config's data.)"""
     if fmt != "table":
         return fmt
     suffix = Path(output).suffix.lower().lstrip(".")
@@ -162,26 +161,26 @@ def write_output(result: pa.Table | None, fmt: str, output: str) -> int:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        def write(path: str) -> None:
+        def write(handle: BinaryIO) -> None:
             try:
-                pq.write_table(result, path)
+                pq.write_table(result, handle)
             except (pa.ArrowException, ValueError) as exc:  # a type Parquet has no place for (an INTERVAL)
                 raise BertwbError(f"sql: cannot write the result as Parquet ({str(exc).splitlines()[0]}); "
                                   "cast that column in the query, e.g. to VARCHAR") from None
     else:
-        text = to_text(result, fmt)
+        data = to_text(result, fmt).encode("utf-8")
 
-        def write(path: str) -> None:
-            Path(path).write_text(text, encoding="utf-8")
+        def write(handle: BinaryIO) -> None:
+            handle.write(data)
     _write_whole(output, write)
     return result.num_rows
 
 
-def _write_whole(output: str, write: Callable[[str], None]) -> None:
+def _write_whole(output: str, write: Callable[[BinaryIO], None]) -> None:
     """Write ``output`` whole or not at all (`replacing`); a link, device or pipe is written in place."""
     try:
-        with replacing(Path(output)) as path:
-            write(str(path))
+        with replacing(Path(output), in_place=True) as handle:
+            write(handle)
     except OSError as exc:
         raise cannot_write_output(output, exc) from None
 

@@ -8,6 +8,13 @@ How much is said is decided here too (``set_verbosity``, from ``-q``/``-v``). Qu
 errors and the data a command was asked for (tables, JSON) and drops the narration: info and stage
 lines, step rules, summaries, progress and training lines. Verbose adds ``detail`` lines (keys, paths,
 devices) for someone debugging a pipeline. Colour follows rich, which honours ``NO_COLOR``.
+
+**Nothing printed is ever read as markup.** Messages, table cells and titles, progress descriptions
+and training lines carry data, paths and user input (``[citation needed]``, ``[/quote]``, ``[MASK]``),
+so every one becomes a rich `Text` through `plain` here: rich styles only the words this module adds
+(``warning:``, a stage's name), and no caller can forget. Control characters in them (an ESC that
+would drive the terminal, a carriage return that would hide what came before) are shown as ``\\xNN``
+escapes rather than sent raw, so what is printed is the whole text, visibly.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -24,6 +32,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn, TransferSpeedColumn)
 from rich.table import Table
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -57,16 +66,37 @@ def interactive() -> bool:
     return err.is_terminal
 
 
+# C0 controls but tab and newline, DEL and C1 controls: what a terminal would act on instead of showing.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(value: Any) -> str:
+    """``value`` as text with its control characters written as ``\\xNN`` escapes (see the module doc)."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(value))
+
+
+def plain(value: Any, style: str = "") -> Text:
+    """``value`` as a rich `Text` that is never parsed as markup, control characters escaped."""
+    return Text(shown(value), style=style)
+
+
+def _labelled(label: str, style: str, message: str) -> Text:
+    """``label: message`` with only the label styled, on a terminal; all plain elsewhere."""
+    if not interactive():
+        return plain(f"{label}: {message}")
+    return Text.assemble(plain(f"{label}:", style), " ", plain(message))
+
+
 def info(message: str) -> None:
     if not _narrating():
         return
-    err.print(message, markup=False) if not interactive() else err.print(message)
+    err.print(plain(message))
 
 
 def detail(message: str) -> None:
     """A line for debugging a pipeline (a full key, a path, a device); printed only with ``-v``."""
     if _verbosity >= VERBOSE:
-        err.print(message, markup=False, style="dim")
+        err.print(plain(message, "dim"))
 
 
 def stage_line(stage: str, message: str, always: bool = False) -> None:
@@ -74,10 +104,7 @@ def stage_line(stage: str, message: str, always: bool = False) -> None:
     belongs to an error, as which stage of a run failed)."""
     if not _narrating() and not always:
         return
-    if interactive():
-        err.print(f"[bold]{stage}[/bold]: {message}")
-    else:
-        err.print(f"{stage}: {message}", markup=False)
+    err.print(_labelled(stage, "bold", message))
 
 
 def pipeline_step(index: int, total: int, stage: str) -> None:
@@ -85,18 +112,17 @@ def pipeline_step(index: int, total: int, stage: str) -> None:
     if not _narrating():
         return
     if interactive():
-        err.rule(f"[bold]{index}/{total}[/bold] {stage}", align="left")
+        err.rule(Text.assemble((f"{index}/{total}", "bold"), " ", plain(stage)), align="left")
     else:
-        err.print(f"run: {index}/{total} {stage}", markup=False)
+        err.print(plain(f"run: {index}/{total} {stage}"))
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/yellow] {message}" if interactive() else f"warning: {message}",
-              markup=interactive())
+    err.print(_labelled("warning", "yellow", message))
 
 
 def error(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}" if interactive() else f"error: {message}", markup=interactive())
+    err.print(_labelled("error", "red", message))
 
 
 def stdout_to_devnull() -> None:
@@ -118,11 +144,11 @@ def human_bytes(n: float) -> str:
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
     """Print rows as a rich table on stdout."""
-    t = Table(title=title, show_lines=False, header_style="bold")
+    t = Table(title=None if title is None else plain(title), show_lines=False, header_style="bold")
     for column in columns:
-        t.add_column(column, overflow="fold")
+        t.add_column(plain(column), overflow="fold")
     for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
+        t.add_row(*[plain("" if v is None else v) for v in row])
     out.print(t)
 
 
@@ -135,7 +161,7 @@ def summary(stage: str, values: dict[str, Any]) -> None:
         table(f"{stage} summary", ["metric", "value"], [[k, _fmt(v)] for k, v in flat.items()])
     else:
         for key, value in flat.items():
-            err.print(f"{stage}: {key} = {_fmt(value)}", markup=False)
+            err.print(plain(f"{stage}: {key} = {_fmt(value)}"))
 
 
 @contextmanager
@@ -152,7 +178,7 @@ def tables_to_stderr(enabled: bool = True) -> Iterator[None]:
 
 
 def print_json(data: Any) -> None:
-    out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False)
+    out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False)  # JSON escapes controls
 
 
 def cell(value: Any) -> str:
@@ -194,7 +220,7 @@ class _PlainProgress:
         now = time.monotonic()
         if now - self.last >= PLAIN_PROGRESS_EVERY_S:
             self.last = now
-            err.print(f"{self.description}: {self._status(now)}", markup=False)
+            err.print(plain(f"{self.description}: {self._status(now)}"))
 
     def _status(self, now: float) -> str:
         rate = self.done / max(now - self.start, 1e-9)
@@ -226,10 +252,15 @@ def progress(description: str, total: float | None = None, unit: str = "items") 
         return
     rate = TransferSpeedColumn() if unit == "bytes" else _RateColumn(unit)
     count = TextColumn("") if unit == "bytes" else MofNCompleteColumn()
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(), count, rate,
+    columns = [_description_column(), BarColumn(), TaskProgressColumn(), count, rate,
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
     with Progress(*columns, console=err, transient=False) as bar:
-        yield _RichProgress(bar, bar.add_task(description, total=total))
+        yield _RichProgress(bar, bar.add_task(shown(description), total=total))
+
+
+def _description_column() -> TextColumn:
+    """A progress line's description, in bold and never read as markup."""
+    return TextColumn("{task.description}", style="bold", markup=False)
 
 
 class _RateColumn(TextColumn):
@@ -272,11 +303,11 @@ class _PlainTraining:
         self.description, self.total_steps, self.progress = description, total_steps, progress
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        err.print(f"{self.description}: step {step:,}/{self.total_steps:,} · {_training_line(stats, self.progress)}",
-                  markup=False)
+        err.print(plain(f"{self.description}: step {step:,}/{self.total_steps:,} · "
+                        f"{_training_line(stats, self.progress)}"))
 
     def note(self, message: str) -> None:
-        err.print(f"{self.description}: {message}", markup=False)
+        err.print(plain(f"{self.description}: {message}"))
 
 
 class _RichTraining:
@@ -286,10 +317,10 @@ class _RichTraining:
         self._bar, self._task, self.description, self.progress = bar, task, description, progress
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        self._bar.update(self._task, completed=step, stats=_training_line(stats, self.progress))
+        self._bar.update(self._task, completed=step, stats=shown(_training_line(stats, self.progress)))
 
     def note(self, message: str) -> None:
-        self._bar.console.print(f"[bold]{self.description}[/bold]: {message}")
+        self._bar.console.print(Text.assemble(plain(self.description, "bold"), ": ", plain(message)))
 
 
 @contextmanager
@@ -305,8 +336,8 @@ def training(description: str, total_steps: int, start_step: int, progress: Line
     if not interactive():
         yield _PlainTraining(description, total_steps, progress)
         return
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.fields[stats]}")]
+    columns = [_description_column(), BarColumn(bar_width=24), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.fields[stats]}", markup=False)]
     with Progress(*columns, console=err, transient=False, refresh_per_second=4) as bar:
-        task = bar.add_task(description, total=total_steps, completed=start_step, stats="starting…")
+        task = bar.add_task(shown(description), total=total_steps, completed=start_step, stats="starting…")
         yield _RichTraining(bar, task, description, progress)

@@ -7,7 +7,7 @@ Layout under ``workspace.dir``::
     manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.commit`)
     <stage>/                       a stage's files (tokenizer, checkpoints, ...), swapped in whole;
         .bertwb-build              the build they came from (`BUILD_FILE`)
-    .<stage>.tmp-<pid>/            a directory being built (`building`); never read by anything else
+    .<stage>.tmp-<pid>-<random>/   a directory being built (`building`); never read by anything else
     .lock                          held while a stage runs
 
 Every directory bertwb writes whole (a stage's files, a checkpoint, a task's best weights, an export) is
@@ -16,19 +16,31 @@ then renamed into it, the old one first renamed aside. One mechanism repairs wha
 any of them, wherever it lies (`repair_leftovers`): an old directory renamed aside and never replaced
 is put back, other leftovers of dead processes are removed. `Workspace.recover` runs it over the whole
 workspace before a stage runs, and `building` beside its own target before it builds.
+
+**Links and names planted by others.** A workspace can be shared, and anyone who can write into it
+can put a symbolic link (or a hard link) where bertwb is about to write. So nothing bertwb creates
+here is opened through a link: the lock is opened with ``O_NOFOLLOW`` and must be a plain file of its
+own, and every temporary file or directory is created new (``O_EXCL``, `tempfile`) under a name with
+a random part that cannot be guessed in advance (the process id alone could be), then renamed into
+place. (The process id is in the name too, so that `Workspace.recover` leaves a live one's alone.)
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import io
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, BinaryIO, Iterator, TextIO
 
 import duckdb
 
@@ -103,8 +115,7 @@ class Workspace:
     def lock(self, what: str) -> Iterator[None]:
         """Hold the workspace lock; a second bertwb on the same workspace fails with a clear line."""
         self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / ".lock"
-        with open(path, "a+") as handle:
+        with os.fdopen(_open_lock_file(self.root / ".lock"), "r+", encoding="utf-8") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -151,12 +162,29 @@ class Workspace:
         """Repair the swaps a crash cut between their two renames and drop leftovers of dead builds, in
         every folder of the workspace (a stage's directory, a task's ``best/`` in its run, checkpoints).
 
-        Called under the lock, so no other process is building here.
+        Called under the lock, so no stage is building here; but commands that take no lock (``report``,
+        ``import-hf`` into ``imports/``) may be, so what a live process is making is left to it (the
+        process id in the name, `_made_by_a_live_process`).
         """
         for folder, subfolders, _ in os.walk(self.root):
             repair_leftovers(Path(folder))
             subfolders[:] = sorted(entry.name for entry in os.scandir(folder)
                                    if entry.is_dir(follow_symlinks=False) and not _LEFTOVER.match(entry.name))
+
+
+def _made_by_a_live_process(path: Path, marker: str) -> bool:
+    """Whether the process named in ``path`` (``.<name><marker><pid>-<random>``) is another one, still
+    running. A name without a pid is a leftover of an older bertwb: not live."""
+    pid, dash, _ = path.name.rsplit(marker, 1)[-1].partition("-")
+    if not dash or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 # The type of each field a manifest may hold (`bertwb.commit` writes them), and of the outputs' fields.
@@ -202,8 +230,30 @@ def _manifest_shape_problem(data: Any) -> str | None:
     return None
 
 
-# What a swap leaves beside its target: ``.<name>.tmp-<pid>`` (being built), ``.<name>.old-<pid>`` (set aside).
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>old|tmp)-(?P<pid>\d+)$")
+def _open_lock_file(path: Path) -> int:
+    """The lock file, opened (created if need be) without following a link, and only when it is a plain
+    file with no other name: a link planted there would make bertwb truncate whatever it points at."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BertwbError(f"{path} is a symbolic link, which bertwb never writes through; remove it "
+                              f"(rm {path}) and run again") from None
+        if exc.errno in (errno.EISDIR, errno.ENXIO):
+            raise BertwbError(f"{path} is not a plain file, so bertwb will not lock with it; remove it "
+                              f"(rm -r {path}) and run again") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "has another name (a hard link)" if stat.S_ISREG(info.st_mode) else "is not a plain file"
+        raise BertwbError(f"{path} {what}, so bertwb will not write to it; remove it (rm {path}) and run again")
+    return fd
+
+
+# What a swap leaves beside its target: ``.<name>.tmp-<pid>-<random>`` (being built), ``.<name>.old-<pid>-<random>``
+# (set aside); an older bertwb's names have no random part.
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>old|tmp)-\d+(-\w+)?$")
 
 
 def repair_leftovers(folder: Path, name: str | None = None) -> None:
@@ -211,35 +261,24 @@ def repair_leftovers(folder: Path, name: str | None = None) -> None:
     aside whose replacement never came is put back; anything else a dead process left is removed. A
     process still running (another export, a report) keeps its own."""
     try:
-        entries = list(folder.iterdir())
+        entries = sorted(folder.iterdir())
     except OSError:
         return
-    for entry in sorted(entries):
+    for entry in entries:
         found = _LEFTOVER.match(entry.name)
-        if not found or (name is not None and found["name"] != name) or _running(int(found["pid"])):
+        if not found or (name is not None and found["name"] != name) or \
+                _made_by_a_live_process(entry, f".{found['kind']}-"):
             continue
         final = folder / found["name"]
-        if found["kind"] == "old" and not final.exists() and not final.is_symlink():
+        real_folder = entry.is_dir() and not entry.is_symlink()  # a planted link is never moved into place
+        if found["kind"] == "old" and real_folder and not final.exists() and not final.is_symlink():
             os.replace(entry, final)
         else:
             _remove(entry)
 
 
-def _running(pid: int) -> bool:
-    """Whether another process with this id runs (this one is not building while it repairs)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists, as another user's
-    return True
-
-
 @contextmanager
-def building(final: Path, keep: bool = True, what: str = "dir") -> Iterator[Path]:
+def building(final: Path, keep: bool = True, *, what: str) -> Iterator[Path]:
     """A fresh directory beside ``final`` to build in; when the block succeeds it replaces ``final``.
 
     The swap is two renames (``final`` aside, the new one in), then the old one is removed, so a
@@ -266,11 +305,11 @@ def building(final: Path, keep: bool = True, what: str = "dir") -> Iterator[Path
 
 
 def new_build_dir(final: Path) -> Path:
-    """An empty directory beside ``final`` (``.<name>.tmp-<pid>``) to build its replacement in."""
+    """A new, empty directory beside ``final`` (``.<name>.tmp-<pid>-<random>``) to build its replacement in,
+    with the permissions a plain mkdir gives (`tempfile.mkdtemp` makes it 0700)."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())
     return tmp
 
 
@@ -282,7 +321,7 @@ def swap_in(tmp: Path, final: Path, what: str | None = None) -> None:
     ``after_swap`` with no ``what``: a stage's own directory).
     """
     prefix = f"{what}_" if what else ""
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    old = final.with_name(f".{final.name}.old-{os.getpid()}-{secrets.token_hex(8)}")
     if final.exists():
         os.replace(final, old)
     try:
@@ -305,33 +344,59 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 @contextmanager
-def writing_atomic(path: Path) -> Iterator[TextIO]:
+def writing_atomic(path: Path, in_place: bool = False) -> Iterator[TextIO]:
     """A text handle for ``path``'s new content, which appears whole when the block succeeds (see
     `replacing`)."""
-    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+    with replacing(path, in_place) as binary:
+        handle = io.TextIOWrapper(binary, encoding="utf-8")
         yield handle
-        if tmp != path:  # a regular file: on disk before the rename makes it the one readers see
-            handle.flush()
-            os.fsync(handle.fileno())
+        handle.detach()  # flushed; `replacing` syncs and closes the file
 
 
 @contextmanager
-def replacing(target: Path) -> Iterator[Path]:
-    """Where to write ``target``'s new content: a temporary file beside it, renamed over it when the
-    block succeeds and removed when it fails, so a reader sees the old file or the whole new one.
+def replacing(target: Path, in_place: bool = False) -> Iterator[BinaryIO]:
+    """A binary handle for ``target``'s new content: a temporary file beside it, created new under a
+    random name, renamed over ``target`` when the block succeeds and removed when it fails, so a reader
+    sees the old file or the whole new one. A link at ``target`` is replaced, never written through.
 
-    A link, a device or a pipe (``--output /dev/stdout``) is written in place: a rename would put a
-    file where the link was (as root, in /dev) instead of writing through it.
+    ``in_place``: a link, a device or a pipe that the user named (``--output /dev/stdout``) is written
+    through instead: a rename would put a file where the link was (as root, in /dev).
     """
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        yield target
+    if in_place and (target.is_symlink() or (target.exists() and not target.is_file())):
+        with open(target, "wb") as handle:
+            yield handle
         return
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    # O_EXCL: a link planted at the name is never followed
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent)
+    tmp = Path(name)
     try:
-        yield tmp
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; give it a plain file's permissions
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename makes it the one readers see
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def open_append(path: Path) -> TextIO:
+    """``path`` opened to add lines at its end (a run's metrics.jsonl), created if need be, never through
+    a link: the file lives in a workspace that others may write into (see the module doc)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise BertwbError(f"{path} is a symbolic link, which bertwb never writes through; remove it "
+                          f"(rm {path}) and run again") from None
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def _fsync_dir(path: Path) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 import numpy as np
@@ -17,7 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from bertwb import faults
+from bertwb import faults, ui
 from bertwb.cli import cli
 from bertwb.data.pair_batches import PairArrays
 
@@ -99,6 +101,40 @@ def one_thread() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_interrupts() -> None:
+    """SIGINT raises KeyboardInterrupt in the suite's own process, as in a terminal's foreground job.
+
+    A suite started in the background by a script (`make test &`, a CI harness without job control)
+    inherits SIGINT ignored, which Python keeps. The fault hook's ``sigint`` then interrupted nothing
+    where bertwb installs no handler of its own: the quiet-stage test's pairs ran to the end and exited
+    0, while the training Ctrl-C tests passed, the trainer installing its own handler. That is how it
+    passed alone in a terminal and failed in a full run (reproduced with `trap '' INT`)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def leaves_no_state_behind() -> Iterator[None]:
+    """Every test ends with the process as it found it: no fault armed or stage open in the fault hook, the
+    same SIGINT handler, the same verbosity. A test that leaked one of them would change what the tests
+    after it see, and the suite's outcome would hang on its order (it runs in a random one)."""
+    before = (signal.getsignal(signal.SIGINT), ui.verbosity())
+    yield
+    assert faults._stage is None, f"a test left the fault hook inside stage {faults._stage!r}"
+    assert faults.ENV not in os.environ, f"a test left {faults.ENV}={os.environ[faults.ENV]!r} set"
+    assert (signal.getsignal(signal.SIGINT), ui.verbosity()) == before, "a test left a SIGINT handler or verbosity"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The test order's seed, at the end where a failed run's reader looks: -q hides the header that
+    pytest-randomly prints it in."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and config.pluginmanager.has_plugin("randomly"):
+        terminalreporter.write_line(f"test order: random, seed {seed}; repeat it with "
+                                    f"`python -m pytest --randomly-seed {seed}`")
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     """A project with 120 small documents in corpus/a.txt and a config for a 256-token vocab."""
@@ -153,6 +189,28 @@ def assert_one_line_error(result: Result, *needles: str) -> None:
     assert "Traceback" not in text
     for needle in needles:
         assert needle in error_lines[0], f"{needle!r} not in {error_lines[0]!r}"
+
+
+def assert_library_error(result: Result, prefix: str, *facts: str, hint: str | None = None) -> None:
+    """bertwb's one line around a library's own message (DuckDB's, say): exit 1, one 'error:' line that
+    starts with bertwb's ``prefix``, carries some of the library's text, names every fact of the case (a
+    path, a table or option name) and ends with bertwb's ``hint``. The library's wording is not pinned: it
+    changes between versions, and a test of bertwb must not fail when it does."""
+    assert_one_line_error(result, *facts)
+    line = next(line for line in result.output.splitlines() if line.startswith("error:"))
+    assert line.startswith(f"error: {prefix}"), line
+    upstream = line[len(f"error: {prefix}"):]
+    if hint is not None:
+        assert upstream.endswith(f"; {hint}"), line
+        upstream = upstream[:-len(f"; {hint}")]
+    assert len(upstream.strip()) >= 8, f"no message of the library's in {line!r}"
+
+
+def is_usage_line(line: str, fact: str, where: str) -> bool:
+    """Whether ``line`` is bertwb's one-line usage error about ``fact`` (the option, command or value that
+    was wrong) ending with its pointer to ``where``'s help. Click words the middle; its wording is not pinned."""
+    return line.startswith("error: ") and fact in line and re.search(rf"see `{re.escape(where)} --help`\)?$", line) \
+        is not None
 
 
 PYTHON = sys.executable

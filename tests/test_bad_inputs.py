@@ -21,8 +21,8 @@ import zstandard
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from conftest import (PYTHON, REPO, Project, assert_one_line_error, ingest_summary, ingested_documents, make_documents,
-                      tiny_model_dir, write_bert_format)
+from conftest import (PYTHON, REPO, Project, assert_library_error, assert_one_line_error, ingest_summary,
+                      ingested_documents, make_documents, tiny_model_dir, write_bert_format)
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 CORPUS_FILES = sorted(p.name for p in (BAD / "corpus").iterdir())
@@ -234,6 +234,7 @@ SKIPPED = {
     "utf16_no_bom.txt": "binary file (not text; it looks like UTF-16LE without a byte-order mark: convert it to "
                         "UTF-8, e.g. iconv -f UTF-16LE -t UTF-8)",
     "utf16_odd_byte.txt": "no documents: 1 line(s) of invalid UTF-16 (line 1)",
+    "[bold] not json [x].jsonl": "no documents: 1 line(s) of invalid JSON",
 }
 
 
@@ -273,6 +274,9 @@ def test_bad_inputs_corpus_every_file_is_read_or_skipped_with_its_reason(tmp_pat
     assert read["records.jsonl"] == ["A good record.", "a lone surrogate escaped", "Another good record."]
     assert read["crlf.txt"] == ["Windows line one.", "Windows line two.", "Second document."]
     assert read["no_final_newline.txt"] == ["The last line has no newline."]
+    assert read["markup.txt"] == ["See [citation needed] here.", "Close the [/quote] tag and [bold]this[/bold]."]
+    assert any(line.startswith("warning: skipped ") and "[bold] not json [x].jsonl" in line
+               for line in _lines(result.output))  # the name whole, not read as markup
     assert max(len(s) for sentences in read.values() for s in sentences) <= MAX_SENTENCE_CHARS
     summary = ingest_summary(project)
     assert summary["bad_lines_by_kind"] == {"encoding": 3, "json": 4, "field": 4}
@@ -312,17 +316,19 @@ def test_bad_inputs_vocab_from_file(built: Project, name: str):
     assert "internal error" not in result.output
 
 
-SQL_FILES = {
+READ_ONLY = "bertwb sql is read-only without --write"
+# bertwb's own message, or (for what DuckDB refuses) the facts of the case and whether bertwb adds its
+# read-only hint: DuckDB's wording around them is its own and changes between versions.
+SQL_FILES: dict[str, str | tuple[list[str], str | None] | None] = {
     "empty.sql": "empty.sql: the SQL file is empty; put a query in it",
     "comment_only.sql": None,
     "binary.sql": "binary.sql: not UTF-8 text (byte 0x80 at offset 128); save the SQL file as UTF-8",
     "latin1.sql": "latin1.sql: not UTF-8 text (byte 0xe9 at offset 11); save the SQL file as UTF-8",
     "utf16_bom.sql": None,
-    "nul.sql": "sql: Parser Error",
-    "writes_a_file.sql": 'sql: Permission Error: Cannot access file "written_by_sql.csv" - file system operations '
-                         "are disabled by configuration; bertwb sql is read-only without --write",
-    "deletes.sql": 'sql: Invalid Input Error: Cannot execute statement of type "DELETE" on database "bertwb" '
-                   "which is attached in read-only mode!; bertwb sql is read-only without --write",
+    "nul.sql": ([], None),
+    "writes_a_file.sql": (["written_by_sql.csv"], "read-only"),
+    "markup.sql": None,
+    "deletes.sql": (["DELETE"], "read-only"),
 }
 
 
@@ -334,8 +340,12 @@ def test_bad_inputs_sql_file(built: Project, name: str, tmp_path: Path, monkeypa
     expected = SQL_FILES[name]
     if expected is None:
         assert result.exit_code == 0, result.output
-    else:
+    elif isinstance(expected, str):
         assert_one_line_error(result, expected)
+    else:
+        facts, hint = expected
+        assert_library_error(result, "sql: ", *facts)
+        assert (READ_ONLY in result.output) == (hint is not None), result.output
     assert not list(tmp_path.iterdir())
 
 
@@ -343,6 +353,11 @@ def test_a_utf16_sql_file_runs_and_a_comment_says_it_returns_nothing(built: Proj
     assert "from UTF-16" in built.run("sql", "-f", str(BAD / "sql" / "utf16_bom.sql")).stdout
     result = built.run("sql", "-f", str(BAD / "sql" / "comment_only.sql"))
     assert "no result: the SQL has no statement that returns rows" in result.output
+
+
+def test_sql_values_and_names_that_look_like_markup_print_whole(built: Project):
+    table = built.run("sql", "-f", str(BAD / "sql" / "markup.sql")).stdout
+    assert "see [citation needed] here" in table and "[/quote]" in table and "[/y]" in table
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "fill_mask").iterdir()))

@@ -38,6 +38,33 @@ def test_the_gpu_benchmark_says_it_needs_a_gpu_when_none_is_visible():
     assert "needs a CUDA GPU and none is visible" in result.stderr
 
 
+def test_the_published_model_benchmark_runs_both_sides_as_whole_commands(tmp_path):
+    """benchmarks/finetune_published.py on a tiny published-style model (its tokenizer padding to 12) and a
+    few snippets in VADER's format: both sides train, predict every dev snippet and are scored."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model
+
+    tiny_published_model(tmp_path / "model", transformers, pad_to=12, model_max_length=64)
+    words = ["the ship sailed into the harbour", "bread and salt", "storm at sea", "the crew on deck"]
+    lines = [f"{i}\t{(-1) ** i * (1 + i % 3) / 2}\t{words[i % 4]} {'good' if i % 2 == 0 else 'bad'} ."
+             for i in range(40)]
+    (tmp_path / "snippets.txt").write_text("\n".join(lines) + "\n")
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    script = str(REPO / "benchmarks" / "finetune_published.py")
+    options = ["--dev-examples", "8", "--epochs", "1", "--batch", "8", "--max-seq-length", "32", "--threads", "1"]
+    data = ["--model", str(tmp_path / "model"), "--data", str(tmp_path / "snippets.txt")]
+    result = subprocess.run([PYTHON, script, *data, *options, "--no-append"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and not line.startswith("| |")]
+    assert [row.split(" | ")[0] for row in rows] == ["| bertwb (import-hf + finetune + predict)",
+                                                     "| transformers script"], result.stdout
+    for row in rows:
+        assert float(row.split(" | ")[1]) > 0 and row.endswith("% |")
+    assert "(4 and 4 steps)" in result.stdout  # 32 training snippets in batches of 8, on both sides
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
 @pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
 def test_every_bertwb_name_a_benchmark_imports_exists(script: str):
     """Benchmarks run rarely, and their imports inside functions fail only when reached: after a module

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from conftest import PYTHON, REPO, Project, assert_one_line_error
+from conftest import PYTHON, REPO, Project, assert_one_line_error, is_usage_line
 
 
 def test_every_command_has_help_text():
@@ -21,17 +21,19 @@ def test_every_command_has_help_text():
         assert result.exit_code == 0 and "Usage:" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--zzz"], "error: No such option '--zzz'; see `bertwb --help`"),
-    (["bogus"], "error: No such command 'bogus'; see `bertwb --help`"),
-    (["pretrain", "--zzz"], "error: No such option '--zzz'; see `bertwb pretrain --help`"),
-    (["pretrain", "--set"], "error: Option '--set' requires an argument; see `bertwb pretrain --help`"),
-    (["sql", "--format", "xml", "select 1"], "error: Invalid value for '--format'"),
+# What was wrong (the option, command or value) and where its help is are bertwb's part of the line;
+# click words the rest, and its wording is not pinned.
+@pytest.mark.parametrize("args, fact, where", [
+    (["--zzz"], "--zzz", "bertwb"),
+    (["bogus"], "bogus", "bertwb"),
+    (["pretrain", "--zzz"], "--zzz", "bertwb pretrain"),
+    (["pretrain", "--set"], "--set", "bertwb pretrain"),
+    (["sql", "--format", "xml", "select 1"], "--format", "bertwb sql"),
 ])
-def test_a_mistyped_command_line_is_one_line_and_exit_code_2(args, message):
+def test_a_mistyped_command_line_is_one_line_and_exit_code_2(args, fact, where):
     result = subprocess.run([PYTHON, "-m", "bertwb", *args], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2  # click's code for usage errors, without its usage block
-    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and is_usage_line(result.stderr.rstrip("\n"), fact, where), result.stderr
     assert "Usage:" not in result.stderr + result.stdout
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from conftest import PYTHON, REPO, Project, assert_one_line_error
+from conftest import PYTHON, REPO, Project, assert_one_line_error, is_usage_line
 
 
 def _bertwb(*args: str) -> subprocess.CompletedProcess:
@@ -31,7 +31,8 @@ def test_exit_code_0_1_and_2_from_a_real_process(project: Project):
                                               "run `bertwb ingest` first"]
     usage = _bertwb("status", "--config", str(project.config), "--zzz")
     assert usage.returncode == 2
-    assert usage.stderr.splitlines() == ["error: No such option '--zzz'; see `bertwb status --help`"]
+    [line] = usage.stderr.splitlines()
+    assert is_usage_line(line, "--zzz", "bertwb status"), line
 
 
 @pytest.mark.parametrize("args, line", [

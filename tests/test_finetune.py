@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from bertwb.cli import cli
 from bertwb.tasks import prediction as predict_module
 from conftest import PYTHON, REPO, Project, assert_one_line_error, interrupt_at
+from test_squad_eval import reference_v2
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
 CONFIG = f"""
@@ -217,6 +218,64 @@ def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project
                                    input="Lovely soup.\nCold food, rude staff.\n").stdout.splitlines()
     assert sentiment[0] == "text,label,score,probabilities.negative,probabilities.positive"
     assert len(sentiment) == 3
+
+
+def _squad_v2(source: Path, out: Path, every: int) -> Path:
+    """``source`` as a SQuAD v2.0 file: every ``every``-th question made unanswerable."""
+    squad = json.loads(source.read_text())
+    squad["version"] = "v2.0"
+    questions = [qa for article in squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    for qa in questions[::every]:
+        qa["answers"], qa["is_impossible"] = [], True
+    out.write_text(json.dumps(squad))
+    return out
+
+
+def test_squad_v2_metrics_are_the_official_script_s_on_what_predict_writes(project: Project, tmp_path: Path):
+    """A v2.0 task's metrics.json is what the v2.0 script (the test's reference) computes from the rows
+    `bertwb predict` writes for the dev file: answers, and best-threshold over best_span and
+    no_answer_score; finetune_metrics shows them; and null_threshold, compared with no_answer_score, withholds
+    the answers the threshold search assumes it does."""
+    train = _squad_v2(FINETUNE / "qa_train.json", tmp_path / "train_v2.json", every=4)
+    dev = _squad_v2(FINETUNE / "qa_dev.json", tmp_path / "dev_v2.json", every=4)
+    project.write_config(CONFIG + f"""    qa2:
+      type: qa
+      train: {train}
+      dev: {dev}
+      max_seq_length: 128
+      doc_stride: 64
+      steps: 60
+      eval_every: 0
+""")
+    project.run("finetune", "qa2")
+    metrics = _results(project, "qa2")["dev"]
+    rows = _predict(project, "qa2", str(dev))
+    golds = {row["id"]: row["gold"] for row in rows}
+    expected = reference_v2(golds, {row["id"]: row["answer"] for row in rows},
+                            {row["id"]: row["no_answer_score"] for row in rows},
+                            sweep_preds={row["id"]: row["best_span"] for row in rows})
+    assert metrics["squad_version"] == "2.0" and metrics["NoAns_total"] == 75 and metrics["HasAns_total"] == 225
+    assert set(metrics) - {"loss", "squad_version"} == set(expected)
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, abs=1e-4), key
+
+    shown = json.loads(project.run("sql", "select metric, value from finetune_metrics where task = 'qa2'",
+                                   "--format", "json").stdout)
+    shown = {row["metric"]: row["value"] for row in shown}
+    for key in ("exact", "f1", "HasAns_f1", "NoAns_exact", "best_f1", "best_f1_thresh"):
+        assert shown[f"dev_{key}"] == pytest.approx(metrics[key]), key
+
+    # no_answer_score is in null_threshold's units: with the threshold at the median, exactly the questions
+    # at or below it get their best span, the others no answer (as the threshold search assumes)
+    threshold = sorted(row["no_answer_score"] for row in rows)[len(rows) // 2]
+    tuned = tmp_path / "tuned"
+    shutil.copytree(project.workspace / "finetune" / "qa2", tuned)
+    task = json.loads((tuned / "task.json").read_text())
+    (tuned / "task.json").write_text(json.dumps({**task, "null_threshold": threshold}))
+    answered = _predict(project, "qa2", str(dev), "--checkpoint", str(tuned))
+    assert [row["answer"] for row in answered] == \
+        [row["best_span"] if row["no_answer_score"] <= threshold else "" for row in rows]
+    assert 0 < sum(row["answer"] != "" for row in answered) < len(rows)
 
 
 def test_predict_into_a_pipe_closed_early_stops_quietly_with_141(finetuned: Project, tmp_path: Path):

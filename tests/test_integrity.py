@@ -213,7 +213,7 @@ def test_export_force_refuses_what_it_did_not_write(project: Project, model: Pat
     before = _listing(project.root)
     result = project.run("export", "--checkpoint", str(model), "--force", target, expect=None)
     if target == "corpus/a.txt":
-        needle = "is a file"
+        needle = "is inside ingest.inputs in the config"
     assert_one_line_error(result, needle)
     assert _listing(project.root) == before
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertwb.tasks import metrics
+from bertwb.tasks import metrics, squad_eval
 from bertwb.tasks.tag import entities
 
 
@@ -17,24 +17,27 @@ from bertwb.tasks.tag import entities
     ("", ""),
 ])
 def test_squad_normalisation(text, normalised):
-    assert metrics.normalize_answer(text) == normalised
+    assert squad_eval.normalize_answer(text) == normalised
 
 
 def test_squad_exact_match_and_f1_by_hand():
-    assert metrics.exact_match("The Eiffel Tower", "eiffel tower!") == 1.0
-    assert metrics.f1_score("the big red dog", "a red dog barked") == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
+    assert squad_eval.exact_match("The Eiffel Tower", "eiffel tower!") == 1
+    assert squad_eval.f1_v2("the big red dog", "a red dog barked") == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
     # predicted tokens: big red dog (3); gold: red dog barked (3); common 2 -> P = R = 2/3
-    assert metrics.f1_score("red red dog", "red dog") == pytest.approx(0.8)  # common 2 of 3 and of 2: 2*(2/3)(1)/(5/3)
-    assert metrics.f1_score("the", "an") == 1.0  # both normalise to nothing
-    assert metrics.f1_score("", "dog") == 0.0 and metrics.f1_score("dog", "") == 0.0
-    assert metrics.f1_score("cat", "dog") == 0.0
+    assert squad_eval.f1_v1("red red dog", "red dog") == pytest.approx(0.8)  # common 2 of 3 and of 2
+    assert squad_eval.f1_v2("the", "an") == 1.0  # both normalise to nothing: v2.0's special case
+    assert squad_eval.f1_v1("the", "an") == 0.0  # v1.1 has none: no common token
+    assert squad_eval.f1_v2("", "dog") == 0.0 and squad_eval.f1_v2("dog", "") == 0.0
+    assert squad_eval.f1_v1("cat", "dog") == 0.0
 
 
-def test_squad_aggregates_the_best_gold_and_scores_unanswerable_questions():
-    result = metrics.squad([["Paris", "the city of Paris"], [], ["blue"]], ["city of Paris", "", "red"])
+def test_squad_v2_aggregates_the_best_gold_and_scores_unanswerable_questions():
+    result = squad_eval.evaluate_v2({1: ["Paris", "the city of Paris"], 2: [], 3: ["blue"]},
+                                    {1: "city of Paris", 2: "", 3: "red"})
     # question 1: exact against the 2nd gold (1.0), question 2: unanswerable and empty (1.0), question 3: 0
-    assert result["exact_match"] == pytest.approx(200 / 3) and result["f1"] == pytest.approx(200 / 3)
-    assert metrics.squad([[]], ["something"])["f1"] == 0.0  # an answer to an unanswerable question scores 0
+    assert result["exact"] == pytest.approx(200 / 3) and result["f1"] == pytest.approx(200 / 3)
+    assert (result["HasAns_exact"], result["NoAns_exact"]) == (50.0, 100.0)
+    assert squad_eval.evaluate_v2({1: []}, {1: "something"})["f1"] == 0.0  # an answer to an unanswerable question
 
 
 def test_classification_accuracy_macro_f1_and_confusion_matrix():

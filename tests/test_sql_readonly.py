@@ -16,11 +16,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import Project, assert_one_line_error, make_documents, write_bert_format
+from conftest import Project, assert_library_error, assert_one_line_error, make_documents, write_bert_format
 
 HINT = ("bertwb sql is read-only without --write: it reads the workspace database only (save a result with "
         "--output FILE; change the database with --write)")
-DENIED = "Permission Error: Cannot access file \"{}\" - file system operations are disabled by configuration"
 
 
 @pytest.fixture(scope="module")
@@ -37,27 +36,26 @@ def _database_digest(project: Project) -> str:
     return hashlib.sha256((project.workspace / "bertwb.duckdb").read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("statement, message", [
-    ("COPY (select 1) TO '{out}/x.csv'", "sql: " + DENIED.format("{out}/x.csv")),
-    ("COPY documents TO '{out}/docs.parquet' (FORMAT parquet)", "sql: " + DENIED.format("{out}/docs.parquet")),
+# Each refusal is DuckDB's message inside bertwb's line; what the test pins is bertwb's part (the "sql:"
+# prefix, the read-only hint, exit 1, nothing written) and the facts of the case (the path or name refused),
+# never DuckDB's wording, which changes between versions.
+@pytest.mark.parametrize("statement, facts", [
+    ("COPY (select 1) TO '{out}/x.csv'", ["{out}/x.csv"]),
+    ("COPY documents TO '{out}/docs.parquet' (FORMAT parquet)", ["{out}/docs.parquet"]),
     ("ATTACH '{out}/y.duckdb' AS y (READ_WRITE); CREATE TABLE y.t AS SELECT 1; INSERT INTO y.t VALUES (2)",
-     "sql: " + DENIED.format("{out}/y.duckdb")),
-    ("select * from read_text('/etc/hostname')", "sql: " + DENIED.format("/etc/hostname")),
-    ("INSTALL httpfs", "sql: Permission Error: Cannot access directory "),
-    ("LOAD httpfs", "sql: Permission Error: Loading external extensions is disabled through configuration"),
-    ("SET enable_external_access = true; COPY (select 1) TO '{out}/x.csv'",
-     'sql: Invalid Input Error: Cannot change configuration option ""enable_external_access"" - the configuration '
-     "has been locked"),
-    ("RESET lock_configuration", 'sql: Invalid Input Error: Cannot change configuration option ""lock_configuration""'
-                                 " - the configuration has been locked"),
-    ("delete from documents", 'sql: Invalid Input Error: Cannot execute statement of type "DELETE" on database '
-                              '"bertwb" which is attached in read-only mode!'),
+     ["{out}/y.duckdb"]),
+    ("select * from read_text('/etc/hostname')", ["/etc/hostname"]),
+    ("INSTALL httpfs", []),
+    ("LOAD httpfs", []),
+    ("SET enable_external_access = true; COPY (select 1) TO '{out}/x.csv'", ["enable_external_access"]),
+    ("RESET lock_configuration", ["lock_configuration"]),
+    ("delete from documents", ["DELETE"]),
 ])
 def test_read_only_sql_cannot_write_attach_read_files_or_install(built: Project, tmp_path: Path, statement: str,
-                                                                 message: str):
+                                                                 facts: list[str]):
     before = _database_digest(built)
     result = built.run("sql", statement.format(out=tmp_path), expect=None)
-    assert_one_line_error(result, message.format(out=tmp_path), HINT)
+    assert_library_error(result, "sql: ", *(fact.format(out=tmp_path) for fact in facts), hint=HINT)
     assert not list(tmp_path.iterdir())
     assert _database_digest(built) == before
 
@@ -87,7 +85,8 @@ def test_output_that_names_no_format_or_the_database_is_one_line(built: Project,
                           ".json or .parquet)")
     database = built.workspace / "bertwb.duckdb"
     assert_one_line_error(built.run("sql", "select 1", "--format", "csv", "--output", str(database), expect=None),
-                          f"--output {database} is the workspace database; write the result to another file")
+                          f"--output {database} is inside the workspace ({built.workspace.resolve()}); bertwb writes "
+                          "no output there")
 
 
 def test_timestamp_with_time_zone_in_every_format_without_pytz(built: Project, tmp_path: Path,

@@ -6,12 +6,22 @@ accent stripping when uncased), the BERT pre-tokeniser, ``##`` continuation piec
 with segment ids 0 and 1. The vocab stage, model directories, exports and imports all load and write
 tokenizers through the two functions here, so a folder any of them wrote loads in any other and in
 ``transformers.BertTokenizerFast.from_pretrained``.
+
+**bertwb owns lengths.** A published model's ``tokenizer.json`` often pads and truncates every input
+to a fixed length (a sentence-transformers export: ``"padding": {"strategy": {"Fixed": 128}}``).
+`load_tokenizer` turns both off, so no caller can forget: stored tokens, pairs and fine-tuning features
+hold no ``[PAD]``, and every length is one bertwb's config sets (padding exists only inside a batch,
+with an attention mask). What the files said is kept for the record only (`declared_lengths`), and a
+``model_max_length`` there is a limit the config is checked against (`declared_max_length`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -24,6 +34,8 @@ SPECIAL_TOKENS_MAP = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "
 # the default of `bertwb.model.bert.BertConfig.max_position_embeddings`.
 DEFAULT_MODEL_MAX_LENGTH = 512
 FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# transformers writes int(1e30) as model_max_length for "no limit"; anything this large says none.
+_NO_LIMIT = 10**9
 
 
 def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
@@ -41,17 +53,12 @@ def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
 def load_tokenizer(path: Path, lowercase: bool | None = None) -> Tokenizer:
     """The tokenizer in ``path``: a ``tokenizer.json``, a ``vocab.txt``, or a folder holding either.
 
+    Its file's padding and truncation are turned off (bertwb owns lengths; see the module docstring).
     A ``vocab.txt`` is cased as ``lowercase`` says, else as its folder's ``tokenizer_config.json``
     says, else uncased. Special tokens present in the vocabulary are kept whole in text,
     and the BERT template is set when the file has none. Unreadable or non-BERT files are one-line errors.
     """
-    if path.is_dir():
-        found = next((path / name for name in ("tokenizer.json", "vocab.txt") if (path / name).is_file()), None)
-        if found is None:
-            raise BertwbError(f"{path}: no tokenizer.json or vocab.txt in it; a model needs its tokenizer")
-        path = found
-    if not path.is_file():
-        raise BertwbError(f"{path}: no such tokenizer file; point at a vocab.txt or tokenizer.json")
+    path = tokenizer_file(path)
     try:
         if path.suffix == ".json":
             tokenizer = Tokenizer.from_file(str(path))
@@ -76,7 +83,69 @@ def load_tokenizer(path: Path, lowercase: bool | None = None) -> Tokenizer:
     tokenizer.add_special_tokens(SPECIAL_TOKENS)  # "[MASK]" in text stays one token
     if tokenizer.post_processor is None:
         add_bert_template(tokenizer)
+    tokenizer.no_padding()  # [PAD] is never content: padding happens in a batch, with an attention mask
+    tokenizer.no_truncation()  # each caller cuts to the length its config says
     return tokenizer
+
+
+def tokenizer_file(path: Path) -> Path:
+    """The file `load_tokenizer` reads for ``path``: itself, or a folder's tokenizer.json (else vocab.txt)."""
+    if path.is_dir():
+        found = next((path / name for name in ("tokenizer.json", "vocab.txt") if (path / name).is_file()), None)
+        if found is None:
+            raise BertwbError(f"{path}: no tokenizer.json or vocab.txt in it; a model needs its tokenizer")
+        path = found
+    if not path.is_file():
+        raise BertwbError(f"{path}: no such tokenizer file; point at a vocab.txt or tokenizer.json")
+    return path
+
+
+def tokenizer_digest(tokenizer: Tokenizer) -> str:
+    """A digest of everything that decides a loaded tokenizer's ids (its JSON, padding and truncation off),
+    for stage keys: a changed file at the same path is noticed, a changed padding setting is not."""
+    return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+def tokenizer_identity(path: Path, lowercase: bool | None = None) -> dict[str, Any]:
+    """The tokenizer at ``path`` for a stage key: the file read and the `tokenizer_digest` of what
+    `load_tokenizer` makes of it. Cached by the files' size and modification time, since every
+    ``bertwb status`` asks."""
+    file = tokenizer_file(path)
+    side = file.parent / "tokenizer_config.json"
+    stats = tuple((p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None for p in (file, side))
+    return {"path": str(file), "tokenizer": _cached_digest(file, lowercase, stats)}
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_digest(file: Path, lowercase: bool | None, stats: tuple) -> str:
+    return tokenizer_digest(load_tokenizer(file, lowercase))
+
+
+def declared_lengths(path: Path) -> dict[str, Any]:
+    """What the tokenizer's own files say about lengths — ``tokenizer.json``'s padding and truncation and
+    ``tokenizer_config.json``'s ``model_max_length`` — recorded (import.json), never applied."""
+    file = tokenizer_file(path)
+    settings: dict[str, Any] = {"padding": None, "truncation": None}
+    if file.suffix == ".json":
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = {}  # load_tokenizer says what is wrong with the file
+        settings = {key: data.get(key) if isinstance(data, dict) else None for key in settings}
+    return {**settings, "model_max_length": declared_max_length(file.parent)}
+
+
+def declared_max_length(folder: Path | None) -> int | None:
+    """The longest input ``folder``'s ``tokenizer_config.json`` says the model takes (``model_max_length``);
+    None when it says nothing, or "no limit"."""
+    side = folder / "tokenizer_config.json" if folder is not None else None
+    if side is None or not side.is_file():
+        return None
+    try:
+        value = json.loads(side.read_text(encoding="utf-8")).get("model_max_length")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _NO_LIMIT else None
 
 
 def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
@@ -84,9 +153,12 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
     """``FILES`` into ``out``, as ``BertTokenizerFast.from_pretrained`` reads them.
 
     ``lowercase`` is what ``tokenizer_config.json`` says when the tokenizer's own normaliser does not tell.
+    ``tokenizer.json`` is written without padding or truncation, so ``transformers`` encodes as bertwb does.
     """
     out.mkdir(parents=True, exist_ok=True)
     add_bert_template(tokenizer)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     tokenizer.save(str(out / "tokenizer.json"))
     by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
     (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
@@ -94,6 +166,14 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
     _write_json(out / "tokenizer_config.json", {
         "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, lowercase), "strip_accents": None,
         "tokenize_chinese_chars": True, "model_max_length": model_max_length, **SPECIAL_TOKENS_MAP})
+
+
+def set_model_max_length(folder: Path, length: int) -> None:
+    """Rewrite ``folder``'s tokenizer_config.json to declare ``length`` (same bytes when it already does)."""
+    side = folder / "tokenizer_config.json"
+    config = json.loads(side.read_text(encoding="utf-8"))
+    if config.get("model_max_length") != length:
+        _write_json(side, {**config, "model_max_length": length})
 
 
 def lowercases(tokenizer: Tokenizer, default: bool) -> bool:

@@ -19,20 +19,24 @@ heads: ``evaluate``, ``fill-mask`` and ``nsp`` refuse it with a one-line error (
 print confident nonsense), while ``model.init_from`` pre-trains from its encoder, leaving its task head
 out and initialising the pre-training heads, as for a ``BertModel``.
 
+**Lengths stay bertwb's.** The source tokenizer's own padding and truncation (a sentence-transformers
+export pads and cuts every input to 128) are recorded in ``import.json`` (``source_tokenizer``), never
+applied: the imported ``tokenizer.json`` has neither, and its ``tokenizer_config.json`` keeps the
+source's ``model_max_length`` where that is below the positions, the limit configs are checked against.
+
 Every file is a function of the model and tokenizer only (no dates, no paths), so export → import →
 export writes identical bytes. Output folders are built under a temporary name and renamed.
 
 **What ``--force`` may replace.** Both write a marker file, ``.bertwb-export``, into their folder;
 ``--force`` replaces only a folder holding it, or an empty one. Whatever the flag, an output folder may
-not be the workspace, the config's folder, the current directory, the model being read, any path the
-config names (inputs, data files, ``vocab.from_file``, ...), nor an ancestor of any of them
-(`protected_paths`): each is refused with one line.
+not be the workspace nor inside it, the config's folder, the current directory, the model being read,
+any path the config names (inputs, data files, ``vocab.from_file``, ...), nor an ancestor of any of
+them (`bertwb.outputs`, the guard every command that writes a user-named path shares): each is refused
+with one line.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import json
 import os
 from contextlib import contextmanager
@@ -42,55 +46,60 @@ from typing import Any, Iterable, Iterator
 import safetensors.torch
 from tokenizers import Tokenizer
 
-from bertwb.config import Config
-from bertwb.data.tokenizer import write_tokenizer_files
+from bertwb import outputs
+from bertwb.data.tokenizer import declared_lengths, write_tokenizer_files
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.heads import AnyBert
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict
-from bertwb.workspace import Workspace, building, repair_leftovers
+from bertwb.outputs import check_folder
+from bertwb.workspace import building, repair_leftovers
 
 TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 MARKER = ".bertwb-export"  # in every folder export and import-hf write; --force replaces only those
 MARKER_TEXT = "written by bertwb (export or import-hf); `--force` may replace this folder\n"
-Protected = Iterable[tuple[Path, str]]  # (path, what it is, in words)
+Protected = Iterable[outputs.Protected]
 
 
 def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, force: bool = False,
               protected: Protected = ()) -> dict[str, Any]:
     """Write ``model_dir`` (with ``tokenizer``) to ``out`` in Hugging Face layout; return what was written.
-    ``out`` may be none of ``protected`` (see `protected_paths`) nor an ancestor of one."""
+    ``out`` must pass `bertwb.outputs.check_folder` against ``protected`` and the model read."""
     model, _ = modeldir.load_model(model_dir)
-    with _building(out, force, [*protected, (model_dir.path, "the model being exported")]) as tmp:
+    read = outputs.reading(model_dir.path, "the model being exported", contents=True)
+    with _building(out, force, [*protected, *read], "OUT") as tmp:
         hf_state = {name: tensor.detach().contiguous() for name, tensor in to_hf_state_dict(model.state_dict()).items()
                     if name not in TIED_HF_KEYS}
         safetensors.torch.save_file(hf_state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _readable(tmp / "model.safetensors")
         _write_json(tmp / "config.json", hf_config_of(model))
-        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+        write_tokenizer_files(tokenizer, tmp, modeldir.max_length(model_dir)[0])
     return {"path": str(out), "source": model_dir.label, "architecture": model.hf_architecture,
             "tensors": len(hf_state),
             "parameters": sum(t.numel() for t in hf_state.values()),
             "files": sorted(p.name for p in out.iterdir() if p.name != MARKER)}
 
 
-def import_hf(source: Path, out: Path, force: bool = False, protected: Protected = ()) -> dict[str, Any]:
-    """Convert the Hugging Face BERT folder ``source`` into a bertwb model directory ``out`` (which may be
-    none of ``protected`` nor an ancestor of one)."""
+def import_hf(source: Path, out: Path, force: bool = False, protected: Protected = (),
+              own: Path | None = None) -> dict[str, Any]:
+    """Convert the Hugging Face BERT folder ``source`` into a bertwb model directory ``out`` (which must
+    pass `bertwb.outputs.check_folder`; ``own``: the workspace's folder for imports, allowed)."""
     model_dir = modeldir.open_model_dir(source)
     if model_dir.tokenizer_dir is None:
         raise BertwbError(f"{source}: no vocab.txt or tokenizer.json; a model needs its tokenizer to be used")
     tokenizer = modeldir.load_tokenizer(model_dir, None)
     model, report = modeldir.load_model(model_dir)
-    with _building(out, force, [*protected, (source, "the model being imported")]) as tmp:
+    read = outputs.reading(source, "the model being imported", contents=True)
+    with _building(out, force, [*protected, *read], "--out", own) as tmp:
         modeldir.save_model_dir(model, tmp)
         _readable(tmp / "model.safetensors")
-        write_tokenizer_files(tokenizer, tmp, model.config.max_position_embeddings)
+        write_tokenizer_files(tokenizer, tmp, modeldir.max_length(model_dir)[0])
         summary = {"source": str(source.resolve()), "weights": model_dir.weights.name, "layout": report.layout,
                    "kind": model.kind, "architecture": model.hf_architecture,
                    "label_names": getattr(model, "label_names", None),
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
-                   "dropped_tensors": report.dropped, "config": _sizes(model)}
+                   "dropped_tensors": report.dropped, "config": _sizes(model),
+                   "source_tokenizer": declared_lengths(model_dir.tokenizer_dir)}
         _write_json(tmp / "import.json", summary)
     return {"path": str(out), **summary}
 
@@ -113,51 +122,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def protected_paths(cfg: Config, ws: Workspace) -> list[tuple[Path, str]]:
-    """What an output folder may never be nor contain: the workspace, the config's folder, the current
-    directory, and every path a config value names that exists (a glob: the folder it starts in)."""
-    paths = [(ws.root, "the workspace"), (Path.cwd(), "the current directory")]
-    if cfg.path is not None:
-        paths.append((cfg.path.parent, "the config's folder"))
-    for where, value in _config_strings(cfg):
-        if glob.has_magic(value):
-            value = value[: min(value.find(ch) for ch in "*?[" if ch in value)]
-            value = os.path.dirname(value) or "."
-        path = cfg.resolve(value)
-        if value and path.exists():
-            paths.append((path, f"{where} in the config"))
-    return paths
-
-
-def _config_strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """Every string value in the config, with its dotted key (``ingest.inputs``, ``finetune.tasks.x.train``)."""
-    if dataclasses.is_dataclass(node):
-        for f in dataclasses.fields(node):
-            if f.name not in ("path", "base_dir"):
-                yield from _config_strings(getattr(node, f.name), f"{where}.{f.name}".lstrip("."))
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            yield from _config_strings(value, f"{where}.{key}")
-    elif isinstance(node, list):
-        for value in node:
-            yield from _config_strings(value, where)
-    elif isinstance(node, str) and node:
-        yield where, node
-
-
 @contextmanager
-def _building(out: Path, force: bool, protected: Protected) -> Iterator[Path]:
-    """`bertwb.workspace.building` for an output folder the user names: not a protected path nor an
-    ancestor of one, no file there, and no folder with contents unless ``force`` and bertwb wrote it."""
-    target = out.resolve()
-    repair_leftovers(target.parent, target.name)  # an earlier export killed mid-swap: its folder back first
-    protected = [(path.resolve(), what) for path, what in protected]
-    for path, what in protected:
-        if target == path:
-            raise BertwbError(f"{out} is {what}; write the model to a folder of its own")
-    for path, what in protected:
-        if target in path.parents:
-            raise BertwbError(f"{out} holds {what} ({path}); write the model to a folder of its own")
+def _building(out: Path, force: bool, protected: Protected, option: str, own: Path | None = None) -> Iterator[Path]:
+    """`bertwb.workspace.building` for an output folder the user names: one `bertwb.outputs.check_folder`
+    allows, no file there, and no folder with contents unless ``force`` and bertwb wrote it."""
+    repair_leftovers(out.resolve().parent, out.resolve().name)  # an earlier export killed mid-swap: its folder back
+    check_folder(out, protected, option, own)
     if out.exists() and not out.is_dir():
         raise BertwbError(f"{out} is a file; give a directory to write the model to")
     if out.is_dir() and any(out.iterdir()):
@@ -166,6 +136,6 @@ def _building(out: Path, force: bool, protected: Protected) -> Iterator[Path]:
         if not (out / MARKER).is_file():
             raise BertwbError(f"{out} holds files bertwb did not write (no {MARKER} in it), and --force replaces "
                               "only an earlier export or import; remove it yourself or pick another folder")
-    with building(target, what="export") as tmp:
+    with building(out.resolve(), what="export") as tmp:
         (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
         yield tmp

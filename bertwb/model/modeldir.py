@@ -36,6 +36,7 @@ from tokenizers import Tokenizer
 
 from bertwb import engine
 from bertwb.config import Config
+from bertwb.data.tokenizer import declared_max_length
 from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig
@@ -337,6 +338,27 @@ def load_tokenizer(model_dir: ModelDir, ws: Workspace | None = None, folder: Pat
         raise BertwbError(f"{folder}: the tokenizer has {size:,} tokens but the model {model_dir.config.vocab_size:,}; "
                           "they do not belong together")
     return tokenizer
+
+
+def max_length(model_dir: ModelDir) -> tuple[int, str]:
+    """The longest input the model declares it takes, and where it says so: its positions, or the
+    ``model_max_length`` of its own tokenizer_config.json (a published model's) when that is lower.
+
+    Only the directory's own tokenizer declares: the workspace's vocab stage, which a checkpoint borrows,
+    knows no model and writes a default."""
+    limit, where = model_dir.config.max_position_embeddings, f"positions of {model_dir.path}"
+    declared = declared_max_length(model_dir.tokenizer_dir)
+    if declared is not None and declared < limit:
+        side = model_dir.tokenizer_dir / "tokenizer_config.json"
+        limit, where = declared, f"tokens model_max_length allows in {side}"
+    return limit, where
+
+
+def check_length(model_dir: ModelDir, length: int, setting: str) -> None:
+    """A config's sequence length (``setting``) must fit what the model declares (`max_length`)."""
+    limit, where = max_length(model_dir)
+    if length > limit:
+        raise BertwbError(f"{setting} {length} is more than the {limit} {where}; lower it")
 
 
 def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:

@@ -10,7 +10,8 @@
 * Fine-tuning: each task's loss and dev metrics over steps, and a classifier's dev confusion matrix.
 
 **Where.** ``<workspace>/report/index.html`` and ``report/figures/*.png`` (``--output DIR`` for another
-folder). Each run rewrites the figures it draws and removes the PNGs of ``figures/`` it no longer draws.
+folder, which `bertwb.outputs` keeps out of the workspace and the config's data). Each run builds the
+whole folder anew and swaps it in; it replaces only a report's own earlier output (:mod:`.folder`).
 
 **While training runs.** The report takes no lock and writes nothing in the workspace's stages: it
 reads the metrics files the trainer appends to, and the database read-only (:mod:`.sources`), so
@@ -30,15 +31,13 @@ from typing import Any, Callable
 
 import duckdb
 
-from bertwb import engine, ui
+from bertwb import engine, outputs, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.report import figures, sources
+from bertwb.report.folder import FIGURES_DIR, PAGE, check_replaceable, write_marker
 from bertwb.report.page import Shown, render
-from bertwb.workspace import Workspace, write_text_atomic
-
-PAGE = "index.html"
-FIGURES_DIR = "figures"
+from bertwb.workspace import Workspace, building
 
 
 @dataclass
@@ -55,29 +54,31 @@ def write_report(cfg: Config, ws: Workspace, output: Path | None = None) -> dict
     if not ws.root.is_dir():
         raise BertwbError(f"no workspace at {ws.root}: nothing to report; run `bertwb run` first "
                           "(or point --workdir / --config at the workspace)")
+    own = ws.root / "report"
+    out = output or own
+    outputs.check_folder(out, outputs.protected_paths(cfg, ws), "--output", own)
+    check_replaceable(out, legacy_ok=out.resolve() == own.resolve())
     found = _Findings(cfg, ws)
     if not found.planned and not found.headline:
         raise BertwbError(f"nothing to report in {ws.root} yet: no stage has finished or logged metrics; "
                           "run `bertwb run` (or at least `bertwb pairs`) first")
-    out = output or ws.root / "report"
-    folder = out / FIGURES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    shown = []
-    for plan in found.planned:
-        path = folder / f"{plan.name}.png"
-        figures.save(plan.draw(), path)
-        shown.append(Shown(plan.name, plan.section, plan.title, plan.caption, path))
-    kept = {figure.path.name for figure in shown}
-    for stale in folder.glob("*.png"):  # figures of a task or stage no longer there
-        if stale.name not in kept:
-            stale.unlink()
     states = found.states()
-    page = out / PAGE
-    write_text_atomic(page, render(f"bertwb report: {ws.root}", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                   found.headline, list(states.items()), found.notes, shown))
-    return {"page": str(page), "figures": [{"name": f.name, "path": str(f.path), "section": f.section,
-                                            "title": f.title} for f in shown],
+    with building(out.resolve(), what="report") as tmp:
+        shown = [_draw(plan, tmp) for plan in found.planned]
+        (tmp / PAGE).write_text(render(f"bertwb report: {ws.root}", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                                       found.headline, list(states.items()), found.notes, shown), encoding="utf-8")
+        write_marker(tmp, [PAGE, *(f"{FIGURES_DIR}/{figure.path.name}" for figure in shown)])
+    return {"page": str(out / PAGE), "figures": [{"name": f.name, "path": str(out / FIGURES_DIR / f.path.name),
+                                                  "section": f.section, "title": f.title} for f in shown],
             "stages": states, "notes": found.notes}
+
+
+def _draw(plan: _Planned, folder: Path) -> Shown:
+    """Draw one planned figure into ``folder``'s figures/."""
+    path = folder / FIGURES_DIR / f"{plan.name}.png"
+    path.parent.mkdir(exist_ok=True)
+    figures.save(plan.draw(), path)
+    return Shown(plan.name, plan.section, plan.title, plan.caption, path)
 
 
 def show(report: dict[str, Any]) -> None:

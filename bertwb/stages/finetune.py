@@ -100,19 +100,26 @@ def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:
 
 
 def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any]]:
-    """Identities of the task's data files, the weights it starts from and their tokenizer."""
+    """Identities of the task's data files, the weights it starts from and their tokenizer: the tokenizer's
+    content as loaded (padding and truncation off), so features built through another tokenizer, or
+    through one whose file padded them, are stale."""
+    from bertwb.data.tokenizer import tokenizer_identity  # noqa: PLC0415 - status stays light
+
     settings = task_settings(cfg, instance)
     paths = [cfg.resolve(p) for p in (settings.train, settings.dev, settings.test) if p]
+    tokenizer = []
     try:
         model = source_dir(cfg, ws, instance)
         weights = weights_file(model)
         if weights is not None:
             paths.append(weights)
         own = next((model / name for name in ("tokenizer.json", "vocab.txt") if (model / name).is_file()), None)
-        paths.append(own or ws.stage_dir("vocab") / "tokenizer.json")
+        path = own or ws.stage_dir("vocab") / "tokenizer.json"
+        tokenizer = [tokenizer_identity(path) if path.is_file() else {"path": str(path), "missing": True}]
     except BertwbError:
         pass  # `bertwb status` still works; running the stage says what is missing
-    return [weights_identity(path) if path.is_file() else {"path": str(path), "missing": True} for path in paths]
+    return [weights_identity(path) if path.is_file() else {"path": str(path), "missing": True}
+            for path in paths] + tokenizer
 
 
 def steps_behind(cfg: Config, manifest: dict[str, Any], instance: str) -> str | None:

@@ -58,7 +58,7 @@ from bertwb.config import Config
 from bertwb.stage import Build, Stage
 from bertwb.train.runs import (METRICS_FILE, PHASES_FILE, fingerprint, list_checkpoints, phase_dirs, run_dir_of,
                                run_metrics, weights_file)
-from bertwb.workspace import Workspace
+from bertwb.workspace import Workspace, write_text_atomic
 
 
 PHASE_MODEL = "model"  # a finished phase's model directory, inside its folder of the run
@@ -94,7 +94,7 @@ def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dic
 
     phases = cfg.pretrain_phases()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
+    write_text_atomic(run_dir / PHASES_FILE, json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
     summaries: dict[str, dict[str, Any]] = {}
     init_from: Path | None = None  # the first phase starts as model.init_from says
     for index, (name, settings, _) in enumerate(phases):
@@ -105,7 +105,7 @@ def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dic
         summary = None if last else _finished(phase_dir / PHASE_MODEL, settings)
         if summary is None:
             phase_dir.mkdir(parents=True, exist_ok=True)
-            (phase_dir / STARTED_FROM).write_text(json.dumps(started_from) + "\n")
+            write_text_atomic(phase_dir / STARTED_FROM, json.dumps(started_from) + "\n")
             plan = Plan(run_dir=str(phase_dir), pairs_dir=str(pair_set(build.upstream_dir("pairs"), name)),
                         vocab_dir=str(build.upstream_dir("vocab")), phase=name,
                         init_from=str(init_from) if init_from else None)
@@ -160,11 +160,15 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 
 
 def _copy_vocabulary(build: Build, out_dir: Path) -> None:
-    """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since."""
+    """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since;
+    their ``model_max_length`` is the model's positions (the vocab stage, which knows no model, wrote 512)."""
     from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
+    from bertwb.data.tokenizer import set_model_max_length
 
     for name in TOKENIZER_FILES:
         shutil.copy2(build.upstream_dir("vocab") / name, out_dir / name)
+    if (out_dir / "config.json").is_file():
+        set_model_max_length(out_dir, json.loads((out_dir / "config.json").read_text())["max_position_embeddings"])
 
 
 def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:

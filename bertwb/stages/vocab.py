@@ -37,8 +37,10 @@ from tokenizers import Tokenizer, trainers
 
 from bertwb import faults, ui
 from bertwb.config import Config
-from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer, write_tokenizer_files
+from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
+                                   write_tokenizer_files)
 from bertwb.stage import Build, Stage
+from bertwb.workspace import Workspace
 
 TOP_TOKENS = 20
 # Where the BERT pre-tokeniser ends a word: Rust's char::is_whitespace, and punctuation (ASCII or Unicode P*).
@@ -69,7 +71,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     alphabet_seconds = 0.0
     if cfg.vocab.from_file:
-        # kept exactly as given: a model that came with this vocabulary must find its own ids
+        # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
+        # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
         tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
     else:
         tokenizer, alphabet_seconds = _train_tokenizer(cfg, con)
@@ -108,9 +111,16 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     }
 
 
+def from_file_identity(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
+    """A ``vocab.from_file`` tokenizer's identity (its content as loaded, padding and truncation off), so a
+    changed file at the same path rebuilds the vocabulary; nothing for a trained one (ingest keys that)."""
+    return [tokenizer_identity(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)] if cfg.vocab.from_file else []
+
+
 STAGE = Stage(
     "vocab", version=3, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
-    views=tuple(VIEWS), has_files=True, headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
+    views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity,
+    headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 

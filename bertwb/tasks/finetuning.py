@@ -268,9 +268,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     task = task_type(settings, setting)
     source = modeldir.open_model_dir(Path(plan.model_dir))
     tokenizer = modeldir.load_tokenizer(source, folder=Path(plan.tokenizer_dir))
-    if settings.max_seq_length > source.config.max_position_embeddings:
-        raise BertwbError(f"{setting}.max_seq_length {settings.max_seq_length} is more than the "
-                          f"{source.config.max_position_embeddings} positions of {source.path}; lower it")
+    modeldir.check_length(source, settings.max_seq_length, f"{setting}.max_seq_length")
     if not settings.train:
         raise BertwbError(f"{setting}.train is not set; give the task's training file")
     train_examples = task.read(cfg.resolve(settings.train))
@@ -332,7 +330,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     if out_dir is not None and dist.rank == 0:
         checkpoint.link_weights(final, out_dir)
         (out_dir / "config.json").write_text(json.dumps(hf_config_of(trainer.model), indent=2) + "\n")
-        write_tokenizer_files(tokenizer, out_dir, trainer.model.config.max_position_embeddings)
+        write_tokenizer_files(tokenizer, out_dir, modeldir.max_length(source)[0])
         _write_json(out_dir / TASK_FILE, {"task": plan.task, **task_settings(settings), "recorded": task.recorded()})
         _write_json(out_dir / RESULTS_FILE, {"task": plan.task, "type": settings.type, "labels": label_names,
                                              "main_metric": task.main_metric, **results})

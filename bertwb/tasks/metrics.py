@@ -3,19 +3,12 @@
 * classification: accuracy, macro-F1 and the confusion matrix (scikit-learn);
 * regression: Pearson and Spearman correlation (scipy) and mean squared error;
 * tagging: entity-level precision, recall and F1 over BIO/IOB2 tags (seqeval, conlleval's counting);
-* extractive QA: exact match and F1 as the official SQuAD evaluation script defines them, written
-  here from that definition: answers are normalised (lowercase, punctuation and the articles a/an/the
-  removed, whitespace collapsed), F1 is over the bag of normalised tokens, and a prediction scores its
-  best match among a question's gold answers. A SQuAD v2.0 question without answers has the gold
-  answer "", so only an empty prediction scores there (1.0 on both), and an empty prediction scores
-  0 on an answerable question.
+* extractive QA: exact match and F1 as the official SQuAD v1.1 and v2.0 scripts define them, each
+  version its own way, in :mod:`bertwb.tasks.squad_eval`.
 """
 
 from __future__ import annotations
 
-import collections
-import re
-import string
 from typing import Any
 
 import numpy as np
@@ -54,37 +47,3 @@ def tagging(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, Any]
             "recall": float(recall_score(gold, predicted, zero_division=0)),
             "f1": float(f1_score(gold, predicted, zero_division=0)),
             "token_accuracy": right / max(tokens, 1), "sentences": len(gold)}
-
-
-def squad(gold_answers: list[list[str]], predicted: list[str]) -> dict[str, Any]:
-    """Exact match and F1 in percent, each the best over a question's gold answers, averaged over questions."""
-    exact = [max(exact_match(p, g) for g in (golds or [""])) for golds, p in zip(gold_answers, predicted, strict=True)]
-    f1 = [max(f1_score(p, g) for g in (golds or [""])) for golds, p in zip(gold_answers, predicted, strict=True)]
-    count = max(len(predicted), 1)
-    return {"exact_match": 100.0 * sum(exact) / count, "f1": 100.0 * sum(f1) / count, "questions": len(predicted)}
-
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCTUATION = set(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """Lowercase, drop punctuation and the articles a/an/the, collapse whitespace (the SQuAD normalisation)."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def exact_match(predicted: str, gold: str) -> float:
-    return float(normalize_answer(predicted) == normalize_answer(gold))
-
-
-def f1_score(predicted: str, gold: str) -> float:
-    """Harmonic mean of precision and recall over the bag of normalised tokens; 1.0 when both are empty."""
-    predicted_tokens, gold_tokens = normalize_answer(predicted).split(), normalize_answer(gold).split()
-    if not predicted_tokens or not gold_tokens:
-        return float(predicted_tokens == gold_tokens)
-    common = sum((collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(predicted_tokens), common / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)

@@ -172,7 +172,7 @@ def write_predictions(predictor: Predictor, examples: list[Any], fmt: str, outpu
     if not output:
         return write_rows(predictor.stream(examples), fmt, stdout)
     try:
-        with writing_atomic(Path(output)) as handle:
+        with writing_atomic(Path(output), in_place=True) as handle:
             return write_rows(predictor.stream(examples), fmt, handle)
     except OSError as exc:  # the input was read before: an error here is the output's
         raise cannot_write_output(output, exc) from None

@@ -182,9 +182,7 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
         return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], max(meta["max_seq_length"], positions)))
     source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from))
     modeldir.check_vocab_matches(source, vocab_dir)
-    if source.config.max_position_embeddings < meta["max_seq_length"]:
-        raise BertwbError(f"model.init_from {source.path} has {source.config.max_position_embeddings} positions but "
-                          f"pairs.max_seq_length is {meta['max_seq_length']}; lower pairs.max_seq_length")
+    modeldir.check_length(source, meta["max_seq_length"], "pairs.max_seq_length")
     for name in ("hidden_dropout", "attention_dropout"):
         if getattr(cfg.model, name) is not None:
             setattr(source.config, name, getattr(cfg.model, name))

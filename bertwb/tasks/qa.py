@@ -16,9 +16,19 @@ candidate spans (end not before start, at most ``max_answer_length`` tokens); a 
 P(start) × P(end), each a softmax over the window's context tokens and its [CLS] — the scores of
 different windows are then comparable probabilities, as in ``transformers``' question-answering
 pipeline. The best span is mapped back through the tokenizer's character offsets to the original
-text. With SQuAD v2.0 data (any train question marked ``is_impossible``) the answer is empty when the
-lowest no-answer score of the question's windows, P([CLS] start) × P([CLS] end), beats the best span's
-by more than ``null_threshold``. Metrics: exact match and F1 as the official script computes them.
+text. With SQuAD v2.0 data (any train question marked ``is_impossible``) every prediction carries its
+``no_answer_score``: the lowest no-answer probability of the question's windows, P([CLS] start) ×
+P([CLS] end), minus the best span's probability (from -1 to 1, rounded to 6 places), and
+``best_span``, the span it would answer; the answer is empty when ``no_answer_score`` is above
+``null_threshold``.
+
+**Metrics** are the official script's of the dev (or test) file's SQuAD version
+(:mod:`bertwb.tasks.squad_eval`): v2.0 when the file says so in its ``version`` field or has a question
+marked ``is_impossible`` (v1.1's script cannot score one), v1.1 when it says 1.1, else the version
+of the training data. For v2.0 with no-answer scores, ``best_f1_thresh`` (and ``best_exact_thresh``)
+is the v2.0 script's best threshold over the ``no_answer_score`` of every question, searched with the
+``best_span`` answers, so it is in ``null_threshold``'s units and exact for any value: set
+``null_threshold`` to it to get ``best_f1``.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from tokenizers import Tokenizer
 
 from bertwb.config import FinetuneTaskConfig
 from bertwb.errors import BertwbError
-from bertwb.tasks import metrics
+from bertwb.tasks import squad_eval
 from bertwb.tasks.finetuning import Features, TaskBatch, TaskObjective, example_ranges
 from bertwb.tasks.readers import Question, format_of, read_squad
 
@@ -113,9 +123,13 @@ class QATask:
                     start_char, end_char = window.char_spans[span[0]][0], window.char_spans[span[1]][1]
                     best = {"answer": example.context[start_char:end_char], "start": start_char, "end": end_char,
                             "score": score}
-            if self.version_2 and null - best["score"] > self.s.null_threshold:
+            no_answer_score, span = round(null - best["score"], 6), best["answer"]
+            if self.version_2 and no_answer_score > self.s.null_threshold:
                 best = {"answer": "", "start": None, "end": None, "score": null}
-            predictions.append({**best, "score": round(float(best["score"]), 6)})
+            prediction = {**best, "score": round(float(best["score"]), 6)}
+            if self.version_2:
+                prediction.update(no_answer_score=no_answer_score, best_span=span)
+            predictions.append(prediction)
         return predictions
 
     def _best_span(self, start_logits: np.ndarray, end_logits: np.ndarray,
@@ -139,7 +153,20 @@ class QATask:
 
     def score(self, examples: list[Question], predictions: list[dict[str, Any]],
               label_names: list[str] | None) -> dict[str, Any]:
-        return metrics.squad([[a["text"] for a in q.answers] for q in examples], [p["answer"] for p in predictions])
+        """The official metrics of the examples' SQuAD version (see the module docstring), and that version.
+
+        Questions are keyed by position, so a file with a repeated id still scores every question once.
+        """
+        golds = {index: [a["text"] for a in q.answers] for index, q in enumerate(examples)}
+        answers = {index: p["answer"] for index, p in enumerate(predictions)}
+        version = scoring_version(examples, self.version_2)
+        if version == "1.1":
+            return {"squad_version": version, **squad_eval.evaluate_v1(golds, answers)}
+        result = {"squad_version": version, **squad_eval.evaluate_v2(golds, answers)}
+        if predictions and all("no_answer_score" in p for p in predictions):
+            result.update(squad_eval.best_thresholds(golds, {i: p["best_span"] for i, p in enumerate(predictions)},
+                                                     {i: p["no_answer_score"] for i, p in enumerate(predictions)}))
+        return result
 
     def from_lines(self, lines: list[str]) -> list[Question]:
         """Stdin lines: ``{"question": ..., "context": ...}`` JSON objects, or ``question<TAB>context``."""
@@ -170,6 +197,16 @@ class QATask:
     def gold(self, example: Question) -> Any:
         """The answers' texts; ``[]`` for a question SQuAD v2.0 marks unanswerable."""
         return [a["text"] for a in example.answers] if example.answers or example.impossible else None
+
+
+def scoring_version(examples: list[Question], trained_on_v2: bool) -> str:
+    """The SQuAD version whose official metrics score ``examples``: "2.0" or "1.1"."""
+    if any(q.impossible or not q.answers for q in examples):
+        return "2.0"  # the v1.1 script cannot score a question without answers
+    declared = next((q.dataset_version for q in examples if q.dataset_version), None)
+    if declared is not None:
+        return "2.0" if declared.strip().lstrip("vV").startswith("2") else "1.1"
+    return "2.0" if trained_on_v2 else "1.1"
 
 
 def _window_starts(n_tokens: int, room: int, stride: int) -> list[int]:

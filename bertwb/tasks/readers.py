@@ -190,6 +190,7 @@ class Question:
     context: str
     answers: list[dict[str, Any]] = field(default_factory=list)  # {"text", "answer_start"}
     impossible: bool = False
+    dataset_version: str | None = None  # the file's top-level "version" ("1.1", "v2.0"), None when absent
 
 
 def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
@@ -203,6 +204,8 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
     articles = data.get("data") if isinstance(data, dict) else None
     if not isinstance(articles, list):
         raise BertwbError(f"{path}: no \"data\" list of articles; is it a SQuAD v1.1/v2.0 file?")
+    version = data.get("version")
+    version = str(version) if version is not None else None
     questions = []
     for article in articles:
         for paragraph in _squad_list(article, "paragraphs", "data[]", path, text):
@@ -219,7 +222,7 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
                 if require_answers and not answers and not impossible:
                     raise BertwbError(f"{path}:{line}: question {qid} has no answers and is not marked "
                                       "is_impossible; give its answers (or is_impossible: true for SQuAD v2.0)")
-                questions.append(Question(line, qid, qa["question"], context, answers, impossible))
+                questions.append(Question(line, qid, qa["question"], context, answers, impossible, version))
     if not questions:
         raise BertwbError(f"{path}: no questions; a SQuAD file holds data[].paragraphs[].qas[]")
     return questions
@@ -231,7 +234,8 @@ def _squad_list(parent: Any, key: str, where: str, path: Path, text: str, line: 
     if not isinstance(parent, dict):
         raise BertwbError(f"{path}:{line or 1}: an entry of {where} is {_json_type(parent)}, not an object; "
                           "a SQuAD file holds data[].paragraphs[].qas[].answers[]")
-    items = parent.get(key, [])
+    items = parent.get(key)
+    items = [] if items is None else items  # missing or null: none
     if not isinstance(items, list):
         line = line or _line_of_key(text, key, wrong_type=True)
         raise BertwbError(f"{path}:{line}: {where}.{key} is {_json_type(items)}, not a list; a SQuAD file holds "

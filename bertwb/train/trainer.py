@@ -52,7 +52,7 @@ from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.optim import build_optimizer, schedule_for
 from bertwb.train.runs import METRICS_FILE, checkpoint_path
-from bertwb.workspace import building, write_text_atomic
+from bertwb.workspace import building, open_append, write_text_atomic
 
 BEST_DIR = "best"
 
@@ -224,7 +224,7 @@ class Trainer:
         self.clock = now
         self.last = metrics
         if self.dist.rank == 0 and self.run_dir is not None:
-            with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as handle:
+            with open_append(self.run_dir / METRICS_FILE) as handle:
                 handle.write(json.dumps(metrics) + "\n")
             if self.events is not None:
                 self.events.write(metrics)

@@ -6,6 +6,10 @@ command that reads files. Deterministic; rerun it after changing a file here and
 corpus/     inputs for `bertwb ingest` (every format): broken containers, encodings, JSONL, CSV, Parquet
 vocab/      files for `vocab.from_file`
 sql/        files for `bertwb sql -f`
+
+Text that looks like rich markup (``[citation needed]``, ``[/quote]``) is a class of its own (issue
+#25): in a sentence (corpus/markup.txt), in a file's name that a warning prints (corpus/[bold] not
+json [x].jsonl) and in a query's values and column names (sql/markup.sql). It must come out whole.
 fill_mask/  files for `bertwb fill-mask --file`
 hf/         folders for `bertwb import-hf`
 config/     bertwb.yaml files whose sections are not mappings, for every command (with a --set into them)
@@ -73,6 +77,9 @@ def corpus() -> dict[str, bytes]:
         "no_final_newline.txt": b"The last line has no newline.",
         "long_line.txt": b"word " * 5000 + b"\n",
         "long_word.txt": b"x" * 25000 + b"\n",
+        # Text that looks like markup, in a sentence and in a file name a warning prints.
+        "markup.txt": b"See [citation needed] here.\nClose the [/quote] tag and [bold]this[/bold].\n",
+        "[bold] not json [x].jsonl": b"plain text [/quote], not JSON\n",
         # JSONL.
         "records.jsonl": "\n".join([
             json.dumps({"text": "A good record."}),
@@ -125,6 +132,7 @@ def sql_files() -> dict[str, bytes]:
         "nul.sql": b"select 1;\x00 select 2;\n",
         "writes_a_file.sql": b"copy (select 1 as x) to 'written_by_sql.csv';\n",
         "deletes.sql": b"delete from documents;\n",
+        "markup.sql": b"select 'see [citation needed] here' as x, '[/quote]' as \"[/y]\";\n",
     }
 
 

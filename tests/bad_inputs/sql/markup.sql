@@ -1,0 +1,1 @@
+select 'see [citation needed] here' as x, '[/quote]' as "[/y]";

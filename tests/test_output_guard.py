@@ -1,0 +1,223 @@
+"""Issue #25, items 1 and 2: a path the user names for output never replaces what bertwb or the user keeps.
+
+Item 1, one guard (bertwb.outputs) for every command that writes a user-named path: predict, sql,
+report, export and import-hf refuse the workspace and anything in it, the config file, every file or
+folder the config names, and a link leading to any of them, with one line naming the path; the
+project's files are byte for byte what they were. Item 2: report replaces only its own earlier output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
+from bertwb.model import modeldir
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from conftest import DEFAULT_TEST_CONFIG, Project, assert_one_line_error, make_documents, write_bert_format
+
+CONFIG = DEFAULT_TEST_CONFIG + """pairs:
+  max_seq_length: 32
+finetune:
+  tasks:
+    topic:
+      type: classify
+      train: data/train.csv
+"""
+
+
+def _tiny_model(folder: Path) -> Path:
+    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
+    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
+                                                          num_heads=2, intermediate_size=64,
+                                                          max_position_embeddings=64)), folder)
+    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    write_tokenizer_files(tokenizer, folder, 64)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """A project through pairs, with a training CSV the config names, weights in the workspace, a model
+    to export and a Hugging Face folder to import, and links that lead into the workspace."""
+    root = tmp_path_factory.mktemp("guard")
+    write_bert_format(root / "corpus" / "a.txt", make_documents(60, seed=3))
+    (root / "data").mkdir()
+    (root / "data" / "train.csv").write_text("text,label\nthe ship sails,a\n")
+    project = Project(root)
+    project.write_config(CONFIG)
+    project.run("run", "--until", "pairs", "-q")
+    (project.workspace / "pretrain").mkdir()
+    (project.workspace / "pretrain" / "model.safetensors").write_bytes(b"weights that took a week")
+    _tiny_model(root / "models" / "tiny")
+    project.run("export", "--checkpoint", str(root / "models" / "tiny"), str(root / "models" / "hf"))
+    (root / "into_workspace.csv").symlink_to(project.workspace / "manifests" / "pairs.json")
+    (root / "into_workspace").symlink_to(project.workspace / "pretrain")
+    return project
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by name, with the digest of its bytes (a link: where it points)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            found[name] = "-> " + os.readlink(path)
+        elif path.is_file():
+            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[name] = "dir"
+    return found
+
+
+def _commands(project: Project) -> dict[str, Callable[[str], list[str]]]:
+    models = project.root / "models"
+    return {
+        "predict": lambda target: ["predict", "topic", "--output", target],
+        "sql": lambda target: ["sql", "select 1 as x", "--format", "csv", "--output", target],
+        "report": lambda target: ["report", "--output", target],
+        "export": lambda target: ["export", "--checkpoint", str(models / "tiny"), "--force", target],
+        "import-hf": lambda target: ["import-hf", str(models / "hf"), "--force", "--out", target],
+    }
+
+
+FILE_COMMANDS = ["predict", "sql"]
+FOLDER_COMMANDS = ["report", "export", "import-hf"]
+
+FILE_TARGETS = {
+    ".bertwb/bertwb.duckdb": "is inside the workspace",
+    ".bertwb/manifests/ingest.json": "is inside the workspace",
+    ".bertwb/pretrain/model.safetensors": "is inside the workspace",
+    ".bertwb/new.csv": "is inside the workspace",
+    "data/train.csv": "is finetune.tasks.topic.train in the config",
+    "corpus/a.txt": "is inside ingest.inputs in the config",
+    "bertwb.yaml": "is the config file",
+    "into_workspace.csv": "is inside the workspace",
+}
+FOLDER_TARGETS = {
+    ".bertwb": "is the workspace",
+    ".bertwb/pretrain": "is inside the workspace",
+    ".bertwb/manifests": "is inside the workspace",
+    ".bertwb/new": "is inside the workspace",
+    "corpus": "is ingest.inputs in the config",
+    "corpus/new": "is inside ingest.inputs in the config",
+    "data": "holds finetune.tasks.topic.train in the config",
+    "models/tiny": "is the model being exported",  # report and import-hf: see below
+    "into_workspace": "is inside the workspace",
+    ".": "is the c",  # the current directory and the config's folder: both are the project's root
+}
+
+
+def _refused(built: Project, command: str, target: str, needle: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(built.root)
+    before = _tree(built.root)
+    result = built.run(*_commands(built)[command](target)[:1], *_commands(built)[command](target)[1:], expect=None)
+    assert_one_line_error(result, target, needle)
+    assert _tree(built.root) == before
+
+
+@pytest.mark.parametrize("target", list(FILE_TARGETS))
+@pytest.mark.parametrize("command", FILE_COMMANDS)
+def test_a_file_output_never_replaces_the_workspace_the_config_or_its_data(
+        built: Project, command: str, target: str, monkeypatch: pytest.MonkeyPatch):
+    _refused(built, command, target, FILE_TARGETS[target], monkeypatch)
+
+
+@pytest.mark.parametrize("target", list(FOLDER_TARGETS))
+@pytest.mark.parametrize("command", FOLDER_COMMANDS)
+def test_a_folder_output_never_replaces_the_workspace_the_config_or_its_data(
+        built: Project, command: str, target: str, monkeypatch: pytest.MonkeyPatch):
+    needle = FOLDER_TARGETS[target]
+    if target == "models/tiny" and command != "export":
+        needle = "holds files bertwb"  # no protected path for report or import-hf, but not a folder they wrote
+    _refused(built, command, target, needle, monkeypatch)
+
+
+def test_the_read_inputs_of_a_command_are_protected_from_its_own_output(built: Project, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    query = tmp_path / "query.sql"
+    query.write_text("select 1 as x;")
+    before = query.read_bytes()
+    assert_one_line_error(built.run("sql", "-f", str(query), "--format", "csv", "--output", str(query), expect=None),
+                          str(query), "is the SQL file")
+    assert query.read_bytes() == before
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a sentence\n")
+    assert_one_line_error(built.run("predict", "topic", str(lines), "--output", str(lines), expect=None),
+                          str(lines), "is the input file")
+    assert lines.read_text() == "a sentence\n"
+
+
+def test_outputs_beside_the_workspace_are_written(built: Project, tmp_path: Path):
+    built.run("sql", "select 1 as x", "--format", "csv", "--output", str(tmp_path / "x.csv"))
+    assert (tmp_path / "x.csv").read_text() == "x\n1\n"
+    built.run("report", "--output", str(tmp_path / "report"), "-q")
+    assert (tmp_path / "report" / "index.html").is_file()
+
+
+# --- item 2: report replaces only its own earlier output ------------------------------------------------
+
+def test_report_refuses_a_folder_with_foreign_files_and_removes_nothing(built: Project, tmp_path: Path):
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "index.html").write_text("<html>the user's own page</html>")
+    (out / "figures").mkdir()
+    (out / "figures" / "holiday.png").write_bytes(b"\x89PNG a photo")
+    before = _tree(out)
+    assert_one_line_error(built.run("report", "--output", str(out), expect=None), str(out),
+                          "holds files bertwb report did not write")
+    assert _tree(out) == before
+
+
+def test_report_refuses_a_file_added_to_its_own_earlier_output(built: Project, tmp_path: Path):
+    out = tmp_path / "report"
+    built.run("report", "--output", str(out), "-q")
+    (out / "figures" / "holiday.png").write_bytes(b"\x89PNG a photo")
+    before = _tree(out)
+    assert_one_line_error(built.run("report", "--output", str(out), expect=None), str(out),
+                          "holds figures/holiday.png, which no earlier report wrote")
+    assert _tree(out) == before
+
+
+def test_report_replaces_its_own_output_and_drops_figures_it_no_longer_draws(built: Project, tmp_path: Path):
+    out = tmp_path / "report"
+    built.run("report", "--output", str(out), "-q")
+    marker = json.loads((out / ".bertwb-report").read_text())
+    (out / "figures" / "finetune_gone_curves.png").write_bytes(b"\x89PNG of a task since removed")
+    marker["files"].append("figures/finetune_gone_curves.png")
+    (out / ".bertwb-report").write_text(json.dumps(marker))
+    built.run("report", "--output", str(out), "-q")
+    assert not (out / "figures" / "finetune_gone_curves.png").exists()
+    assert sorted(json.loads((out / ".bertwb-report").read_text())["files"]) == sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".bertwb-report")
+
+
+def test_a_report_from_before_markers_in_the_workspace_is_replaced(built: Project):
+    own = built.workspace / "report"
+    (own / "figures").mkdir(parents=True, exist_ok=True)
+    (own / "index.html").write_text("<html>an old report</html>")
+    (own / "figures" / "old.png").write_bytes(b"\x89PNG")
+    (own / ".bertwb-report").unlink(missing_ok=True)
+    built.run("report", "-q")
+    assert (own / ".bertwb-report").is_file() and not (own / "figures" / "old.png").exists()
+
+
+# Commands that write where the user says without going through bertwb.outputs, and why.
+UNGUARDED = {"init": "creates a new project (a config, a Makefile, corpus/) in DIRECTORY: no workspace or config "
+                     "exists yet to protect, and it overwrites only its own files, with --force"}
+
+
+def test_every_command_that_writes_a_user_named_path_is_guarded_here():
+    """Whatever comes later: a command with an output path (an --output/--out option or an OUT argument)
+    is one of the commands parametrised above, or says in UNGUARDED why not."""
+    from bertwb.cli import cli
+
+    writers = {name for name, command in cli.commands.items()
+               if any(param.name in ("output", "out", "directory") for param in command.params)}
+    assert writers == set(FILE_COMMANDS) | set(FOLDER_COMMANDS) | set(UNGUARDED)
