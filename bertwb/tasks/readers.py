@@ -216,7 +216,10 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
                 if not isinstance(context, str) or not isinstance(qa.get("question"), str):
                     raise BertwbError(f"{path}:{line}: question {qid} lacks its question or context text")
                 answers = _squad_list(qa, "answers", f"question {qid}", path, text, line)
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):  # bool("false") is True: a question silently unanswerable
+                    raise BertwbError(f"{path}:{line}: question {qid}: is_impossible is {impossible!r}; write true "
+                                      "or false (JSON booleans, not strings)")
                 for answer in answers:
                     _check_answer(answer, context, path, line, qid)
                 if require_answers and not answers and not impossible:

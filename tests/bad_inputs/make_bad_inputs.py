@@ -174,6 +174,8 @@ def finetune_files() -> dict[str, bytes]:
         "answer_not_object.json": squad(answers=["dawn"]),
         "qas_not_list.json": squad(qas="When did the ship sail?"),
         "paragraphs_not_list.json": squad(paragraphs={"context": CONTEXT}),
+        "impossible_as_text.json": squad(qas=[{"id": "q1", "question": "Who?", "answers": [],
+                                               "is_impossible": "false"}]),  # bool("false") is True
     }
 
 
