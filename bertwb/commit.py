@@ -86,7 +86,7 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
             _commit_tables(con, stage, build_id, summary)
             faults.point("after_tables")
             if stage.has_files:
-                swap_in(out_dir, ws.stage_dir(name), fault_points=True)
+                swap_in(out_dir, ws.stage_dir(name))
             faults.point("before_manifest")
             ws.commit_pending(name)
     except BaseException:

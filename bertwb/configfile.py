@@ -46,7 +46,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
         raw, lines = _read_yaml(cfg_path)
     where = str(cfg_path) if cfg_path else "config"
     for item in overrides:
-        _apply_override(raw, lines, item)
+        _apply_override(raw, lines, item, where)
 
     cfg = Config(path=cfg_path.resolve() if cfg_path else None,
                  base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd())
@@ -62,16 +62,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
     return cfg
 
 
-def _apply_override(raw: dict[str, Any], lines: Lines, item: str) -> None:
-    """``a.b.c=value`` into the raw mapping; every key of the path is marked as given by --set."""
+def _apply_override(raw: dict[str, Any], lines: Lines, item: str, where: str) -> None:
+    """``a.b.c=value`` into the raw mapping; every key of the path is marked as given by --set. A level
+    of the path that the file gives as something other than a mapping is its error, not replaced: the
+    --set would otherwise hide it (``vocab: [1, 2]`` accepted as soon as a --set touches vocab)."""
     key, sep, value = item.partition("=")
     parts = tuple(part.strip() for part in key.split("."))
     if not sep or len(parts) < 2 or not all(parts):
         raise BertwbError(f"--set {item!r}: expected section.key=value, e.g. --set vocab.vocab_size=4096")
     node = raw
     for depth, part in enumerate(parts[:-1]):
-        lines.setdefault(parts[:depth + 1], 0)
-        if not isinstance(node.get(part), dict):
+        level = parts[:depth + 1]
+        if node.get(part) is not None and not isinstance(node[part], dict):
+            raise BertwbError(_locate(where, lines, level) + f"{_quoted('.'.join(level))} is {node[part]!r}, not a "
+                              f"mapping of key: value, so --set {item!r} has no key to set; fix the one that is wrong")
+        lines.setdefault(level, 0)
+        if node.get(part) is None:
             node[part] = {}
         node = node[part]
     try:

@@ -109,41 +109,16 @@ def _read_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> tuple[
     """Every table's comment (its build label) by name, and whether the file is truncated; (None, None)
     when the database is busy (another bertwb writes to it)."""
     if con is not None:
-        return commit.table_labels(con), truncation(con, ws.db_path)
+        return commit.table_labels(con), environment.truncation(con, ws.db_path)
     if not ws.db_path.exists():
         return {}, None
     try:
         with duckdb.connect(str(ws.db_path), read_only=True) as ro:
-            return commit.table_labels(ro), truncation(ro, ws.db_path)
+            return commit.table_labels(ro), environment.truncation(ro, ws.db_path)
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
             return None, None
         raise environment.user_error(exc, ws.root) or environment.damaged_database(ws.db_path, str(exc)) from None
-
-
-# DuckDB's file: three 4 KiB headers, then blocks of block_size.
-_DUCKDB_HEADERS = 3 * 4096
-
-
-def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
-    """Why the database file is too short for the blocks its tables use (a truncated copy opens, and its
-    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status.
-
-    Lenient by one block: the file must reach into the last block in use, not to its end, so a DuckDB
-    that one day writes its last block short is not taken for a damaged one."""
-    block_size = con.execute("select block_size from pragma_database_size()").fetchone()[0]
-    needed, needing = 0, None
-    for (table,) in con.execute("select table_name from duckdb_tables() where schema_name = 'main' "
-                                "and not temporary").fetchall():
-        quoted = table.replace("'", "''")
-        last = con.execute(f"select max(block_id) from pragma_storage_info('{quoted}') where block_id >= 0"
-                           ).fetchone()[0]
-        if last is not None and _DUCKDB_HEADERS + last * block_size + 1 > needed:
-            needed, needing = _DUCKDB_HEADERS + last * block_size + 1, table
-    size = path.stat().st_size
-    if size < needed:
-        return f"truncated: {size:,} bytes, and the blocks of table {needing} start at {needed - 1:,}"
-    return None
 
 
 def check(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection | None = None,
@@ -178,6 +153,10 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
             return State(name, "stale" if manifest else "missing", str(exc), None, manifest)
     key, parts = stage_key(stage, cfg, ws, inputs)
     if manifest is None:
+        damage = ws.manifest_damage(name)
+        if damage:  # as a truncated database: stale, and the next run rebuilds the stage
+            return State(name, "stale", f"damaged: {ws.manifest_path(name)} is {damage}; `bertwb run` rebuilds it",
+                         key, None)
         return State(name, "missing", "never run", key, None)
     if manifest.get("format") != commit.MANIFEST_FORMAT:
         return State(name, "stale", f"made by an older bertwb (manifest format {manifest.get('format')} → "
@@ -301,7 +280,7 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
             ws.recover()
             con = ws.connect()
             try:
-                damage = truncation(con, ws.db_path)
+                damage = environment.truncation(con, ws.db_path)
                 if damage:
                     raise environment.damaged_database(ws.db_path, damage)
                 commit.settle(ws, con)
@@ -316,7 +295,9 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
                     con.close()
                 except duckdb.Error:
                     pass  # invalidated by a fatal error, reported below
-    except (OSError, duckdb.Error) as exc:
+    except BertwbError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a full disk comes as OSError, DuckDB's, torch's or safetensors' type
         known = environment.user_error(exc, ws.root, _last_size(ws, current.name) if current else None)
         if known is None:
             raise

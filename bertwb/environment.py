@@ -3,7 +3,9 @@ memory.
 
 `user_error` turns the OS, DuckDB, memory and CUDA errors they raise into one-line `BertwbError`\\ s that
 name the path and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal
-error". Anything it does not recognise stays what it was: a bug to report.
+error", those that libraries raise as text included (`write_errno`: torch.save and safetensors on a full
+disk). Anything it does not recognise stays what it was: a bug to report. `truncation` finds a database
+file cut short, which DuckDB itself opens without complaint.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def user_error(exc: BaseException, workspace: Path | None = None, needed: str | 
         where = f"{exc.filename}: " if exc.filename else ""
         fix = _ERRNO_FIXES.get(exc.errno)
         return BertwbError(f"{where}{exc.strerror or _first_line(exc)}{'; ' + fix if fix else ''}")
+    code = write_errno(exc)
+    if code is not None:
+        return user_error(OSError(code, f"{type(exc).__name__}: {_first_line(exc)}"), workspace, needed)
     if isinstance(exc, duckdb.Error):
         text = str(exc)
         quoted = re.search(r'"([^"]+)"', text)
@@ -67,6 +72,30 @@ def user_error(exc: BaseException, workspace: Path | None = None, needed: str | 
     return None
 
 
+# torch.save's zip writer says only that a write failed (a short write, its position off): a full disk,
+# nearly always, which it does not name.
+_TORCH_WRITE_FAILED = ("file write failed", "unexpected pos")
+
+
+def write_errno(exc: BaseException) -> int | None:
+    """The OS error code of a failed write that a library raised as another exception than OSError, or None.
+
+    safetensors and tokenizers (Rust) raise their own types with the OS error in the text: ``SafetensorError:
+    Error while serializing: I/O error: No space left on device (os error 28)``. torch.save raises
+    ``RuntimeError: [enforce fail at inline_container.cc:...] . unexpected pos 704 vs 598`` (or "...file
+    write failed"), taken as a full disk.
+    """
+    if isinstance(exc, OSError):
+        return None
+    text = str(exc)
+    found = re.search(r"\(os error (\d+)\)", text)
+    if found:
+        return int(found.group(1))
+    if isinstance(exc, RuntimeError) and "inline_container.cc" in text and any(n in text for n in _TORCH_WRITE_FAILED):
+        return errno.ENOSPC
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().split("\n")[0] or type(exc).__name__
 
@@ -75,6 +104,32 @@ def damaged_database(path: Path, reason: str) -> BertwbError:
     first = reason.strip().splitlines()[0] if reason.strip() else "unreadable"
     return BertwbError(f"{path} is not a DuckDB database or is truncated ({first}); move it aside (or delete "
                        "it) and run `bertwb run` to rebuild the tables")
+
+
+# DuckDB's file: three 4 KiB headers, then blocks of block_size.
+_DUCKDB_HEADERS = 3 * 4096
+
+
+def truncation(con: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """Why the database file is too short for the blocks its tables use (a truncated copy opens, and its
+    catalog reads, but its data does not), or None. Reads only metadata: cheap enough for every status.
+
+    Lenient by one block: the file must reach into the last block in use, not to its end, so a DuckDB
+    that one day writes its last block short is not taken for a damaged one."""
+    # fetchall, not fetchone: a result left unfinished makes DuckDB refuse the connection's next query
+    block_size = con.execute("select block_size from pragma_database_size()").fetchall()[0][0]
+    needed, needing = 0, None
+    for (table,) in con.execute("select table_name from duckdb_tables() where schema_name = 'main' "
+                                "and not temporary").fetchall():
+        quoted = table.replace("'", "''")
+        last = con.execute(f"select max(block_id) from pragma_storage_info('{quoted}') where block_id >= 0"
+                           ).fetchall()[0][0]
+        if last is not None and _DUCKDB_HEADERS + last * block_size + 1 > needed:
+            needed, needing = _DUCKDB_HEADERS + last * block_size + 1, table
+    size = path.stat().st_size
+    if size < needed:
+        return f"truncated: {size:,} bytes, and the blocks of table {needing} start at {needed - 1:,}"
+    return None
 
 
 def _os_error(code: int, filename: str | None, reason: str, workspace: Path | None,

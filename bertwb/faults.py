@@ -19,7 +19,11 @@ The points (``tests/test_faults.py`` runs every stage through every one of them)
 * ``after_tables`` — the tables swapped in and committed; the directory and manifest still old;
 * ``mid_swap`` — the old directory renamed aside, the new one not yet in its place;
 * ``after_swap`` — the new directory in place, the old one not yet removed;
-* ``before_manifest`` — tables and directory new, the manifest still old.
+* ``before_manifest`` — tables and directory new, the manifest still old;
+* ``<what>_mid_swap``, ``<what>_after_swap`` — the same two moments of every other directory bertwb
+  replaces by renaming (`bertwb.workspace.swap_in`): ``checkpoint`` (a training checkpoint), ``best``
+  (a task's best weights so far), ``export`` (``bertwb export`` and ``import-hf``) and ``report`` (its
+  output folder), these two outside any stage.
 """
 
 from __future__ import annotations

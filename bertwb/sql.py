@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Callable
 import duckdb
 import pyarrow as pa
 
-from bertwb import ui
+from bertwb import environment, ui
 from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.workspace import Workspace, replacing
@@ -74,14 +74,23 @@ def run_query(ws: Workspace, query: str, write: bool = False) -> pa.Table | None
         relation = con.sql(query)
         return relation.to_arrow_table() if relation is not None else None
     except duckdb.Error as exc:
-        raise BertwbError(_error_line(exc, write)) from None
+        known = environment.user_error(exc, ws.root) if isinstance(exc, duckdb.IOException) else None
+        raise known or BertwbError(_error_line(exc, write)) from None  # a damaged file or a full disk: its line
     finally:
         con.close()
 
 
 def connect(ws: Workspace, write: bool = False) -> duckdb.DuckDBPyConnection:
-    """The workspace database: read-write with ``write``, else read-only and locked down (READ_ONLY_SETTINGS)."""
+    """The workspace database: read-write with ``write``, else read-only and locked down (READ_ONLY_SETTINGS).
+
+    A file cut short still opens and answers from its catalog (table names, row counts) while its data
+    is gone, so the answer comes with a warning that says so and how to rebuild.
+    """
     con = ws.connect(read_only=not write)
+    damage = environment.truncation(con, ws.db_path)
+    if damage:
+        ui.warn(f"{ws.db_path} is damaged ({damage}): what the query answers from it may be wrong or incomplete; "
+                "move it aside (or delete it) and run `bertwb run` to rebuild the tables")
     if not write:
         for name, value in READ_ONLY_SETTINGS:
             con.execute(f"set {name} = {value}")

@@ -10,9 +10,12 @@ Layout under ``workspace.dir``::
     .<stage>.tmp-<pid>-<random>/   a directory being built (`building`); never read by anything else
     .lock                          held while a stage runs
 
-Every directory bertwb writes whole (a stage's files, a checkpoint, an export) is built by
-`building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place, then
-renamed into it.
+Every directory bertwb writes whole (a stage's files, a checkpoint, a task's best weights, an export) is
+built by `building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place,
+then renamed into it, the old one first renamed aside. One mechanism repairs what a crash leaves of
+any of them, wherever it lies (`repair_leftovers`): an old directory renamed aside and never replaced
+is put back, other leftovers of dead processes are removed. `Workspace.recover` runs it over the whole
+workspace before a stage runs, and `building` beside its own target before it builds.
 
 **Links and names planted by others.** A workspace can be shared, and anyone who can write into it
 can put a symbolic link (or a hard link) where bertwb is about to write. So nothing bertwb creates
@@ -29,6 +32,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -64,11 +68,13 @@ class Workspace:
         return self.manifest_dir / f"{stage}.json"
 
     def read_manifest(self, stage: str) -> dict[str, Any] | None:
-        """The stage's manifest, or None when missing or unreadable (an unreadable one is stale)."""
-        try:
-            return json.loads(self.manifest_path(stage).read_text())
-        except (OSError, ValueError):
-            return None
+        """The stage's manifest, or None when missing or damaged (`manifest_damage` says which)."""
+        return _load_manifest(self.manifest_path(stage))[0]
+
+    def manifest_damage(self, stage: str) -> str | None:
+        """Why the stage's manifest file, which exists, cannot be used (torn JSON, another shape); None when
+        it is fine or missing. A damaged manifest makes its stage stale: the next run rebuilds it."""
+        return _load_manifest(self.manifest_path(stage))[1]
 
     def write_manifest(self, stage: str, manifest: dict[str, Any]) -> None:
         write_text_atomic(self.manifest_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -81,10 +87,7 @@ class Workspace:
         write_text_atomic(self.pending_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
     def read_pending(self, stage: str) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.pending_path(stage).read_text())
-        except (OSError, ValueError):
-            return None
+        return _load_manifest(self.pending_path(stage))[0]
 
     def commit_pending(self, stage: str) -> None:
         """Make the pending manifest the stage's manifest (one rename)."""
@@ -156,25 +159,17 @@ class Workspace:
         return con
 
     def recover(self) -> None:
-        """Undo swaps that a crash cut between their two renames, and drop leftovers of dead builds.
+        """Repair the swaps a crash cut between their two renames and drop leftovers of dead builds, in
+        every folder of the workspace (a stage's directory, a task's ``best/`` in its run, checkpoints).
 
         Called under the lock, so no stage is building here; but commands that take no lock (``report``,
         ``import-hf`` into ``imports/``) may be, so what a live process is making is left to it (the
-        process id in the name, `_made_by_a_live_process`). Checkpoints of training runs
-        (``<stage>-runs/.../checkpoints/``) are cleaned up the same way.
+        process id in the name, `_made_by_a_live_process`).
         """
-        for depth in ("", "*/", "*-runs/**/checkpoints/"):
-            for old in self.root.glob(f"{depth}.*.old-*"):
-                final = old.with_name(old.name[1:].rsplit(".old-", 1)[0])
-                if _made_by_a_live_process(old, ".old-"):
-                    continue
-                if not final.exists():
-                    os.replace(old, final)
-                else:
-                    _remove(old)
-            for tmp in self.root.glob(f"{depth}.*.tmp-*"):
-                if not _made_by_a_live_process(tmp, ".tmp-"):
-                    _remove(tmp)
+        for folder, subfolders, _ in os.walk(self.root):
+            repair_leftovers(Path(folder))
+            subfolders[:] = sorted(entry.name for entry in os.scandir(folder)
+                                   if entry.is_dir(follow_symlinks=False) and not _LEFTOVER.match(entry.name))
 
 
 def _made_by_a_live_process(path: Path, marker: str) -> bool:
@@ -190,6 +185,49 @@ def _made_by_a_live_process(path: Path, marker: str) -> bool:
     except OSError:  # another user's process: alive
         return True
     return True
+
+
+# The type of each field a manifest may hold (`bertwb.commit` writes them), and of the outputs' fields.
+_MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "format": int, "stage": str, "key": str, "build": str, "identity": str, "has_files": bool,
+    "config": (str, type(None)), "params": dict, "deps": dict, "inputs": list, "version": int, "outputs": dict,
+    "started_at": str, "finished_at": str, "duration_s": (int, float), "versions": dict, "summary": (dict, type(None)),
+}
+_OUTPUT_FIELDS: dict[str, type] = {"files": dict, "tables": dict, "digests": dict}
+
+
+def _load_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A manifest file's content and why it is unusable: (manifest, None), (None, None) when there is no
+    file, or (None, reason) when it is not JSON or not a manifest's shape (``[1, 2, 3]`` is valid JSON)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    problem = _manifest_shape_problem(data)
+    return (None, problem) if problem else (data, None)
+
+
+def _manifest_shape_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for name, kind in _MANIFEST_FIELDS.items():
+        if name in data and (not isinstance(data[name], kind) or isinstance(data[name], bool) and kind is int):
+            return f"its {name!r} is {type(data[name]).__name__}"
+    for name, kind in _OUTPUT_FIELDS.items():
+        value = data.get("outputs", {}).get(name, {})
+        if not isinstance(value, kind):
+            return f"its outputs.{name} is {type(value).__name__}"
+    for name in ("files", "tables"):
+        sizes = data.get("outputs", {}).get(name, {}).values()
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
+            return f"its outputs.{name} holds something other than sizes"
+    if not all(isinstance(i, dict) and "path" in i for i in data.get("inputs", [])):
+        return "its inputs are not objects with a path"
+    if not all(isinstance(v, dict) for v in data.get("params", {}).values()):
+        return "its params are not sections"
+    return None
 
 
 def _open_lock_file(path: Path) -> int:
@@ -213,25 +251,57 @@ def _open_lock_file(path: Path) -> int:
     return fd
 
 
+# What a swap leaves beside its target: ``.<name>.tmp-<pid>-<random>`` (being built), ``.<name>.old-<pid>-<random>``
+# (set aside); an older bertwb's names have no random part.
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>old|tmp)-\d+(-\w+)?$")
+
+
+def repair_leftovers(folder: Path, name: str | None = None) -> None:
+    """Finish what crashed swaps left in ``folder`` (only those of ``name``, when given): a directory set
+    aside whose replacement never came is put back; anything else a dead process left is removed. A
+    process still running (another export, a report) keeps its own."""
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        found = _LEFTOVER.match(entry.name)
+        if not found or (name is not None and found["name"] != name) or \
+                _made_by_a_live_process(entry, f".{found['kind']}-"):
+            continue
+        final = folder / found["name"]
+        real_folder = entry.is_dir() and not entry.is_symlink()  # a planted link is never moved into place
+        if found["kind"] == "old" and real_folder and not final.exists() and not final.is_symlink():
+            os.replace(entry, final)
+        else:
+            _remove(entry)
+
+
 @contextmanager
-def building(final: Path, keep: bool = True) -> Iterator[Path]:
+def building(final: Path, keep: bool = True, *, what: str) -> Iterator[Path]:
     """A fresh directory beside ``final`` to build in; when the block succeeds it replaces ``final``.
 
     The swap is two renames (``final`` aside, the new one in), then the old one is removed, so a
     crash leaves either the old or the new directory in place, or an ``.old`` one that
-    `Workspace.recover` puts back. When the block fails, or with ``keep=False``, the new directory
-    is removed and ``final`` is untouched.
+    `repair_leftovers` puts back: here, before the next build of ``final``, and in the workspace by
+    `Workspace.recover`. When the block fails, or with ``keep=False``, the new directory is removed and
+    ``final`` is untouched; a library's failed write (`bertwb.environment.write_errno`) comes out as the
+    OSError it was, naming ``final``. ``what`` names the swap's fault points (`swap_in`).
     """
+    repair_leftovers(final.parent, final.name)
     tmp = new_build_dir(final)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        code = environment.write_errno(exc)  # torch.save or safetensors out of disk: an OSError naming the folder
+        if code is not None:
+            raise OSError(code, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}", str(final)) from exc
         raise
     if not keep:
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    swap_in(tmp, final)
+    swap_in(tmp, final, what)
 
 
 def new_build_dir(final: Path) -> Path:
@@ -243,20 +313,26 @@ def new_build_dir(final: Path) -> Path:
     return tmp
 
 
-def swap_in(tmp: Path, final: Path, fault_points: bool = False) -> None:
+def swap_in(tmp: Path, final: Path, what: str | None = None) -> None:
     """Replace ``final`` by ``tmp``: ``final`` renamed aside, ``tmp`` renamed in, the old one removed.
+    An error between the renames puts the old one back (a kill leaves it to `repair_leftovers`).
 
-    ``fault_points``: pass `bertwb.faults`' ``mid_swap`` and ``after_swap`` (a stage's own directory).
+    Passes `bertwb.faults`' points ``<what>_mid_swap`` and ``<what>_after_swap`` (``mid_swap`` and
+    ``after_swap`` with no ``what``: a stage's own directory).
     """
+    prefix = f"{what}_" if what else ""
     old = final.with_name(f".{final.name}.old-{os.getpid()}-{secrets.token_hex(8)}")
     if final.exists():
         os.replace(final, old)
-    if fault_points:
-        faults.point("mid_swap")
-    os.replace(tmp, final)
+    try:
+        faults.point(f"{prefix}mid_swap")
+        os.replace(tmp, final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
     _fsync_dir(final.parent)
-    if fault_points:
-        faults.point("after_swap")
+    faults.point(f"{prefix}after_swap")
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -159,6 +159,27 @@ def ingest_summary(project: Project) -> dict:
     return json.loads((project.workspace / "manifests" / "ingest.json").read_text())["summary"]
 
 
+def tiny_model_dir(folder: Path, max_positions: int = 64) -> Path:
+    """A random one-layer bertwb model directory with its own tokenizer, made in a blink: for commands
+    that need a model but not a trained one (export, a finetune that must fail before training)."""
+    from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files  # noqa: PLC0415
+    from bertwb.model import modeldir  # noqa: PLC0415
+    from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
+    with torch.random.fork_rng():  # the same weights every time, and the caller's random state untouched
+        torch.manual_seed(0)
+        model = BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32, num_heads=2,
+                                              intermediate_size=64, max_position_embeddings=max_positions))
+    modeldir.save_model_dir(model, folder)
+    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    write_tokenizer_files(tokenizer, folder, max_positions)
+    return folder
+
+
 def assert_one_line_error(result: Result, *needles: str) -> None:
     """Exit 1, a single 'error:' line naming every needle, and no traceback."""
     assert result.exit_code == 1, result.output
@@ -190,22 +211,6 @@ def is_usage_line(line: str, fact: str, where: str) -> bool:
     was wrong) ending with its pointer to ``where``'s help. Click words the middle; its wording is not pinned."""
     return line.startswith("error: ") and fact in line and re.search(rf"see `{re.escape(where)} --help`\)?$", line) \
         is not None
-
-
-def write_tiny_model(folder: Path) -> Path:
-    """A tiny random bertwb model directory (L1 H32, 64 positions) with its 10-token tokenizer, in ``folder``."""
-    from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, write_tokenizer_files
-    from bertwb.model import modeldir
-    from bertwb.model.bert import BertConfig, BertForPreTraining
-
-    tokens = SPECIAL_TOKENS + ["the", "ship", "sail", ".", "##s"]
-    modeldir.save_model_dir(BertForPreTraining(BertConfig(vocab_size=len(tokens), num_layers=1, hidden_size=32,
-                                                          num_heads=2, intermediate_size=64,
-                                                          max_position_embeddings=64)), folder)
-    tokenizer = build_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase=True)
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
-    write_tokenizer_files(tokenizer, folder, 64)
-    return folder
 
 
 PYTHON = sys.executable

@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from conftest import Project
 
@@ -26,6 +28,28 @@ TABLES = {"ingest": ("documents", "sentences"), "vocab": ("vocab", "tokens"), "p
 # Files that hold timings: equal builds write them differently.
 VOLATILE = {"pretrain/metrics.jsonl", "pretrain/training.json", "evaluate/metrics.json", "vocab/.bertwb-build",
             "pairs/.bertwb-build", "pretrain/.bertwb-build", "evaluate/.bertwb-build"}
+
+
+def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def assert_one_error_line(code: int, output: str, *needles: str) -> None:
+    """A real process's version of `assert_one_line_error`."""
+    assert code == 1, output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+
+
+def namespace(*flags: str) -> tuple[str, ...]:
+    """An ``unshare`` prefix (user namespace, and more ``flags``), or a skip where the machine allows none."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "--user", *flags, "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare with user namespaces")
+    return (unshare, "--user", *flags)
 
 
 def status_rows(project: Project, *args: str) -> dict[str, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """Hostile input (issue #19): each case with the exact line it gets, and tests/bad_inputs/ (made by
-make_bad_inputs.py) through every command that reads files: ingest in each format,
-vocab.from_file, sql -f, fill-mask --file and import-hf. Never a traceback, never an internal error:
-a file is read, or skipped and counted with its reason, or the command stops with one line naming it.
+make_bad_inputs.py) through every command that reads files: ingest in each format, vocab.from_file,
+sql -f, fill-mask --file, import-hf, finetune's train and dev files, a config, a stage's manifest.
+Never a traceback, never an internal error: a file is read, or skipped and counted with its reason, or
+the command stops with one line naming it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 import zstandard
+from click.testing import CliRunner
 
+from bertwb.cli import cli
 from conftest import (PYTHON, REPO, Project, assert_library_error, assert_one_line_error, ingest_summary,
-                      ingested_documents, make_documents, write_bert_format)
+                      ingested_documents, make_documents, tiny_model_dir, write_bert_format)
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 CORPUS_FILES = sorted(p.name for p in (BAD / "corpus").iterdir())
@@ -370,3 +374,114 @@ def test_bad_inputs_import_hf_folder(built: Project, name: str, tmp_path: Path):
     assert_one_line_error(result)
     assert "internal error" not in result.output and name in result.output
     assert not (tmp_path / "out").exists()
+
+
+# --- finetune: train and dev files of the wrong shape or with silently wrong labels (issue #25) ----------
+
+FINETUNE_GOOD = {
+    "good.csv": "text,label\n" + "".join(f"Sentence number {i}.,{'good' if i % 2 else 'bad'}\n" for i in range(8)),
+    "good.json": (BAD / "finetune" / "negative_answer_start.json").read_text()
+    .replace('"text": "."', '"text": "dawn"').replace('"answer_start": -1', '"answer_start": 19'),
+}
+
+
+@pytest.fixture(scope="module")
+def finetune_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Two tasks (classify, qa) on good files, starting from a tiny random model: nothing to pre-train."""
+    root = tmp_path_factory.mktemp("finetune_bad")
+    for name, text in FINETUNE_GOOD.items():
+        (root / name).write_text(text)
+    project = Project(root)
+    project.write_config(yaml.safe_dump({"finetune": {
+        "steps": 2, "batch_size": 2, "max_seq_length": 32, "eval_every": 1, "checkpoint_every": 1,
+        "tasks": {"classify": {"type": "classify", "train": "good.csv", "dev": "good.csv",
+                               "init_from": str(tiny_model_dir(root / "model", 64))},
+                  "qa": {"type": "qa", "train": "good.json", "dev": "good.json", "doc_stride": 8, "batch_size": 1,
+                         "max_query_length": 8, "init_from": str(root / "model")}}}}))
+    return project
+
+
+@pytest.mark.parametrize("role", ["train", "dev"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "finetune").iterdir()))
+def test_bad_inputs_finetune_file(finetune_project: Project, name: str, role: str):
+    """Each file is refused with one line naming it (and its line), before training starts: as a dev
+    file too, not at the first evaluation; nothing is built."""
+    task = "qa" if name.endswith(".json") else "classify"
+    path = BAD / "finetune" / name
+    result = finetune_project.run("finetune", task, "--set", f"finetune.tasks.{task}.{role}={path}", expect=None)
+    assert_one_line_error(result, str(path))
+    assert "internal error" not in result.output
+    workspace = finetune_project.workspace
+    assert not (workspace / "finetune" / task).exists()
+    assert not list(workspace.glob(f"finetune-runs/{task}/*/checkpoints/*"))  # training never started
+
+
+FINETUNE_LINES = {
+    "nan_label.jsonl": ":3: 'label' is nan, a missing value",
+    "nan_text.jsonl": ":3: 'text' is nan, a missing value",
+    "list_label.jsonl": ":3: 'label' is a list, not a text or a number",
+    "header_only.csv": "only a header (text, label), no examples",
+    "negative_answer_start.json": ":11: question q1: answer_start -1 is not a position of the context (0 to 23)",
+    "answer_start_past_end.json": ":11: question q1: answer_start 90 is not a position of the context",
+    "answers_not_list.json": ":11: question q1.answers is an object, not a list",
+    "qas_not_list.json": ":9: data[].paragraphs[].qas is a string, not a list",
+    "paragraphs_not_list.json": ":6: data[].paragraphs is an object, not a list",
+    "impossible_as_text.json": ":11: question q1: is_impossible is 'false'; write true or false",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FINETUNE_LINES))
+def test_bad_finetune_files_name_the_line_and_what_is_wrong(finetune_project: Project, name: str):
+    """A NaN label no longer becomes a class named "nan", nor a negative answer_start an unanswerable question."""
+    task = "qa" if name.endswith(".json") else "classify"
+    path = BAD / "finetune" / name
+    result = finetune_project.run("finetune", task, "--set", f"finetune.tasks.{task}.train={path}", expect=None)
+    assert_one_line_error(result, str(path) + FINETUNE_LINES[name] if FINETUNE_LINES[name].startswith(":")
+                          else FINETUNE_LINES[name])
+
+
+def test_the_good_finetune_files_train(finetune_project: Project, tmp_path: Path):
+    """The control: the same project with good files fine-tunes both tasks (so the refusals above are the files')."""
+    shutil.copytree(finetune_project.root, tmp_path / "p")
+    project = Project(tmp_path / "p")
+    project.write_config(finetune_project.config.read_text().replace(str(finetune_project.root), str(project.root)))
+    result = project.run("finetune")
+    assert "finetune/classify: done" in result.output and "finetune/qa: done" in result.output
+
+
+# --- manifests: torn, or valid JSON of another shape (issue #25) -----------------------------------------
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "manifest").iterdir()))
+def test_bad_inputs_manifest_reads_as_damaged_and_the_next_run_rebuilds(built: Project, name: str, tmp_path: Path):
+    """Issue: a manifest of valid JSON but the wrong shape (``[1,2,3]``) made `status` and `run` crash.
+    Now it is a stale stage, "damaged", as a truncated database is; `run` rebuilds it, and a pending
+    manifest of that shape is discarded as an unfinished commit is."""
+    shutil.copytree(built.root, tmp_path / "p")
+    project = Project(tmp_path / "p")
+    project.write_config(built.config.read_text())
+    manifests = project.workspace / "manifests"
+    shutil.copy(BAD / "manifest" / name, manifests / "ingest.json")
+    shutil.copy(BAD / "manifest" / name, manifests / "ingest.pending.json")
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "stale"
+    assert rows["ingest"]["reason"].startswith(f"damaged: {manifests / 'ingest.json'} is ")
+    assert rows["ingest"]["reason"].endswith("; `bertwb run` rebuilds it")
+    result = project.run("run", "--until", "ingest")
+    assert "ingest: running (stale: damaged: " in result.output
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").stdout)}
+    assert rows["ingest"]["state"] == "fresh"
+    assert not (manifests / "ingest.pending.json").exists()
+
+
+# --- config: a section that is not a mapping (issue #25) ---------------------------------------------------
+
+@pytest.mark.parametrize("with_set", [False, True], ids=["alone", "with-set"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "config").iterdir()))
+def test_bad_inputs_config_section_not_a_mapping(tmp_path: Path, name: str, with_set: bool):
+    """Issue: ``vocab: [1, 2]`` was accepted (status exit 0) once a --set touched vocab; now it is one line
+    naming the file and its line either way."""
+    path = BAD / "config" / name
+    overrides = path.read_text().splitlines()[0].removeprefix("# ").split() if with_set else []
+    result = CliRunner().invoke(cli, ["status", "--config", str(path), "--workdir", str(tmp_path / "ws"), *overrides])
+    assert_one_line_error(result, f"{path} line ", "mapping")
+    assert "internal error" not in result.output

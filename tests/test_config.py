@@ -86,6 +86,12 @@ def test_named_sub_sections_start_from_their_section_and_override_it(tmp_path):
      "number, got inf"),
     (NESTED.replace("  epochs: 2", "  epochs: 2\n  epochs: 4"), [], "bertwb.yaml line 5: key 'epochs' is given "
      "twice (first at line 4); keep one of them"),
+
+    # Issue #25: a section that is not a mapping was replaced, unseen, by the --set that touched it.
+    (NESTED + "vocab: [1, 2]\n", ["vocab.vocab_size=128"], "bertwb.yaml line 13: 'vocab' is [1, 2], not a mapping "
+     "of key: value, so --set 'vocab.vocab_size=128' has no key to set; fix the one that is wrong"),
+    (NESTED, ["finetune.tasks.sst.lr.x=1"], "bertwb.yaml line 9: 'finetune.tasks.sst.lr' is 0.0001, not a mapping "
+     "of key: value, so --set 'finetune.tasks.sst.lr.x=1' has no key to set; fix the one that is wrong"),
 ])
 def test_bad_values_name_their_key_and_line_at_every_depth(tmp_path, text, overrides, message):
     (tmp_path / "bertwb.yaml").write_text(text)

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
+from pathlib import Path
 
+import pytest
+import safetensors
+
+from bertwb import environment
+from bertwb.workspace import building
 from conftest import PYTHON, REPO, Project, assert_library_error, assert_one_line_error
 
 
@@ -96,3 +103,37 @@ def test_real_process_prints_one_line_and_exit_1(project: Project):
     debug = subprocess.run([PYTHON, "-m", "bertwb", "--debug", "ingest", "--config", str(project.config)],
                            capture_output=True, text=True, cwd=REPO)
     assert "Traceback" in debug.stderr
+
+
+# --- a full disk that a library reports in its own words (issue #25) ----------------------------------------
+
+TORCH_FULL = ["[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598",
+              "[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file data/0: file write "
+              "failed"]
+SAFETENSORS_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError(TORCH_FULL[0]), RuntimeError(TORCH_FULL[1]), safetensors.SafetensorError(SAFETENSORS_FULL),
+    Exception("No space left on device (os error 28)"),  # what tokenizers' save raises
+], ids=["torch-pos", "torch-write", "safetensors", "tokenizers"])
+def test_a_full_disk_in_torch_or_safetensors_words_is_the_disk_full_line(exc: Exception, tmp_path: Path):
+    """torch.save and safetensors do not raise OSError on a full disk; their errors were "internal error"."""
+    known = environment.user_error(exc, tmp_path, "the last pretrain build wrote 2.0 MB of files")
+    assert known is not None
+    line = str(known)
+    assert line.startswith(f"disk full: no space left writing {tmp_path} (") and "free some space" in line
+    assert "2.0 MB" in line and "\n" not in line
+    # inside a folder being built, the error names that folder
+    with pytest.raises(OSError) as raised, building(tmp_path / "best", what="best"):
+        raise exc
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "best")
+    line = str(environment.user_error(raised.value))
+    assert line.startswith(f"disk full: no space left writing {tmp_path / 'best'} (")
+    assert not list(tmp_path.iterdir())  # the half-written folder is gone
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("[enforce fail at inline_container.cc:300] . file not found: data/0"),
+                                 RuntimeError("shape mismatch"), safetensors.SafetensorError("invalid header")])
+def test_other_torch_and_safetensors_errors_stay_bugs(exc: Exception):
+    assert environment.user_error(exc) is None

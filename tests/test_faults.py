@@ -13,6 +13,7 @@ the workspace at the same path, so paths recorded in keys and metrics compare eq
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,9 +21,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import yaml
 
-from conftest import PYTHON, Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
-from faultkit import STAGES, Zygote, artifacts, assert_status_truthful, status_rows
+from conftest import (PYTHON, Project, assert_one_line_error, make_documents, pretrain_config, tiny_model_dir,
+                      write_bert_format)
+from faultkit import STAGES, Zygote, artifacts, assert_one_error_line, assert_status_truthful, status_rows
 
 MATRIX_CONFIG = pretrain_config(pairs={"workers": 1}, model={"num_layers": 1, "hidden_size": 64, "num_heads": 2},
                                 pretrain={"steps": 4, "warmup_steps": 2, "checkpoint_every": 2})
@@ -34,7 +37,8 @@ POINTS = {
     "ingest": ("work", "before_commit", "after_tables", "before_manifest"),
     "vocab": ("work", "before_commit", "after_tables", "mid_swap", "after_swap", "before_manifest"),
     "pairs": ("work", "before_commit", "after_tables", "mid_swap", "after_swap", "before_manifest"),
-    "pretrain": ("checkpoint#2", "before_commit", "mid_swap", "after_swap", "before_manifest"),
+    "pretrain": ("checkpoint#2", "checkpoint_mid_swap#2", "checkpoint_after_swap#2", "before_commit", "mid_swap",
+                 "after_swap", "before_manifest"),
     "evaluate": ("work", "before_commit", "mid_swap", "after_swap", "before_manifest"),
 }
 CELLS = [(stage, point) for stage in STAGES for point in POINTS[stage]]
@@ -141,3 +145,79 @@ def test_a_failed_stage_leaves_no_database_handle_behind_in_the_process(project:
     assert result.returncode == 0, result.stderr
     states = json.loads(result.stdout.splitlines()[-1])
     assert states[before] == "fresh" and states[stage] == "missing", states
+
+
+# --- fine-tuning: every directory its run replaces by renaming (issue #25) --------------------------------
+
+# A regression task whose dev Pearson improves at every evaluation, so that each best replaces the one
+# before; the third (step 3) comes after a checkpoint (step 2) that records the second as the best.
+TASK_POINTS = ("best_mid_swap#3", "best_after_swap#3", "checkpoint_mid_swap#2", "checkpoint_after_swap#2",
+               "before_commit", "mid_swap", "after_swap", "before_manifest")
+
+
+@pytest.fixture(scope="module")
+def task_matrix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """A project with one regression task on a tiny random model, and the digests of an uninterrupted run."""
+    root = tmp_path_factory.mktemp("task_matrix")
+    project = Project(root / "project")
+    project.root.mkdir()
+    rows = "".join(f"{'the ship ' * (i % 4 + 1)}sails,{i % 4}\n" for i in range(16))
+    (project.root / "train.csv").write_text("text,label\n" + rows)
+    tiny_model_dir(project.root / "model")
+    project.write_config(yaml.safe_dump({"finetune": {
+        "steps": 6, "batch_size": 4, "lr": 1.0e-4, "max_seq_length": 16, "eval_every": 1, "checkpoint_every": 2,
+        "log_every": 1, "tasks": {"score": {"type": "classify", "regression": True, "train": "train.csv",
+                                            "dev": "train.csv", "init_from": "model"}}}}))
+    saved = root / "saved"
+    shutil.copytree(project.root, saved)
+    project.run("finetune")
+    reference = _task_digests(project)
+    shutil.rmtree(project.root)
+    return saved, project.root, reference
+
+
+def _task_digests(project: Project) -> dict[str, str]:
+    """The task's weights and predictions' scores: what an interrupted run must end with too."""
+    folder = project.workspace / "finetune" / "score"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return {"weights": hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest(),
+            "dev": json.dumps(metrics["dev"], sort_keys=True)}
+
+
+@pytest.mark.parametrize("action", ["exit", "enospc"])
+@pytest.mark.parametrize("point", TASK_POINTS)
+def test_a_task_killed_or_out_of_disk_at_any_swap_is_repaired_by_the_next_run(task_matrix, zygote: Zygote,
+                                                                              tmp_path: Path, point: str, action: str):
+    """Issue: a kill between the two renames that replace a task's best/ left every rerun dying on
+    ``FileNotFoundError ... best/model.safetensors`` until --force. Every swap of the run is a point here."""
+    saved, where, reference = task_matrix
+    shutil.rmtree(where, ignore_errors=True)
+    shutil.copytree(saved, where)
+    project = Project(where)
+    code, output = zygote.run(["finetune", "--config", str(project.config)],
+                              {"BERTWB_FAULT": f"finetune/score.{point}:{action}"}, tmp_path / "log.txt")
+    if action == "exit":
+        assert code == 137, output
+    else:
+        assert_one_error_line(code, output, "disk full: no space left writing", "free some space")
+    assert status_rows(project)["finetune/score"]["state"] != "fresh" or _task_digests(project) == reference
+    result = project.run("finetune")
+    assert "internal error" not in result.output
+    assert status_rows(project)["finetune/score"]["state"] == "fresh"
+    assert _task_digests(project) == reference
+    assert not [path for path in project.workspace.rglob("*") if ".old-" in path.name or ".tmp-" in path.name]
+
+
+def test_best_weights_removed_by_hand_are_one_line_naming_them_and_the_fix(task_matrix):
+    """Not a crash's leftover (those are repaired): best/ deleted after the run. The rerun, which has nothing
+    left to train, names the missing file and --force instead of an internal FileNotFoundError."""
+    saved, where, _ = task_matrix
+    shutil.rmtree(where, ignore_errors=True)
+    shutil.copytree(saved, where)
+    project = Project(where)
+    project.run("finetune")
+    (best,) = project.workspace.glob("finetune-runs/score/*/best")
+    shutil.rmtree(best)
+    (project.workspace / "manifests" / "finetune" / "score.json").unlink()
+    assert_one_line_error(project.run("finetune", expect=None), f"{best / 'model.safetensors'} is missing",
+                          "bertwb finetune score --force")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,8 +22,8 @@ import pytest
 
 import bertwb.stages.vocab
 from bertwb.data.tokenizer import SPECIAL_TOKENS
-from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error, write_tiny_model
-from faultkit import artifacts, status_rows
+from conftest import PYTHON, REPO, SAMPLE_CORPUS, Project, assert_one_line_error, tiny_model_dir
+from faultkit import artifacts, assert_one_error_line, finished, namespace, status_rows
 
 psutil = pytest.importorskip("psutil")
 
@@ -36,20 +35,6 @@ def bertwb_process(project: Project, *args: str, env: dict[str, str] | None = No
     return subprocess.Popen([*prefix, PYTHON, "-m", "bertwb", *args, "--config", str(project.config)],
                             env={**clean, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd=project.root, **popen)
-
-
-def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    output, _ = process.communicate(timeout=timeout)
-    return process.returncode, output
-
-
-def assert_one_error_line(code: int, output: str, *needles: str) -> None:
-    """A real process's version of `assert_one_line_error`."""
-    assert code == 1, output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in output, output
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
 
 
 def wait_for(ready: Path, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -116,10 +101,11 @@ def test_a_rebuild_to_the_same_outputs_keeps_everything_below_fresh(project: Pro
     project.run("vocab")
     assert "pairs: fresh" in project.run("run", "--until", "pairs").output
     (project.workspace / "manifests" / "vocab.json").write_text("{ not json")
-    rows = status_rows(project)
-    assert rows["vocab"]["state"] == "missing" and rows["pairs"]["reason"] == "upstream vocab is missing"
+    rows = status_rows(project)  # a torn manifest is damaged, not "never run" (issue #25)
+    assert rows["vocab"]["state"] == "stale" and rows["vocab"]["reason"].startswith("damaged: ")
+    assert rows["pairs"]["reason"] == "upstream vocab is stale"
     output = project.run("run", "--until", "pairs").output
-    assert "vocab: running (missing: never run)" in output and "pairs: fresh" in output
+    assert "vocab: running (stale: damaged: " in output and "pairs: fresh" in output
     assert artifacts(project.workspace, ("vocab", "pairs")) == before
 
 
@@ -177,12 +163,28 @@ def test_a_damaged_database_is_never_fresh(project: Project, damage: str):
     assert {rows[stage]["state"] for rows in [status_rows(project)] for stage in ("ingest", "vocab")} == {"fresh"}
 
 
+def test_sql_on_a_truncated_database_warns_and_its_data_queries_name_the_damage(project: Project):
+    """Issue #25: a truncated database answered metadata queries (table names, row counts from the
+    catalog) as if nothing were wrong."""
+    project.run("run", "--until", "vocab")
+    database = project.workspace / "bertwb.duckdb"
+    with open(database, "r+b") as handle:
+        handle.truncate(database.stat().st_size // 2)
+    result = project.run("sql", "select table_name, estimated_size from duckdb_tables() order by 1", "--format", "csv")
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.output
+    assert str(database) in warnings[0] and "is damaged (truncated: " in warnings[0]
+    assert "bertwb run" in warnings[0] and "sentences," in result.stdout
+    result = project.run("sql", "select * from vocab", expect=None)  # the half cut off
+    assert_one_line_error(result, str(database), "is not a DuckDB database or is truncated", "move it aside")
+
+
 # --- 3. Exports replace only what they wrote ------------------------------------------------------------
 
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
     """A tiny random bertwb model directory with its tokenizer."""
-    return write_tiny_model(tmp_path / "model")
+    return tiny_model_dir(tmp_path / "model")
 
 
 def _listing(folder: Path) -> list[str]:
@@ -229,6 +231,27 @@ def test_export_force_replaces_an_earlier_export_or_an_empty_folder(project: Pro
     assert (tmp_path / "empty" / "config.json").is_file()
 
 
+@pytest.mark.parametrize("action", ["exit", "enospc"])
+def test_an_export_killed_or_out_of_disk_between_its_renames_is_put_back_by_the_next_export(
+        project: Project, model: Path, tmp_path: Path, action: str):
+    """Issue #25: an export --force cut between its two renames left the earlier export only as a hidden
+    ``.export.old-<pid>`` folder, never repaired. The next export puts it back before it decides anything."""
+    out = tmp_path / "export"
+    project.run("export", "--checkpoint", str(model), str(out))
+    before = _listing(out)
+    code, output = finished(bertwb_process(project, "export", "--checkpoint", str(model), "--force", str(out),
+                                           env={"BERTWB_FAULT": f"export_mid_swap:{action}"}))
+    if action == "exit":
+        assert code == 137, output
+    else:
+        assert_one_error_line(code, output, "disk full: no space left writing", "free some space")
+        assert _listing(out) == before  # put back at once
+    assert_one_line_error(project.run("export", "--checkpoint", str(model), str(out), expect=None), "pass --force")
+    assert _listing(out) == before
+    project.run("export", "--checkpoint", str(model), "--force", str(out))
+    assert _listing(out) == before and not [p for p in tmp_path.iterdir() if p.name.startswith(".export.")]
+
+
 # --- 5. No orphans ------------------------------------------------------------------------------------------
 
 def test_a_killed_pairs_leaves_no_process_behind(project: Project, tmp_path: Path):
@@ -253,20 +276,12 @@ def test_a_killed_pairs_leaves_no_process_behind(project: Project, tmp_path: Pat
 
 # --- 6. Environment faults are user errors ---------------------------------------------------------------
 
-def _namespace(*flags: str) -> tuple[str, ...]:
-    """An ``unshare`` prefix (user namespace, and more ``flags``), or a skip where the machine allows none."""
-    unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "--user", *flags, "true"], capture_output=True).returncode:
-        pytest.skip("needs unshare with user namespaces")
-    return (unshare, "--user", *flags)
-
-
 def _as_a_plain_user() -> tuple[str, ...]:
     """A prefix under which permissions bind (root ignores them; a user namespace strips that power)."""
-    return () if os.geteuid() != 0 else _namespace()
+    return () if os.geteuid() != 0 else namespace()
 
 
-# An unreadable input: test_bad_inputs.py::
+# A full disk: test_full_disk.py. An unreadable input: test_bad_inputs.py::
 # test_an_unreadable_directory_or_file_stops_with_one_line_and_keeps_the_last_build.
 
 
@@ -282,7 +297,7 @@ def test_an_unwritable_workspace_is_a_one_line_error(project: Project):
 
 def test_a_read_only_workspace_is_a_one_line_error_and_status_still_works(project: Project):
     project.run("ingest")
-    prefix = _namespace("--map-root-user", "--mount")
+    prefix = namespace("--map-root-user", "--mount")
     ws = str(project.workspace)
     script = (f"mount --bind {ws} {ws} && mount -o remount,bind,ro {ws} {ws} && "
               f"{PYTHON} -m bertwb vocab --config {project.config}; echo exit=$?; "
@@ -295,92 +310,3 @@ def test_a_read_only_workspace_is_a_one_line_error_and_status_still_works(projec
     assert_one_error_line(1, output, "read-only file system", ws, "--workdir")
     assert {row["stage"]: row["state"] for row in json.loads((project.root / "status.json").read_text())}["ingest"] \
         == "fresh"
-
-
-SMALL_DISK = r"""
-import json, os, shutil, subprocess, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[4])
-from faultkit import artifacts
-from bertwb import engine
-from bertwb.configfile import load_config
-from bertwb.workspace import Workspace
-
-ws, config, out = sys.argv[1], sys.argv[2], sys.argv[3]
-STAGES = ("ingest", "vocab", "pairs")
-snapshot = os.path.join(os.path.dirname(out), "snapshot")
-
-def bertwb(*args):
-    done = subprocess.run([sys.executable, "-m", "bertwb", *args, "--config", config, "--workdir", ws],
-                          capture_output=True, text=True)
-    return done.returncode, done.stdout + done.stderr
-
-def status(*overrides):
-    cfg = load_config(config, list(overrides), ws)
-    ws_ = Workspace(cfg.resolve(cfg.workspace.dir))
-    return {row["stage"]: [row["state"], row["reason"]] for row in engine.status(cfg, ws_) if row["stage"] in STAGES}
-
-def restore():
-    for name in os.listdir(ws):
-        path = os.path.join(ws, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    shutil.copytree(snapshot, ws, dirs_exist_ok=True)
-
-results = {"build": bertwb("run", "--until", "pairs"), "cells": []}
-shutil.copytree(ws, snapshot)
-results["A"] = artifacts(Path(ws), STAGES)
-for stage, change in (("vocab", "vocab.vocab_size=128"), ("pairs", "pairs.seed=7")):
-    restore()
-    bertwb(stage, "--set", change)
-    results[change] = artifacts(Path(ws), STAGES)
-    for room in (16 << 10, 160 << 10, 600 << 10):
-        restore()
-        free = os.statvfs(ws).f_bavail * os.statvfs(ws).f_frsize
-        with open(os.path.join(ws, "filler"), "wb") as filler:
-            os.posix_fallocate(filler.fileno(), 0, max(free - room, 1))
-        cell = {"stage": stage, "change": change, "room": room, "run": bertwb(stage, "--set", change),
-                "status A": status(), "status B": status(change)}
-        cell["artifacts"] = artifacts(Path(ws), STAGES)
-        os.remove(os.path.join(ws, "filler"))
-        cell["rerun"] = bertwb(stage, "--set", change)
-        cell["after"] = artifacts(Path(ws), STAGES)
-        cell["status after"] = status(change)
-        results["cells"].append(cell)
-with open(out, "w") as handle:
-    json.dump(results, handle)
-"""
-
-
-def test_a_full_disk_leaves_a_consistent_workspace_and_says_so(project: Project, tmp_path: Path):
-    """A real small file system (tmpfs in a user namespace): vocab and pairs run out of room at several
-    points. Issue: a full disk during `vocab --force` left a mixed workspace that reported fresh, and
-    during `pairs` said "OSError: 266806 requested and 129024 written"."""
-    prefix = _namespace("--map-root-user", "--mount")
-    ws = tmp_path / "small"
-    ws.mkdir()
-    helper, out = tmp_path / "small_disk.py", tmp_path / "results.json"
-    helper.write_text(SMALL_DISK)
-    script = f"mount -t tmpfs -o size=24m tmpfs {ws} && {PYTHON} {helper} {ws} {project.config} {out} {REPO / 'tests'}"
-    code, output = finished(subprocess.Popen([*prefix, "sh", "-c", script], stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True, cwd=project.root))
-    if "mount:" in output:
-        pytest.skip(f"cannot mount a tmpfs here: {output.strip().splitlines()[0]}")
-    assert code == 0, output
-    results = json.loads(out.read_text())
-    assert results["build"][0] == 0, results["build"]
-    failures = 0
-    for cell in results["cells"]:
-        code, text = cell["run"]
-        where = f"{cell['stage']} with {cell['room']:,} bytes free: {text}"
-        if code != 0:
-            failures += 1
-            assert_one_error_line(code, text, "disk full: no space left writing", "free some space")
-            assert "requested and" not in text, where
-        for config, expected in (("status A", results["A"]), ("status B", results[cell["change"]])):
-            for stage, (state, reason) in cell[config].items():
-                if state == "fresh" and stage in expected:
-                    assert cell["artifacts"][stage] == expected[stage], f"{config}: {stage} fresh ({reason}); {where}"
-        assert cell["rerun"][0] == 0, cell["rerun"]
-        assert cell["after"][cell["stage"]] == results[cell["change"]][cell["stage"]], where
-        assert cell["status after"][cell["stage"]][0] == "fresh", where
-    assert failures >= 4, "the file system did not fill up: make the rooms smaller"

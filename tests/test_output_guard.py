@@ -16,8 +16,8 @@ from typing import Callable
 
 import pytest
 
-from conftest import (DEFAULT_TEST_CONFIG, Project, assert_one_line_error, make_documents, write_bert_format,
-                      write_tiny_model)
+from conftest import (DEFAULT_TEST_CONFIG, Project, assert_one_line_error, make_documents, tiny_model_dir,
+                      write_bert_format)
 
 CONFIG = DEFAULT_TEST_CONFIG + """pairs:
   max_seq_length: 32
@@ -42,7 +42,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Project:
     project.run("run", "--until", "pairs", "-q")
     (project.workspace / "pretrain").mkdir()
     (project.workspace / "pretrain" / "model.safetensors").write_bytes(b"weights that took a week")
-    write_tiny_model(root / "models" / "tiny")
+    tiny_model_dir(root / "models" / "tiny")
     project.run("export", "--checkpoint", str(root / "models" / "tiny"), str(root / "models" / "hf"))
     (root / "into_workspace.csv").symlink_to(project.workspace / "manifests" / "pairs.json")
     (root / "into_workspace").symlink_to(project.workspace / "pretrain")

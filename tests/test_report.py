@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import re
 import shutil
@@ -23,12 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 from bertwb.configfile import load_config
 from bertwb.report import sources
 from bertwb.workspace import Workspace
-from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
+from conftest import (Project, assert_one_line_error, make_documents, pretrain_config, tiny_model_dir,
+                      write_bert_format)
 
 CONFIG = pretrain_config(pretrain={"eval_every": 4, "checkpoint_every": 6}, finetune={
     "steps": 12, "batch_size": 16, "lr": 1.0e-3, "max_seq_length": 32, "log_every": 2, "eval_every": 4,
@@ -226,3 +229,47 @@ def test_no_workspace_or_nothing_to_report_is_one_line(tmp_path: Path):
     assert_one_line_error(empty.run("report", expect=None), "no workspace at", "bertwb run")
     (tmp_path / ".bertwb").mkdir()
     assert_one_line_error(empty.run("report", expect=None), "nothing to report", "bertwb run")
+
+
+def _tiny_tasks(root: Path, names: list[str]) -> Project:
+    """Classification tasks ``names`` fine-tuned for 2 steps from a tiny random model: a report in seconds."""
+    rows = "text,label\n" + "".join(f"ship number {i},{'sea' if i % 2 else 'food'}\n" for i in range(8))
+    (root / "train.csv").write_text(rows)
+    model = tiny_model_dir(root / "model")
+    tasks = {name: {"type": "classify", "train": "train.csv", "dev": "train.csv", "init_from": str(model),
+                    "seed": seed} for seed, name in enumerate(names)}
+    project = Project(root)
+    project.write_config(yaml.safe_dump({"finetune": {"steps": 2, "batch_size": 4, "max_seq_length": 16,
+                                                      "eval_every": 1, "tasks": tasks}}, allow_unicode=True))
+    project.run("finetune")
+    return project
+
+
+def test_tasks_whose_names_differ_only_in_non_ascii_letters_or_case_get_figures_of_their_own(tmp_path: Path):
+    """Issue #25: tasks ``café`` and ``cafè`` shared one figure file (both ``finetune_caf__...``), so the
+    report showed one task's curves under both; ``NER`` and ``ner`` would share one on a case-insensitive disk."""
+    tasks = ["café", "cafè", "NER", "ner"]
+    project = _tiny_tasks(tmp_path, tasks)
+    report = json.loads(project.run("report", "--json").stdout)
+    curves = {figure["title"]: Path(figure["path"]) for figure in report["figures"]
+              if figure["name"].endswith("_curves")}
+    assert sorted(curves) == sorted(f"{name}: training" for name in tasks)
+    assert len({path.name.lower() for path in curves.values()}) == len(tasks)
+    assert all(path.is_file() for path in curves.values())
+    assert "finetune_ner_curves.png" in {path.name for path in curves.values()}  # a plain name stays as it was
+
+
+def test_a_report_killed_between_its_folder_renames_is_put_back_by_the_next_report(tmp_path: Path):
+    """Issue #25: every folder bertwb replaces by renaming is repaired after a crash between the renames;
+    the report's own folder too (outside any stage: the next report repairs it before it builds)."""
+    project = _tiny_tasks(tmp_path, ["topic"])
+    project.run("report")
+    folder = project.workspace / "report"
+    before = sorted(path.name for path in (folder / "figures").iterdir())
+    killed = subprocess.run([sys.executable, "-m", "bertwb", "report", "--config", str(project.config)],
+                            env={**os.environ, "BERTWB_FAULT": "report_mid_swap:exit"}, capture_output=True, text=True)
+    assert killed.returncode == 137, killed.stdout + killed.stderr
+    assert not folder.exists()  # set aside, the new one not yet in
+    project.run("report")
+    assert sorted(path.name for path in (folder / "figures").iterdir()) == before
+    assert not [path for path in project.workspace.iterdir() if ".old-" in path.name or ".tmp-" in path.name]

@@ -53,7 +53,7 @@ from bertwb.model import modeldir
 from bertwb.model.heads import AnyBert
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict
 from bertwb.outputs import check_folder
-from bertwb.workspace import building
+from bertwb.workspace import building, repair_leftovers
 
 TIED_HF_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 MARKER = ".bertwb-export"  # in every folder export and import-hf write; --force replaces only those
@@ -126,6 +126,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _building(out: Path, force: bool, protected: Protected, option: str, own: Path | None = None) -> Iterator[Path]:
     """`bertwb.workspace.building` for an output folder the user names: one `bertwb.outputs.check_folder`
     allows, no file there, and no folder with contents unless ``force`` and bertwb wrote it."""
+    repair_leftovers(out.resolve().parent, out.resolve().name)  # an earlier export killed mid-swap: its folder back
     check_folder(out, protected, option, own)
     if out.exists() and not out.is_dir():
         raise BertwbError(f"{out} is a file; give a directory to write the model to")
@@ -135,6 +136,6 @@ def _building(out: Path, force: bool, protected: Protected, option: str, own: Pa
         if not (out / MARKER).is_file():
             raise BertwbError(f"{out} holds files bertwb did not write (no {MARKER} in it), and --force replaces "
                               "only an earlier export or import; remove it yourself or pick another folder")
-    with building(out.resolve()) as tmp:
+    with building(out.resolve(), what="export") as tmp:
         (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
         yield tmp

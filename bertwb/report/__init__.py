@@ -22,6 +22,7 @@ which treats a busy database as unreadable rather than failing).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ def write_report(cfg: Config, ws: Workspace, output: Path | None = None) -> dict
         raise BertwbError(f"nothing to report in {ws.root} yet: no stage has finished or logged metrics; "
                           "run `bertwb run` (or at least `bertwb pairs`) first")
     states = found.states()
-    with building(out.resolve()) as tmp:
+    with building(out.resolve(), what="report") as tmp:
         shown = [_draw(plan, tmp) for plan in found.planned]
         (tmp / PAGE).write_text(render(f"bertwb report: {ws.root}", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                        found.headline, list(states.items()), found.notes, shown), encoding="utf-8")
@@ -199,7 +200,7 @@ class _Findings:
 
     def _task(self, task: str) -> None:
         stage, section = f"finetune/{task}", f"Fine-tuning: {task}"
-        file_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task)
+        file_name = _file_name(task)
         log = sources.training_log(self.cfg, self.ws, stage)
         if log is not None:
             self.logs[stage] = log
@@ -223,6 +224,16 @@ class _Findings:
                 f"Gold labels (rows) against the final model's predictions (columns) on {split}; the colour is the "
                 "share of the row, so the diagonal is each label's recall.",
                 lambda: figures.confusion(labels, scores["confusion_matrix"], chart)))
+
+
+def _file_name(task: str) -> str:
+    """The part of a figure's file name that names ``task``: the name itself when it is lower-case ASCII,
+    else its ASCII letters with a hash of the whole name, so that two tasks never share a figure (``café``
+    and ``cafè`` both gave ``caf_``; ``NER`` and ``ner`` are one file on a case-insensitive disk)."""
+    plain = re.sub(r"[^a-z0-9_-]", "_", task.lower())
+    if plain == task:
+        return task
+    return f"{plain}-{hashlib.sha256(task.encode()).hexdigest()[:8]}"
 
 
 def _state(row: dict[str, Any] | None, log: sources.TrainingLog | None) -> str:

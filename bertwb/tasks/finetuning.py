@@ -307,6 +307,9 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     trainer.fit()
 
     final = run_dir / BEST_DIR if trainer.best and trainer.keep_best else checkpoint_path(run_dir, trainer.done)
+    if not (final / "model.safetensors").is_file():  # removed by hand: a crash's leftovers are repaired before
+        raise BertwbError(f"{final / 'model.safetensors'} is missing, the weights this run kept; run "
+                          f"`bertwb finetune {plan.task} --force` to train the task again")
     safetensors.torch.load_model(trainer.model, str(final / "model.safetensors"), device=str(dist.device))
     results = {name: score_split(objective, trainer.model, part.batches, part.examples, part.features,
                                  settings.precision, dist)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +57,20 @@ def read_text(path: Path) -> str:
 
 
 def read_table(path: Path, fmt: str) -> tuple[list[str], list[Row]]:
-    """The column names and rows of a CSV, TSV, JSONL or Parquet file."""
+    """The column names and rows of a CSV, TSV, JSONL or Parquet file: at least one row."""
     if fmt == "parquet":
         return _read_parquet(path)
     text = read_text(path)
     if fmt == "jsonl":
         return _read_jsonl(path, text)
+    columns, rows = _read_delimited(path, text, fmt)
+    if not rows:  # a header and nothing under it: every later step would see no examples
+        raise BertwbError(f"{path}: only a header ({', '.join(columns)}), no examples; it needs at least one "
+                          "example under the header")
+    return columns, rows
+
+
+def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Row]]:
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
     columns = list(reader.fieldnames or [])
     rows = []
@@ -115,6 +125,13 @@ def column(rows: list[Row], columns: list[str], name: str, path: Path, setting: 
         value = row.values.get(name)
         if value is None or isinstance(value, str) and not value.strip():
             raise BertwbError(f"{path}:{row.line}: empty {name!r}; every example needs one")
+        if isinstance(value, float) and not math.isfinite(value):
+            # json.dumps writes a missing float as NaN; taken as text it would become a class named "nan"
+            raise BertwbError(f"{path}:{row.line}: {name!r} is {value!r}, a missing value; give every example "
+                              "its value (or drop the example)")
+        if not isinstance(value, (str, int, float)):
+            raise BertwbError(f"{path}:{row.line}: {name!r} is a {type(value).__name__}, not a text or a number; "
+                              "give one value per example")
         values.append(value)
     return values
 
@@ -177,7 +194,8 @@ class Question:
 
 
 def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
-    """Questions of a SQuAD v1.1 or v2.0 JSON file; every answer's ``answer_start`` must point at its text."""
+    """Questions of a SQuAD v1.1 or v2.0 JSON file. Every level must have its SQuAD type, and every
+    answer's ``answer_start`` must point at its text inside the context."""
     text = read_text(path)
     try:
         data = json.loads(text)
@@ -190,22 +208,20 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
     version = str(version) if version is not None else None
     questions = []
     for article in articles:
-        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+        for paragraph in _squad_list(article, "paragraphs", "data[]", path, text):
             context = paragraph.get("context")
-            for qa in paragraph.get("qas", []):
+            for qa in _squad_list(paragraph, "qas", "data[].paragraphs[]", path, text):
                 qid = str(qa.get("id", len(questions)))
                 line = _line_of(text, qid)
                 if not isinstance(context, str) or not isinstance(qa.get("question"), str):
                     raise BertwbError(f"{path}:{line}: question {qid} lacks its question or context text")
-                answers = qa.get("answers") or []
-                impossible = bool(qa.get("is_impossible", False))
+                answers = _squad_list(qa, "answers", f"question {qid}", path, text, line)
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):  # bool("false") is True: a question silently unanswerable
+                    raise BertwbError(f"{path}:{line}: question {qid}: is_impossible is {impossible!r}; write true "
+                                      "or false (JSON booleans, not strings)")
                 for answer in answers:
-                    start, answer_text = answer.get("answer_start"), answer.get("text")
-                    if not isinstance(start, int) or not isinstance(answer_text, str) or \
-                            context[start:start + len(answer_text)] != answer_text:
-                        found = context[start:start + len(answer_text or "")] if isinstance(start, int) else None
-                        raise BertwbError(f"{path}:{line}: question {qid}: answer_start {start} points at {found!r}, "
-                                          f"not at the answer {answer_text!r}; fix answer_start")
+                    _check_answer(answer, context, path, line, qid)
                 if require_answers and not answers and not impossible:
                     raise BertwbError(f"{path}:{line}: question {qid} has no answers and is not marked "
                                       "is_impossible; give its answers (or is_impossible: true for SQuAD v2.0)")
@@ -213,6 +229,55 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
     if not questions:
         raise BertwbError(f"{path}: no questions; a SQuAD file holds data[].paragraphs[].qas[]")
     return questions
+
+
+def _squad_list(parent: Any, key: str, where: str, path: Path, text: str, line: int | None = None) -> list[dict]:
+    """``parent[key]``: a list of JSON objects (missing: empty); one line naming the level when either
+    has another type (iterating a string or an object instead would read nonsense or crash)."""
+    if not isinstance(parent, dict):
+        raise BertwbError(f"{path}:{line or 1}: an entry of {where} is {_json_type(parent)}, not an object; "
+                          "a SQuAD file holds data[].paragraphs[].qas[].answers[]")
+    items = parent.get(key)
+    items = [] if items is None else items  # missing or null: none
+    if not isinstance(items, list):
+        line = line or _line_of_key(text, key, wrong_type=True)
+        raise BertwbError(f"{path}:{line}: {where}.{key} is {_json_type(items)}, not a list; a SQuAD file holds "
+                          "data[].paragraphs[].qas[].answers[]")
+    for item in items:
+        if not isinstance(item, dict):
+            line = line or _line_of_key(text, key)
+            raise BertwbError(f"{path}:{line}: an entry of {where}.{key} is {_json_type(item)}, not an object; "
+                              "a SQuAD file holds data[].paragraphs[].qas[].answers[]")
+    return items
+
+
+def _check_answer(answer: dict[str, Any], context: str, path: Path, line: int, qid: str) -> None:
+    """An answer's text must be where ``answer_start`` says: a whole number inside the context, not
+    negative (Python's slicing would count it from the end and miss the answer silently)."""
+    start, answer_text = answer.get("answer_start"), answer.get("text")
+    if not isinstance(answer_text, str) or not answer_text.strip():
+        raise BertwbError(f"{path}:{line}: question {qid}: an answer's text is {answer_text!r}; give the answer's "
+                          "text as it appears in the context")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(context) - len(answer_text):
+        raise BertwbError(f"{path}:{line}: question {qid}: answer_start {start!r} is not a position of the context "
+                          f"(0 to {len(context) - 1}); fix answer_start")
+    found = context[start:start + len(answer_text)]
+    if found != answer_text:
+        raise BertwbError(f"{path}:{line}: question {qid}: answer_start {start} points at {found!r}, "
+                          f"not at the answer {answer_text!r}; fix answer_start")
+
+
+def _json_type(value: Any) -> str:
+    """A JSON value's type with its article, as a message says it: "an object", "a string"."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), f"a {type(value).__name__}")
+
+
+def _line_of_key(text: str, key: str, wrong_type: bool = False) -> int:
+    """The line of the first ``"key":`` in the file (``wrong_type``: the first whose value is not a
+    list), for errors about a level of the JSON."""
+    found = re.search(re.escape(json.dumps(key)) + (r"\s*:\s*[^\s\[]" if wrong_type else r"\s*:"), text)
+    return text.count("\n", 0, found.start()) + 1 if found else 1
 
 
 def _line_of(text: str, qid: str) -> int:

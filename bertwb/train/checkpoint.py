@@ -49,7 +49,7 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, dist: Dist, keep: int
     rng_states = dist.gather(rng_state())
     final = checkpoint_path(run_dir, step)
     if dist.rank == 0:
-        with building(final) as tmp:
+        with building(final, what="checkpoint") as tmp:
             safetensors.torch.save_model(model, str(tmp / "model.safetensors"))  # drops a tied alias
             torch.save({**trainer, "rng": rng_states}, tmp / "trainer.pt")
             faults.point("checkpoint")  # a test kills or fills the disk here: a checkpoint half written

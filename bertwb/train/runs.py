@@ -78,7 +78,9 @@ def phase_dirs(run_dir: Path) -> dict[str | None, Path]:
     listing = run_dir / PHASES_FILE
     try:
         names = json.loads(listing.read_text())["phases"] if listing.is_file() else None
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):  # TypeError: valid JSON of another shape
+        names = None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         names = None
     return {None: run_dir} if not names else {name: run_dir / name for name in names}
 

@@ -273,7 +273,7 @@ class Trainer:
         return bool(self.patience) and self.stale_evaluations >= self.patience
 
     def _save_best(self) -> None:
-        with building(self.run_dir / BEST_DIR) as tmp:
+        with building(self.run_dir / BEST_DIR, what="best") as tmp:
             safetensors.torch.save_model(self.model, str(tmp / "model.safetensors"))
             (tmp / "best.json").write_text(json.dumps({**self.best, "metric": self.objective.main_metric}) + "\n")
 

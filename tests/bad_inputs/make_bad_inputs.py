@@ -12,6 +12,9 @@ Text that looks like rich markup (``[citation needed]``, ``[/quote]``) is a clas
 json [x].jsonl) and in a query's values and column names (sql/markup.sql). It must come out whole.
 fill_mask/  files for `bertwb fill-mask --file`
 hf/         folders for `bertwb import-hf`
+config/     bertwb.yaml files whose sections are not mappings, for every command (with a --set into them)
+manifest/   stage manifests that are torn or valid JSON of another shape, for `status` and `run`
+finetune/   train and dev files of fine-tuning tasks: .csv/.tsv/.jsonl for classify, .json (SQuAD) for qa
 """
 
 from __future__ import annotations
@@ -143,6 +146,64 @@ def fill_mask_files() -> dict[str, bytes]:
     }
 
 
+CONTEXT = "The ship sailed at dawn."
+
+
+def squad(qas: object = None, answers: object = None, paragraphs: object = None) -> bytes:
+    """A one-question SQuAD file, with one level replaced by a value of the wrong shape."""
+    answer = [{"text": "dawn", "answer_start": 19}] if answers is None else answers
+    question = [{"id": "q1", "question": "When did the ship sail?", "answers": answer}] if qas is None else qas
+    paragraph = [{"context": CONTEXT, "qas": question}] if paragraphs is None else paragraphs
+    return json.dumps({"version": "1.1", "data": [{"title": "Ships", "paragraphs": paragraph}]}, indent=1).encode()
+
+
+def finetune_files() -> dict[str, bytes]:
+    good = [json.dumps({"text": "A calm sea.", "label": "good"}), json.dumps({"text": "A storm.", "label": "bad"})]
+    return {
+        # classify: a header and no examples; a missing value as NaN (json.dumps writes float("nan") so).
+        "header_only.csv": b"text,label\n",
+        "header_only.tsv": b"text\tlabel\n",
+        "nan_label.jsonl": "\n".join([*good, json.dumps({"text": "Unknown.", "label": float("nan")})]).encode(),
+        "nan_text.jsonl": "\n".join([*good, json.dumps({"text": float("nan"), "label": "good"})]).encode(),
+        "list_label.jsonl": "\n".join([*good, json.dumps({"text": "Both.", "label": ["good", "bad"]})]).encode(),
+        # qa: spans outside the context (Python would slice a negative start from the end) and wrong shapes.
+        "negative_answer_start.json": squad(answers=[{"text": ".", "answer_start": -1}]),
+        "answer_start_past_end.json": squad(answers=[{"text": "dawn", "answer_start": 90}]),
+        "empty_answer_text.json": squad(answers=[{"text": "", "answer_start": 3}]),
+        "answers_not_list.json": squad(answers={"text": "dawn", "answer_start": 19}),
+        "answer_not_object.json": squad(answers=["dawn"]),
+        "qas_not_list.json": squad(qas="When did the ship sail?"),
+        "paragraphs_not_list.json": squad(paragraphs={"context": CONTEXT}),
+        "impossible_as_text.json": squad(qas=[{"id": "q1", "question": "Who?", "answers": [],
+                                               "is_impossible": "false"}]),  # bool("false") is True
+    }
+
+
+def config_files() -> dict[str, bytes]:
+    """Each file names, in its first line, the --set that reaches into its bad section."""
+    return {
+        "section_list.yaml": b"# --set vocab.vocab_size=128\nvocab: [1, 2]\n",
+        "section_text.yaml": b"# --set pretrain.lr=1e-4\npretrain: fast\n",
+        "section_number.yaml": b"# --set pairs.seed=3\npairs: 3\n",
+        "tasks_list.yaml": b"# --set finetune.tasks.sst.lr=1e-4\nfinetune:\n  tasks: [sst, ner]\n",
+        "task_text.yaml": b"# --set finetune.tasks.sst.lr=1e-4\nfinetune:\n  tasks:\n    sst: classify\n",
+    }
+
+
+def manifest_files() -> dict[str, bytes]:
+    shaped = {"format": 2, "stage": "vocab", "key": "0" * 64, "build": "b", "has_files": True}
+    return {
+        "list.json": b"[1, 2, 3]\n",
+        "string.json": b'"vocab"\n',
+        "null.json": b"null\n",
+        "torn.json": json.dumps(shaped).encode()[:30],
+        "outputs_list.json": json.dumps({**shaped, "outputs": [1, 2]}).encode(),
+        "files_not_sizes.json": json.dumps({**shaped, "outputs": {"files": {"vocab/vocab.txt": "big"}}}).encode(),
+        "summary_list.json": json.dumps({**shaped, "summary": ["tokens"]}).encode(),
+        "inputs_strings.json": json.dumps({**shaped, "inputs": ["corpus/a.txt"]}).encode(),
+    }
+
+
 def hf_folders() -> dict[str, dict[str, bytes]]:
     vocab = (SPECIALS + "the\nsea\nship\n").encode()
     config = json.dumps(TINY_BERT, indent=2).encode()
@@ -172,6 +233,9 @@ def main() -> None:
     write(HERE / "vocab", vocab_files())
     write(HERE / "sql", sql_files())
     write(HERE / "fill_mask", fill_mask_files())
+    write(HERE / "finetune", finetune_files())
+    write(HERE / "manifest", manifest_files())
+    write(HERE / "config", config_files())
     shutil.rmtree(HERE / "hf", ignore_errors=True)
     for name, files in hf_folders().items():
         write(HERE / "hf" / name, files)
