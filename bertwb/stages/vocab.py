@@ -43,6 +43,8 @@ from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
 TOP_TOKENS = 20
+# Tokenising reads and commits this many batches' worth of sentences at a time: DuckDB's memory per range.
+_BATCHES_PER_RANGE = 16
 # Where the BERT pre-tokeniser ends a word: Rust's char::is_whitespace, and punctuation (ASCII or Unicode P*).
 _WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(map(chr, range(0x2000, 0x200B))))
@@ -233,7 +235,9 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     """Encode every sentence in batches into ``table``; return (token counts, #tokens, #words, #unk).
 
     ``encode_batch`` runs on all cores in Rust; ids go to DuckDB as one flat Arrow list array per
-    batch, so Python never loops over tokens.
+    batch, so Python never loops over tokens. Memory does not grow with the corpus: sentences are read
+    a range of documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and
+    each range's rows are committed when it ends (one open transaction would hold the whole table).
     """
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     continuation = np.zeros(vocab_size, dtype=bool)
@@ -242,46 +246,67 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
     counts = np.zeros(vocab_size, dtype=np.int64)
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
-    reader = cursor.sql("select doc_id, sent_idx, text from sentences order by doc_id, sent_idx") \
-        .to_arrow_reader(batch_size)
-    # One transaction for all batches: per-batch autocommits each go through the WAL again.
     inserter = con.cursor()
-    inserter.execute("begin transaction")
+    reader = None
     try:
         # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
                 ThreadPoolExecutor(max_workers=1) as writer:
-            pending = None
-            for batch in reader:
-                encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
-                id_lists = [e.ids for e in encodings]
-                lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
-                flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
-                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-                np.cumsum(lengths, out=offsets[1:])
-                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+            for where, bounds in _document_ranges(con, batch_size * _BATCHES_PER_RANGE):
+                reader = cursor.sql(f"select doc_id, sent_idx, text from sentences {where} "
+                                    "order by doc_id, sent_idx", params=bounds).to_arrow_reader(batch_size)
+                # One transaction per range: per-batch autocommits each go through the WAL again.
+                inserter.execute("begin transaction")
+                pending = None
+                for batch in reader:
+                    encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(),
+                                                            add_special_tokens=False)
+                    id_lists = [e.ids for e in encodings]
+                    lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
+                    flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+                    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+                    np.cumsum(lengths, out=offsets[1:])
+                    counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+                    rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                                     "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+                    if pending is not None:
+                        pending.result()
+                    pending = writer.submit(_insert, inserter, table, rows)
+                    bar.advance(batch.num_rows)
+                    faults.point("work")
                 if pending is not None:
                     pending.result()
-                pending = writer.submit(_insert, inserter, table, rows)
-                bar.advance(batch.num_rows)
-                faults.point("work")
-            if pending is not None:
-                pending.result()
-        inserter.execute("commit")
+                inserter.execute("commit")
+                reader.close()
+                reader = None
     except BaseException:
         _rollback(inserter)  # so the engine can drop the half-filled table
         raise
     finally:
         # The reader first: an open one keeps the database alive after every connection is closed, and
         # DuckDB then spins forever on the next connect to this file from this process (a test's status).
-        reader.close()
+        if reader is not None:
+            reader.close()
         inserter.close()
         cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
+
+
+def _document_ranges(con: Any, sentences: int) -> Iterator[tuple[str, list[int]]]:
+    """``where`` clauses (with their parameters) that cut ``sentences`` by doc_id into consecutive ranges of
+    about ``sentences`` sentences each (whole documents), together covering every row."""
+    starts = [row[0] for row in con.execute(
+        "select min(doc_id) from (select doc_id, (sum(n_sentences) over (order by doc_id) - n_sentences) // ? "
+        "as part from documents) group by part order by 1", [max(sentences, 1)]).fetchall()]
+    if len(starts) <= 1:
+        yield "", []
+        return
+    yield "where doc_id < ?", [starts[1]]
+    for low, high in zip(starts[1:-1], starts[2:]):
+        yield "where doc_id >= ? and doc_id < ?", [low, high]
+    yield "where doc_id >= ?", [starts[-1]]
 
 
 def _rollback(cursor: Any) -> None:
