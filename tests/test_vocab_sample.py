@@ -77,7 +77,7 @@ def test_the_summary_reports_the_unk_rate_of_the_sentences_outside_the_sample(co
         rows = con.execute("select t.doc_id, t.sent_idx, d.split = 'train', len(t.ids), "
                            f"len(list_filter(t.ids, lambda i: i = {unk})) "
                            "from tokens t join documents d using (doc_id)").fetchall()
-    doc_ids, sent_idxs, train, lengths, unks = (np.array(column) for column in zip(*rows))
+    doc_ids, sent_idxs, train, lengths, unks = (np.array(column) for column in zip(*rows, strict=True))
     seen = train & TrainingSample(500, n_train, 12345).contains(doc_ids, sent_idxs)
     assert seen.sum() == summary["train_sentences"]
     assert 0 < unks[~seen].sum()  # some rare characters fell outside the sample

@@ -41,7 +41,6 @@ import time
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -52,6 +51,7 @@ from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
+from bertwb.data.word_ids import encode_by_word, encode_plain, encodes_by_word
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
@@ -310,8 +310,9 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
     """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
     tokenizer was trained on (None: none of them), to count [UNK] on the others.
 
-    ``encode_batch`` runs on all cores in Rust; ids go to DuckDB as one flat Arrow list array per
-    batch, so Python never loops over tokens. Memory does not grow with the corpus: sentences are read
+    ``encode_batch`` runs on all cores in Rust, on each distinct word of a batch once where the tokenizer
+    allows it (`bertwb.data.word_ids`); ids go to DuckDB as one flat Arrow list array per batch, so
+    Python never loops over tokens. Memory does not grow with the corpus: sentences are read
     a range of documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and
     each range's rows are committed when it ends (one open transaction would hold the whole table).
     """
@@ -321,6 +322,8 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
         continuation[index] = token.startswith("##")
     counts = np.zeros(vocab_size, dtype=np.int64)
     unk_id = tokenizer.token_to_id("[UNK]")
+    # The one place the fast path is chosen: each distinct word once, where that gives the same ids.
+    encode = encode_by_word if encodes_by_word(tokenizer) else encode_plain
     unseen_sentences = unseen_tokens = unseen_unk = 0
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
@@ -338,11 +341,7 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
                 inserter.execute("begin transaction")
                 pending = None
                 for batch in reader:
-                    encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(),
-                                                            add_special_tokens=False)
-                    id_lists = [e.ids for e in encodings]
-                    lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
-                    flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+                    lengths, flat = encode(tokenizer, batch.column("text").to_pylist())
                     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
                     np.cumsum(lengths, out=offsets[1:])
                     counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
@@ -393,7 +392,7 @@ def _document_ranges(con: Any, sentences: int) -> Iterator[tuple[str, list[int]]
         yield "", []
         return
     yield "where doc_id < ?", [starts[1]]
-    for low, high in zip(starts[1:-1], starts[2:]):
+    for low, high in zip(starts[1:-1], starts[2:], strict=True):
         yield "where doc_id >= ? and doc_id < ?", [low, high]
     yield "where doc_id >= ?", [starts[-1]]
 
