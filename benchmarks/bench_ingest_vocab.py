@@ -88,7 +88,7 @@ def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     del texts
     con.execute("drop table if exists bench_tokens")
     start = time.perf_counter()
-    _, n_tokens, _, _ = tokenise_all(tokenizer, con, "bench_tokens", n, batch)
+    n_tokens = tokenise_all(tokenizer, con, "bench_tokens", n, batch).tokens
     ours_seconds = time.perf_counter() - start
     con.execute("drop table bench_tokens")
     con.close()

@@ -72,7 +72,12 @@ class VocabConfig:
                                   "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)
     from_file: str | None = _field(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
-    batch_size: int = _field(8192, "Sentences per tokenisation batch.", min=1, cache=False)
+    batch_size: int = _field(8192, "Sentences per tokenisation batch (DuckDB reads 16 batches at a time).",
+                             min=1, cache=False)
+    train_sentences: int | None = _field(10_000_000, "Train on a deterministic sample of about this many training "
+                                         "sentences (0 or null: all of them); every sentence is still tokenised.",
+                                         min=0)
+    seed: int = _field(12345, "Seed of the training sample; same corpus and seed, same vocabulary.", min=0)
 
 
 @dataclass

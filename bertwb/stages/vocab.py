@@ -20,6 +20,18 @@ and the characters that occur inside a word; the trainer gets the alphabet as it
 Trained vocabularies therefore read ``[PAD] [UNK] [CLS] [SEP] [MASK]``, the ``##x`` pieces sorted, the
 alphabet sorted, then the merges. The pass reads the training text once more and costs about a tenth
 of the training (``alphabet_seconds`` in the summary; BENCHMARKS.md).
+
+**A sample to train on, the whole corpus to tokenise.** A vocabulary needs word counts, not the
+whole corpus: training reads about ``vocab.train_sentences`` training sentences (`TrainingSample`, a
+hash of each sentence's place and ``vocab.seed``; 0 or null: all), so its time stops growing with the
+corpus, and every sentence is then tokenised. The summary reports the sample (``train_sentences``)
+and how well it covers the rest: ``unseen_unk_rate``, the ``[UNK]`` rate of the ``unseen_sentences``
+it left out (the valid split included).
+
+**Memory.** Nothing here holds the corpus: training streams the sample in batches (the trainer keeps
+word counts, which grow with the distinct words only), and tokenising reads, sorts and commits a range
+of documents at a time (`tokenise_all`). What grows until it reaches ``workspace.memory_limit`` is
+DuckDB's cache of the table blocks it read; ``vocab.batch_size`` sizes the batches and the ranges.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import string
 import time
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -39,10 +51,13 @@ from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
+from bertwb.data.word_ids import encode_by_word, encode_plain, encodes_by_word
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
 TOP_TOKENS = 20
+# Tokenising reads and commits this many batches' worth of sentences at a time: DuckDB's memory per range.
+_BATCHES_PER_RANGE = 16
 # Where the BERT pre-tokeniser ends a word: Rust's char::is_whitespace, and punctuation (ASCII or Unicode P*).
 _WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(map(chr, range(0x2000, 0x200B))))
@@ -70,18 +85,19 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con = build.con
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     alphabet_seconds = 0.0
+    sample = None  # a vocabulary from a file saw none of this corpus
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
         # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
         tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
     else:
-        tokenizer, alphabet_seconds = _train_tokenizer(cfg, con)
+        tokenizer, alphabet_seconds, sample = _train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
-    counts, n_tokens, n_words, n_unk = tokenise_all(tokenizer, con, build.table("tokens"),
-                                                     n_sentences, cfg.vocab.batch_size)
+    tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample)
+    counts, n_tokens, n_words, n_unk = tokenised.counts, tokenised.tokens, tokenised.words, tokenised.unk
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     tokens = [id_to_token[i] for i in range(vocab_size)]
@@ -100,6 +116,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "sentences": n_sentences,
         "tokens": n_tokens,
         "unk_rate": round(n_unk / max(n_tokens, 1), 6),
+        # the sample the vocabulary was trained on, and how well it covers the text it never saw
+        "train_sentences": sample.sentences if sample is not None else 0,
+        "unseen_sentences": tokenised.unseen_sentences,
+        "unseen_unk_rate": round(tokenised.unseen_unk / max(tokenised.unseen_tokens, 1), 6),
         "tokens_per_word": round(n_tokens / max(n_words, 1), 4),
         "coverage": round(float((counts[:vocab_size] > 0).mean()), 4),
         "most_frequent": " ".join(tokens[i] for i in order[:10]),
@@ -124,15 +144,16 @@ STAGE = Stage(
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
-def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float]:
-    """A deterministic WordPiece vocabulary (see the module's docstring), padded; and the seconds of the
-    alphabet pass."""
+def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample]:
+    """A deterministic WordPiece vocabulary (see the module's docstring), padded; the seconds of the
+    alphabet pass; and the sample of training sentences it was trained on."""
     tokenizer = build_tokenizer(None, cfg.vocab.lowercase)
     n_train = con.execute("select count(*) from sentences join documents using (doc_id) "
                           "where split = 'train'").fetchone()[0]
+    sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed)
     started = time.perf_counter()
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
-        alphabet, continuing = _alphabet(tokenizer, _train_batches(con, bar), cfg.vocab.limit_alphabet)
+        alphabet, continuing = _alphabet(tokenizer, sample.batches(con, bar, count=True), cfg.vocab.limit_alphabet)
     alphabet_seconds = time.perf_counter() - started
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
@@ -140,9 +161,9 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float]:
         special_tokens=SPECIAL_TOKENS + [f"##{char}" for char in continuing],
         continuing_subword_prefix="##", show_progress=False)
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
-        tokenizer.train_from_iterator(_train_batches(con, bar), trainer=trainer, length=n_train)
+        tokenizer.train_from_iterator(sample.batches(con, bar), trainer=trainer, length=sample.sentences)
     return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, cfg.vocab.lowercase), \
-        alphabet_seconds
+        alphabet_seconds, sample
 
 
 def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str]]:
@@ -206,16 +227,59 @@ class _NormalisingTable:
         self.flat = np.concatenate([self.flat, *forms])
 
 
-def _train_batches(con: Any, bar: Any) -> Iterator[list[str]]:
-    """Training sentences (train split only, so valid text stays unseen) in batches."""
-    cursor = con.cursor()
-    try:
-        cursor.execute("select text from sentences join documents using (doc_id) where split = 'train'")
-        while batch := cursor.fetchmany(10_000):
-            bar.advance(len(batch))
-            yield [row[0] for row in batch]
-    finally:
-        cursor.close()
+class TrainingSample:
+    """The training sentences the vocabulary is trained on: all of the train split, or about ``wanted`` of them.
+
+    A sentence is in the sample when a hash of (doc_id, sent_idx, seed) falls below ``wanted / n_train``
+    of the hash range: each sentence is in or out on its own, so the choice depends on nothing but the
+    sentence's place and the seed (not on thread counts, batch sizes or the order rows are read in), and
+    streaming it costs no memory. The sample's size is therefore about ``wanted`` (binomial: within a few
+    times its square root); ``sentences`` holds the exact count once a pass has counted it.
+    """
+
+    def __init__(self, wanted: int | None, n_train: int, seed: int):
+        # everything when no sample is asked for, or when it would hold the whole train split anyway
+        self.threshold = None if not wanted or wanted >= n_train else (wanted << 64) // n_train
+        self.seed_key = np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64))
+        self.sentences = n_train
+
+    def contains(self, doc_ids: np.ndarray, sent_idxs: np.ndarray) -> np.ndarray:
+        """Whether each (doc_id, sent_idx) of the train split is in the sample."""
+        if self.threshold is None:
+            return np.ones(len(doc_ids), dtype=bool)
+        key = (doc_ids.astype(np.uint64) << np.uint64(32)) | sent_idxs.astype(np.uint64)
+        return _mix64(key ^ self.seed_key) < np.uint64(self.threshold)
+
+    def batches(self, con: Any, bar: Any, count: bool = False) -> Iterator[list[str]]:
+        """The sample's sentences (train split only, so valid text stays unseen) in batches; with ``count``,
+        ``sentences`` is set to how many there were."""
+        cursor = con.cursor()
+        reader = cursor.sql("select doc_id, sent_idx, text from sentences join documents using (doc_id) "
+                            "where split = 'train'").to_arrow_reader(10_000)
+        kept = 0
+        try:
+            for batch in reader:
+                bar.advance(batch.num_rows)
+                texts = batch.column("text")
+                if self.threshold is not None:
+                    texts = texts.filter(pa.array(self.contains(batch.column("doc_id").to_numpy(),
+                                                                batch.column("sent_idx").to_numpy())))
+                kept += len(texts)
+                yield texts.to_pylist()
+        finally:
+            reader.close()
+            cursor.close()
+        if count:
+            self.sentences = kept
+
+
+def _mix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (Steele et al. 2014): every input bit moves every output bit; uint64 wraps."""
+    values = values ^ (values >> np.uint64(30))
+    values = values * np.uint64(0xBF58476D1CE4E5B9)
+    values = values ^ (values >> np.uint64(27))
+    values = values * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
 
 
 def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
@@ -228,60 +292,109 @@ def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
     return tokenizer
 
 
-def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int,
-                  batch_size: int) -> tuple[np.ndarray, int, int, int]:
-    """Encode every sentence in batches into ``table``; return (token counts, #tokens, #words, #unk).
+@dataclass
+class Tokenised:
+    """What `tokenise_all` counted: tokens by id, and the sentences the tokenizer was not trained on."""
 
-    ``encode_batch`` runs on all cores in Rust; ids go to DuckDB as one flat Arrow list array per
-    batch, so Python never loops over tokens.
+    counts: np.ndarray  # occurrences of each token id
+    tokens: int
+    words: int  # tokens that start a word (not ## pieces)
+    unk: int
+    unseen_sentences: int = 0  # sentences outside the training sample (the valid split among them)
+    unseen_tokens: int = 0
+    unseen_unk: int = 0
+
+
+def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, batch_size: int,
+                 sample: TrainingSample | None = None) -> Tokenised:
+    """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
+    tokenizer was trained on (None: none of them), to count [UNK] on the others.
+
+    ``encode_batch`` runs on all cores in Rust, on each distinct word of a batch once where the tokenizer
+    allows it (`bertwb.data.word_ids`); ids go to DuckDB as one flat Arrow list array per batch, so
+    Python never loops over tokens. Memory does not grow with the corpus: sentences are read
+    a range of documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and
+    each range's rows are committed when it ends (one open transaction would hold the whole table).
     """
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     continuation = np.zeros(vocab_size, dtype=bool)
     for token, index in tokenizer.get_vocab(with_added_tokens=True).items():
         continuation[index] = token.startswith("##")
     counts = np.zeros(vocab_size, dtype=np.int64)
+    unk_id = tokenizer.token_to_id("[UNK]")
+    # The one place the fast path is chosen: each distinct word once, where that gives the same ids.
+    encode = encode_by_word if encodes_by_word(tokenizer) else encode_plain
+    unseen_sentences = unseen_tokens = unseen_unk = 0
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
-    reader = cursor.sql("select doc_id, sent_idx, text from sentences order by doc_id, sent_idx") \
-        .to_arrow_reader(batch_size)
-    # One transaction for all batches: per-batch autocommits each go through the WAL again.
     inserter = con.cursor()
-    inserter.execute("begin transaction")
+    reader = None
     try:
         # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
                 ThreadPoolExecutor(max_workers=1) as writer:
-            pending = None
-            for batch in reader:
-                encodings = tokenizer.encode_batch_fast(batch.column("text").to_pylist(), add_special_tokens=False)
-                id_lists = [e.ids for e in encodings]
-                lengths = np.fromiter(map(len, id_lists), dtype=np.int32, count=len(id_lists))
-                flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
-                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-                np.cumsum(lengths, out=offsets[1:])
-                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+            for where, bounds in _document_ranges(con, batch_size * _BATCHES_PER_RANGE):
+                reader = cursor.sql(f"select doc_id, sent_idx, text, split = 'train' as train from sentences "
+                                    f"join documents using (doc_id) {where} order by doc_id, sent_idx",
+                                    params=bounds).to_arrow_reader(batch_size)
+                # One transaction per range: per-batch autocommits each go through the WAL again.
+                inserter.execute("begin transaction")
+                pending = None
+                for batch in reader:
+                    lengths, flat = encode(tokenizer, batch.column("text").to_pylist())
+                    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+                    np.cumsum(lengths, out=offsets[1:])
+                    counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+                    if sample is None:
+                        unseen = np.ones(batch.num_rows, dtype=bool)
+                    else:
+                        unseen = ~(batch.column("train").to_numpy(zero_copy_only=False)
+                                   & sample.contains(batch.column("doc_id").to_numpy(),
+                                                     batch.column("sent_idx").to_numpy()))
+                    unseen_ids = flat[np.repeat(unseen, lengths)]
+                    unseen_sentences += int(unseen.sum())
+                    unseen_tokens += len(unseen_ids)
+                    unseen_unk += int((unseen_ids == unk_id).sum())
+                    rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                                     "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+                    if pending is not None:
+                        pending.result()
+                    pending = writer.submit(_insert, inserter, table, rows)
+                    bar.advance(batch.num_rows)
+                    faults.point("work")
                 if pending is not None:
                     pending.result()
-                pending = writer.submit(_insert, inserter, table, rows)
-                bar.advance(batch.num_rows)
-                faults.point("work")
-            if pending is not None:
-                pending.result()
-        inserter.execute("commit")
+                inserter.execute("commit")
+                reader.close()
+                reader = None
     except BaseException:
         _rollback(inserter)  # so the engine can drop the half-filled table
         raise
     finally:
         # The reader first: an open one keeps the database alive after every connection is closed, and
         # DuckDB then spins forever on the next connect to this file from this process (a test's status).
-        reader.close()
+        if reader is not None:
+            reader.close()
         inserter.close()
         cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
-    return counts, n_tokens, n_words, int(counts[tokenizer.token_to_id("[UNK]")])
+    return Tokenised(counts, n_tokens, n_words, int(counts[unk_id]), unseen_sentences, unseen_tokens, unseen_unk)
+
+
+def _document_ranges(con: Any, sentences: int) -> Iterator[tuple[str, list[int]]]:
+    """``where`` clauses (with their parameters) that cut ``sentences`` by doc_id into consecutive ranges of
+    about ``sentences`` sentences each (whole documents), together covering every row."""
+    starts = [row[0] for row in con.execute(
+        "select min(doc_id) from (select doc_id, (sum(n_sentences) over (order by doc_id) - n_sentences) // ? "
+        "as part from documents) group by part order by 1", [max(sentences, 1)]).fetchall()]
+    if len(starts) <= 1:
+        yield "", []
+        return
+    yield "where doc_id < ?", [starts[1]]
+    for low, high in zip(starts[1:-1], starts[2:], strict=True):
+        yield "where doc_id >= ? and doc_id < ?", [low, high]
+    yield "where doc_id >= ?", [starts[-1]]
 
 
 def _rollback(cursor: Any) -> None:
