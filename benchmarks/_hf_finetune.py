@@ -165,7 +165,7 @@ def predict(args: argparse.Namespace) -> None:
         encoded = tokenizer([words for words, _ in sentences], is_split_into_words=True, truncation=True,
                             max_length=args.max_seq_length)
         features = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask} for ids, types, mask
-                    in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"])]
+                    in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"], strict=True)]
         for i, (logits,) in enumerate(logits_of(model, tokenizer, features, args.batch_size)):
             tags, previous = ["O"] * len(sentences[i][0]), None
             for position, word in enumerate(encoded.word_ids(i)):
@@ -178,12 +178,12 @@ def predict(args: argparse.Namespace) -> None:
         questions = read_squad(args.input)
         encoded = qa_windows(tokenizer, questions, args.max_seq_length, args.stride)
         features = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask} for ids, types, mask
-                    in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"])]
+                    in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"], strict=True)]
         outputs = logits_of(model, tokenizer, features, args.batch_size)
         windows: list[list[int]] = [[] for _ in questions]
         for i, owner in enumerate(encoded["overflow_to_sample_mapping"]):
             windows[owner].append(i)
-        for question, rows in zip(questions, windows):
+        for question, rows in zip(questions, windows, strict=True):
             best, null = {"text": "", "score": -math.inf}, math.inf
             for i in rows:
                 start_logits, end_logits = outputs[i]

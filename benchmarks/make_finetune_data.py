@@ -209,7 +209,8 @@ def build(texts: dict[str, str], out: Path, seed: int = 0, dev_fraction: float =
                 for start, end in sentence_spans(paragraph):
                     words = words_of(paragraph, start, end)
                     if 3 <= len(words) <= 60:
-                        conll.append("\n".join(f"{w.text} {t}" for w, t in zip(words, bio_tags(words, names))))
+                        tags = bio_tags(words, names)
+                        conll.append("\n".join(f"{w.text} {t}" for w, t in zip(words, tags, strict=True)))
         (out / f"tags_{split}.conll").write_text("\n\n".join(conll) + "\n", encoding="utf-8")
         counts[f"tags_{split}_sentences"] = len(conll)
 

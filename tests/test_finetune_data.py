@@ -66,8 +66,9 @@ def test_the_builder_writes_squad_and_conll_that_bertwb_reads(tmp_path: Path):
     assert {"B-NAME", "B-NUM", "B-TERM", "O"} <= set(labels)
     tag.check_labels(tag.read(tmp_path / "tags_dev.conll"), labels, tmp_path / "tags_dev.conll")
     both = train + tag.read(tmp_path / "tags_dev.conll")
-    tagged = {(w, t) for sentence in both for w, t in zip(sentence.words, sentence.tags)}
-    assert {("debian/changelog", "B-TERM"), ("-", "B-TERM"), ("dev", "I-TERM"), ("2.1", "B-NUM"), ("Release", "B-NAME"), ("Team", "I-NAME")} <= tagged
+    tagged = {(w, t) for sentence in both for w, t in zip(sentence.words, sentence.tags, strict=True)}
+    assert {("debian/changelog", "B-TERM"), ("-", "B-TERM"), ("dev", "I-TERM"), ("2.1", "B-NUM"),
+            ("Release", "B-NAME"), ("Team", "I-NAME")} <= tagged
     assert ("Packages", "O") in tagged and ("The", "O") in tagged  # sentence-initial words are not names...
     firsts = {sentence.words[0]: sentence.tags[0] for sentence in both}
     assert firsts.get("Debian", "B-NAME") == "B-NAME"  # ...unless the text capitalises them mid-sentence
