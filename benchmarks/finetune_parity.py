@@ -2,7 +2,7 @@
 writes from transformers' docs, each run as a whole command, on real prose.
 
 Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.0] [--preset mini] [--epochs 2]
-[--train-limit N] [--dev-limit N] [--repeats 1] [--no-append]``
+[--train-limit N] [--dev-limit N] [--repeats 2] [--no-append]``
 
 * Data: ``benchmarks/make_finetune_data.py``'s sets (build them first): sentences of the Debian Policy
   Manual (package ``debian-policy``) tagged NAME/NUM/TERM by rule (tag), and cloze questions on its
@@ -198,7 +198,8 @@ def main() -> None:
     parser.add_argument("--max-query-length", type=int, default=64)
     parser.add_argument("--train-limit", type=int, default=0, help="first N training sentences/questions (0: all)")
     parser.add_argument("--dev-limit", type=int, default=0, help="first N dev sentences/questions (0: all)")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each side, every other one in the "
+                        "other order (2: bertwb first, then transformers first)")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     files = {"tag": [("tag", "tags_{}.conll")],

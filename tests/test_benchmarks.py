@@ -98,7 +98,7 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
                              "--data", str(tmp_path), "--preset", "tiny", "--epochs", "1", "--batch", "4",
                              "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "24",
-                             "--train-limit", "16", "--dev-limit", "8", "--no-append"],
+                             "--train-limit", "16", "--dev-limit", "8", "--repeats", "1", "--no-append"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     header = next(line for line in result.stdout.splitlines() if line.startswith("| | train examples/s"))
