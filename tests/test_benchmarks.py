@@ -107,3 +107,34 @@ def test_a_benchmark_run_becomes_its_row_of_the_current_results_table():
     rows = [line for line in second.splitlines() if line.startswith("| Speed, CPU |")]
     assert rows == ["| Speed, CPU | 2026-02-02 10:00 | AMD EPYC, 2 CPUs | **2.50×** | "
                     "[log](#speed-cpu--2026-02-02-1000-utc-1) |"]
+
+
+@pytest.mark.parametrize("task", ["tag", "qa"])
+def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: str, tmp_path):
+    """benchmarks/finetune_parity.py end to end on a few sentences: both sides' whole commands, scored by
+    bertwb's scorers; qa on SQuAD v2.0, where the decoding of unanswerable questions is exercised."""
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from make_finetune_data import build
+    from test_finetune_data import PROSE
+
+    build({"policy.txt": PROSE * 4}, tmp_path, seed=1, dev_fraction=0.3, context_chars=200)
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
+                             "--data", str(tmp_path), "--preset", "tiny", "--epochs", "1", "--batch", "4",
+                             "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "24",
+                             "--train-limit", "16", "--dev-limit", "8", "--repeats", "1", "--no-append"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| | train examples/s"))
+    metrics = ["entity F1", "token accuracy"] if task == "tag" else ["EM", "F1", "HasAns F1", "NoAns F1", "best F1"]
+    assert all(f"| {name} |" in header for name in metrics), header
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("| bertwb |", "| transformers "))]
+    assert len(rows) == 2, result.stdout
+    for row in rows:
+        values = [float(cell.replace(",", "")) for cell in row.strip("| ").split(" | ")[1:]]
+        assert values[0] > 0 and all(0 <= v <= 100 for v in values[5:]), row
+    assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* transformers' training examples/s", result.stdout)
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append

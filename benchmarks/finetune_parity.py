@@ -1,0 +1,288 @@
+"""Fine-tuning parity on CPU for tag and qa: `bertwb finetune` + `bertwb predict` beside the script a user
+writes from transformers' docs, each run as a whole command, on real prose.
+
+Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.0] [--preset mini] [--epochs 2]
+[--train-limit N] [--dev-limit N] [--repeats 2] [--no-append]``
+
+* Data: ``benchmarks/make_finetune_data.py``'s sets (build them first): sentences of the Debian Policy
+  Manual (package ``debian-policy``) tagged NAME/NUM/TERM by rule (tag), and cloze questions on its
+  paragraphs, SQuAD v1.1 and v2.0 (qa). ``--train-limit``/``--dev-limit`` keep the first N sentences or
+  questions.
+* Both sides start from one model directory written here: the preset's BERT with its task head
+  (bertwb's init, saved by ``transformers`` under its names, with the tags as ``id2label``), vocabulary
+  30522 and a WordPiece tokenizer trained on the training text (``finetune_cpu.tokenizer_for``). The same
+  hyper-parameters: batch, lr, epochs, 10% linear warm-up then linear decay, AdamW (decay 0.01, none on
+  biases and LayerNorm, eps 1e-6), clipping to 1.0, dropout 0.1, max_seq_length; for qa max_answer_length
+  30 and the n-best 20 starts and ends per window. The windows: bertwb's ``doc_stride`` is the distance
+  between two windows' starts (the original BERT's meaning), transformers' ``stride`` the tokens two windows
+  share, so the transformers side gets ``max_seq_length - 3 - q - doc_stride`` with q the median question
+  length in tokens: the same windows for a question of that length.
+* bertwb: what a user runs, with a config written here: ``bertwb finetune`` (no dev file, so no evaluation
+  during training) then ``bertwb predict`` on the dev file.
+* transformers: ``benchmarks/_hf_finetune.py train`` then ``predict``, its docs' feature code, loop and
+  decoding (see that file).
+* Scores: both sides' predictions by the same code, bertwb's: seqeval's entity F1 (tag); SQuAD exact
+  match and F1 by the official scripts' rules of the file's version (``bertwb/tasks/squad_eval.py``), for
+  v2.0 also the best F1 over no-answer thresholds (each side's own no-answer score).
+* Speed: training examples (sentences or questions, not windows) × epochs over the wall time of the whole
+  training command; prediction time and peak RSS of each command. The sides alternate, each repeat in
+  the other order, so that load from other processes on a shared host hits both alike; seconds are the
+  median over repeats, scores the last repeat's.
+
+Results are appended to BENCHMARKS.md with the machine description unless ``--no-append``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from bertwb.data.tokenizer import write_tokenizer_files  # noqa: E402
+from bertwb.model.bert import BertConfig  # noqa: E402
+from bertwb.model.heads import new_model  # noqa: E402
+from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
+from bertwb.tasks import metrics, squad_eval  # noqa: E402
+from bertwb.tasks.readers import read_conll, read_squad  # noqa: E402
+from _common import append_report, cpu_model, run_with_peak_rss  # noqa: E402
+from finetune_cpu import VOCAB, tokenizer_for  # noqa: E402
+from make_finetune_data import DEFAULT_OUT  # noqa: E402
+
+HF_SCRIPT = REPO / "benchmarks" / "_hf_finetune.py"
+MAX_ANSWER_LENGTH, N_BEST, SEED = 30, 20, 1234
+
+
+def subset_conll(source: Path, out: Path, limit: int) -> int:
+    """The first ``limit`` sentences (all with 0) of a CoNLL file, written to ``out``; their count."""
+    sentences = [s for s in source.read_text(encoding="utf-8").split("\n\n") if s.strip()]
+    kept = sentences[:limit] if limit else sentences
+    out.write_text("\n\n".join(kept) + "\n", encoding="utf-8")
+    return len(kept)
+
+
+def subset_squad(source: Path, out: Path, limit: int) -> int:
+    """The first ``limit`` questions (all with 0) of a SQuAD file, written to ``out``; their count."""
+    data, kept, articles = json.loads(source.read_text(encoding="utf-8")), 0, []
+    for article in data["data"]:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            qas = paragraph["qas"][:limit - kept] if limit else paragraph["qas"]
+            if qas:
+                paragraphs.append({**paragraph, "qas": qas})
+                kept += len(qas)
+        if paragraphs:
+            articles.append({**article, "paragraphs": paragraphs})
+    out.write_text(json.dumps({**data, "data": articles}, ensure_ascii=False), encoding="utf-8")
+    return kept
+
+
+def initial_model(kind: str, labels: list[str] | None, preset: str, tokenizer, out: Path) -> None:
+    """bertwb's freshly initialised model of ``kind`` saved by transformers, with the tokenizer: where both start."""
+    import transformers
+
+    torch.manual_seed(0)
+    ours = new_model(BertConfig.from_preset(preset, VOCAB), kind, labels)
+    hf_class = {"token_classification": transformers.BertForTokenClassification,
+                "question_answering": transformers.BertForQuestionAnswering}[kind]
+    theirs = hf_class(transformers.BertConfig(**hf_config_of(ours)))
+    theirs.load_state_dict(to_hf_state_dict(ours.state_dict()))
+    theirs.save_pretrained(out)
+    write_tokenizer_files(tokenizer, out, ours.config.max_position_embeddings)
+
+
+def bertwb_config(work: Path, task: str, train: Path, init: Path, args: argparse.Namespace) -> Path:
+    settings = {"type": task, "train": str(train), "init_from": str(init), "epochs": args.epochs,
+                "batch_size": args.batch, "lr": args.lr, "max_seq_length": args.max_seq_length, "device": "cpu",
+                "seed": SEED, "log_every": 1_000_000, "checkpoint_every": 1_000_000}
+    if task == "qa":
+        settings.update(doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+                        max_answer_length=MAX_ANSWER_LENGTH, n_best=N_BEST, null_threshold=0.0)
+    path = work / "bertwb.yaml"
+    path.write_text(yaml.safe_dump({"workspace": {"dir": str(work / ".bertwb")},
+                                    "finetune": {"tasks": {"bench": settings}}}))
+    return path
+
+
+def commands(task: str, work: Path, train: Path, dev: Path, init: Path, stride: int, version_2: bool,
+             args: argparse.Namespace) -> dict[str, tuple[list[str], list[str], Path]]:
+    """Each side's (train command, predict command, predictions file)."""
+    config = bertwb_config(work, task, train, init, args)
+    bertwb = [sys.executable, "-m", "bertwb"]
+    ours = (work / "bertwb_predictions.jsonl")
+    theirs_dir, theirs = work / "hf_model", work / "hf_predictions.jsonl"
+    common = ["--max-seq-length", str(args.max_seq_length), "--stride", str(stride), "--n-best", str(N_BEST),
+              "--max-answer-length", str(MAX_ANSWER_LENGTH), *(["--version-2"] if version_2 else [])]
+    hf = [sys.executable, str(HF_SCRIPT)]
+    return {
+        "bertwb": ([*bertwb, "finetune", "bench", "--config", str(config), "--force"],
+                   [*bertwb, "predict", "bench", str(dev), "--config", str(config), "--device", "cpu", "-o", str(ours)],
+                   ours),
+        "transformers": ([*hf, "train", task, "--model", str(init), "--train", str(train), "--out", str(theirs_dir),
+                          "--epochs", str(args.epochs), "--batch-size", str(args.batch), "--lr", str(args.lr),
+                          "--seed", str(SEED), *common],
+                         [*hf, "predict", task, "--model", str(theirs_dir), "--input", str(dev), "--out", str(theirs),
+                          *common],
+                         theirs),
+    }
+
+
+def run_sides(sides: dict, repeats: int) -> dict[str, dict[str, float]]:
+    """Both sides' training and prediction commands, alternating, each repeat in the other order."""
+    times: dict[str, dict[str, list[float]]] = {name: {"train": [], "predict": [], "rss": []} for name in sides}
+    for repeat in range(repeats):
+        order = list(sides) if repeat % 2 == 0 else list(sides)[::-1]
+        for phase in ("train", "predict"):
+            for name in order:
+                seconds, rss = run_with_peak_rss(sides[name][0 if phase == "train" else 1], cwd=REPO)
+                times[name][phase].append(seconds)
+                times[name]["rss"].append(rss)
+                print(f"  {name} {phase}: {seconds:.1f} s, peak RSS {rss:,.0f} MB", flush=True)
+    return {name: {"train": statistics.median(t["train"]), "predict": statistics.median(t["predict"]),
+                   "rss": max(t["rss"])} for name, t in times.items()}
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def score(task: str, dev: Path, predictions: Path, version: str) -> dict[str, float]:
+    """The side's dev metrics, by bertwb's scorers."""
+    rows = rows_of(predictions)
+    if task == "tag":
+        gold = [s.tags for s in read_conll(dev, 0, -1, "dev")]
+        result = metrics.tagging(gold, [row["tags"] for row in rows])
+        return {"entity F1": 100 * result["f1"], "token accuracy": 100 * result["token_accuracy"]}
+    questions = read_squad(dev)
+    golds = {i: [a["text"] for a in q.answers] for i, q in enumerate(questions)}
+    answers = {i: row["answer"] for i, row in enumerate(rows)}
+    if version == "1.1":
+        result = squad_eval.evaluate_v1(golds, answers)
+        return {"EM": result["exact_match"], "F1": result["f1"]}
+    result = squad_eval.evaluate_v2(golds, answers)
+    best = squad_eval.best_thresholds(golds, {i: row["best_span"] for i, row in enumerate(rows)},
+                                      {i: row["no_answer_score"] for i, row in enumerate(rows)})
+    empty = sum(not row["answer"] for row in rows) / max(len(rows), 1)
+    return {"EM": result["exact"], "F1": result["f1"], "HasAns F1": result.get("HasAns_f1", 0.0),
+            "NoAns F1": result.get("NoAns_f1", 0.0), "best F1": best["best_f1"], "empty answers %": 100 * empty}
+
+
+def median_question_tokens(tokenizer, path: Path) -> int:
+    lengths = [len(e.ids) for e in tokenizer.encode_batch([q.question for q in read_squad(path)],
+                                                           add_special_tokens=False)]
+    return int(statistics.median(lengths))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=["tag", "qa"], required=True)
+    parser.add_argument("--squad", choices=["both", "1.1", "2.0"], default="both", help="qa: which SQuAD version(s)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_OUT, help="make_finetune_data.py's folder")
+    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--doc-stride", type=int, default=64)
+    parser.add_argument("--max-query-length", type=int, default=64)
+    parser.add_argument("--train-limit", type=int, default=0, help="first N training sentences/questions (0: all)")
+    parser.add_argument("--dev-limit", type=int, default=0, help="first N dev sentences/questions (0: all)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each side, every other one in the "
+                        "other order (2: bertwb first, then transformers first)")
+    parser.add_argument("--no-append", action="store_true")
+    args = parser.parse_args()
+    files = {"tag": [("tag", "tags_{}.conll")],
+             "qa": [(v, f"squad{v[0]}_{{}}.json") for v in (["1.1", "2.0"] if args.squad == "both" else [args.squad])]}
+    missing = [args.data / name.format("train") for _, name in files[args.task]
+               if not (args.data / name.format("train")).is_file()]
+    if missing:
+        sys.exit(f"{missing[0]} is missing: build the data with `python benchmarks/make_finetune_data.py`")
+
+    import transformers
+
+    results, sizes = {}, {}
+    with tempfile.TemporaryDirectory(prefix="bertwb-parity-") as tmp:
+        for variant, name in files[args.task]:
+            work = Path(tmp) / variant
+            work.mkdir()
+            subset = subset_conll if args.task == "tag" else subset_squad
+            suffix = Path(name).suffix
+            train, dev = work / f"train{suffix}", work / f"dev{suffix}"
+            n_train = subset(args.data / name.format("train"), train, args.train_limit)
+            n_dev = subset(args.data / name.format("dev"), dev, args.dev_limit)
+            sizes[variant] = (n_train, n_dev)
+            if args.task == "tag":
+                sentences = read_conll(train, 0, -1, "train")
+                texts, labels = [" ".join(s.words) for s in sentences], sorted({t for s in sentences for t in s.tags})
+            else:
+                questions = read_squad(train)
+                texts, labels = sorted({q.context for q in questions}) + [q.question for q in questions], None
+            tokenizer = tokenizer_for(texts)
+            init = work / "init"
+            kind = "token_classification" if args.task == "tag" else "question_answering"
+            initial_model(kind, labels, args.preset, tokenizer, init)
+            stride = 0
+            if args.task == "qa":
+                stride = max(0, args.max_seq_length - 3 - median_question_tokens(tokenizer, train) - args.doc_stride)
+            sides = commands(args.task, work, train, dev, init, stride, variant == "2.0", args)
+            print(f"{args.task} {variant if args.task == 'qa' else ''}: {n_train:,} train, {n_dev:,} dev", flush=True)
+            times = run_sides(sides, args.repeats)
+            results[variant] = {side: {**times[side], "examples_per_s": n_train * args.epochs / times[side]["train"],
+                                       **score(args.task, dev, sides[side][2], variant)} for side in sides}
+            results[variant]["stride"] = stride
+
+    config = BertConfig.from_preset(args.preset, VOCAB)
+    title = f"Fine-tuning parity, {args.task}, CPU"
+    sections, headline = [], []
+    for variant, by_side in results.items():
+        metric_names = [k for k in by_side["bertwb"] if k not in ("train", "predict", "rss", "examples_per_s")]
+        header = "| | train examples/s | train s | predict s | peak RSS MB | " + " | ".join(metric_names) + " |"
+        lines = [header, "|---" * (5 + len(metric_names)) + "|"]
+        for side in ("bertwb", "transformers"):
+            r = by_side[side]
+            label = side if side == "bertwb" else f"transformers {transformers.__version__}"
+            lines.append(f"| {label} | {r['examples_per_s']:,.1f} | {r['train']:.1f} | {r['predict']:.1f} | "
+                         f"{r['rss']:,.0f} | " + " | ".join(f"{r[m]:.1f}" for m in metric_names) + " |")
+        ours, theirs = by_side["bertwb"], by_side["transformers"]
+        speedup = ours["examples_per_s"] / theirs["examples_per_s"]
+        main = "entity F1" if args.task == "tag" else "F1"
+        gap = ours[main] - theirs[main]
+        name = "tag" if args.task == "tag" else f"SQuAD {variant}"
+        n_train, n_dev = sizes[variant]
+        windows = (f", doc_stride {args.doc_stride} (transformers' stride {by_side['stride']}), max_query_length "
+                   f"{args.max_query_length}" if args.task == "qa" else "")
+        sections.append(f"{name}: {n_train:,} train, {n_dev:,} dev{windows}.\n\n" + "\n".join(lines) + "\n\n"
+                        f"* Speed-up: **{speedup:.2f}×** transformers' training examples/s (target ≥ 1.5×: "
+                        f"{'met' if speedup >= 1.5 else 'NOT met'}); {main} {ours[main]:.1f} vs {theirs[main]:.1f} "
+                        f"({gap:+.1f}; target: within 1 point or better: {'met' if gap >= -1 else 'NOT met'}).")
+        headline.append(f"{name}: **{speedup:.2f}×** transformers' examples/s, {main} {ours[main]:.1f} vs "
+                        f"{theirs[main]:.1f}")
+    command = " ".join(["python benchmarks/finetune_parity.py", *sys.argv[1:]])
+    report = f"""
+## {title} — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
+
+Script: `{command}`.
+Machine: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}.
+Model: L{config.num_layers} H{config.hidden_size} A{config.num_heads}, vocab {VOCAB}, dropout 0.1, the same
+initial weights; batch {args.batch}, lr {args.lr}, {args.epochs} epochs, max_seq_length {args.max_seq_length}.
+Data: `benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed 0.
+
+""" + "\n\n".join(sections) + "\n"
+    print(report)
+    if not args.no_append:
+        append_report(report, "; ".join(headline))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The fine-tuning benchmarks' data builder (benchmarks/make_finetune_data.py), on a few paragraphs written
+here rather than the Debian package it reads by default: its files are ones bertwb's readers accept, its
+answers are where they say, its tags follow its rules, and the same seed gives the same bytes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from bertwb.config import FinetuneTaskConfig
+from bertwb.tasks.qa import QATask, scoring_version
+from bertwb.tasks.tag import TagTask
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from make_finetune_data import build  # noqa: E402
+
+PROSE = """\
+Packages in Debian must install their files under "/usr" and never under "/usr/local". The policy has
+said so since version 2.1 of the manual, and the Release Team checks it before every release of Debian.
+
+Heading that is not prose
+=========================
+
+   indented code that is skipped
+* a list item that is skipped
+
+The maintainer of a package writes the file "debian/changelog" in a fixed format. Each entry names
+the version, the distribution and the urgency of the upload. Debian keeps the entries of 1997 as they are.
+
+A library package should be named after its soname, and its development files go to a package whose
+name ends in "-dev". Lintian reports a package that breaks this rule, and Debian developers read the
+reports of Lintian after every upload of version 3 or later.
+
+When a program needs a configuration file, the package installs it under "/etc" and marks it as a
+conffile. The dpkg tool then asks the administrator before it replaces a file that was changed by hand.
+"""
+
+
+def test_the_builder_writes_squad_and_conll_that_bertwb_reads(tmp_path: Path):
+    counts = build({"policy.txt": PROSE * 3}, tmp_path, seed=1, dev_fraction=0.3, context_chars=200)
+    assert counts["squad_train_answerable"] > 0 and counts["squad_dev_answerable"] > 0
+    assert counts["squad_train_impossible"] > 0 and counts["tags_train_sentences"] > 0
+
+    qa = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {})
+    for split in ("train", "dev"):
+        v1 = qa.read(tmp_path / f"squad1_{split}.json")  # the reader checks every answer_start
+        v2 = qa.read(tmp_path / f"squad2_{split}.json")
+        assert scoring_version(v1, False) == "1.1" and scoring_version(v2, False) == "2.0"
+        assert all(q.answers and not q.impossible for q in v1)
+        impossible = [q for q in v2 if q.impossible]
+        assert len(impossible) == counts[f"squad_{split}_impossible"] and all(not q.answers for q in impossible)
+        assert [q.id for q in v2 if not q.impossible] == [q.id for q in v1]
+        for question in v1:  # a cloze: the answer cut out of a sentence of the context
+            answer = question.answers[0]["text"]
+            assert question.question.count("what") >= 1 and question.question.endswith("?")
+            assert question.question.replace("what", answer, 1)[:-1] in question.context
+        for question in impossible:  # its sentence is from another context
+            assert question.question.rstrip("?") not in question.context
+        assert "skipped" not in json.dumps([q.context for q in v2])  # code, lists and headings are not prose
+
+    tag = TagTask(FinetuneTaskConfig(type="tag"), "finetune.tasks.tag", {})
+    train = tag.read(tmp_path / "tags_train.conll")
+    labels = tag.label_names(train, tmp_path / "tags_train.conll")  # every tag is BIO
+    assert {"B-NAME", "B-NUM", "B-TERM", "O"} <= set(labels)
+    tag.check_labels(tag.read(tmp_path / "tags_dev.conll"), labels, tmp_path / "tags_dev.conll")
+    both = train + tag.read(tmp_path / "tags_dev.conll")
+    tagged = {(w, t) for sentence in both for w, t in zip(sentence.words, sentence.tags, strict=True)}
+    assert {("debian/changelog", "B-TERM"), ("-", "B-TERM"), ("dev", "I-TERM"), ("2.1", "B-NUM"),
+            ("Release", "B-NAME"), ("Team", "I-NAME")} <= tagged
+    assert ("Packages", "O") in tagged and ("The", "O") in tagged  # sentence-initial words are not names...
+    firsts = {sentence.words[0]: sentence.tags[0] for sentence in both}
+    assert firsts.get("Debian", "B-NAME") == "B-NAME"  # ...unless the text capitalises them mid-sentence
+
+    again = tmp_path / "again"
+    build({"policy.txt": PROSE * 3}, again, seed=1, dev_fraction=0.3, context_chars=200)
+    for path in tmp_path.glob("*.*"):
+        assert (again / path.name).read_bytes() == path.read_bytes(), path.name
