@@ -25,10 +25,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: float = 0.02) -> tuple[float, float]:
+def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: float = 0.02,
+                      env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``command``; return (seconds, peak RSS in MB of it and its children). Exits if it fails."""
     started = time.perf_counter()
-    process = psutil.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
     while process.poll() is None:
         try:

@@ -138,3 +138,27 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
         assert values[0] > 0 and all(0 <= v <= 100 for v in values[5:]), row
     assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* transformers' training examples/s", result.stdout)
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
+def test_the_scale_benchmark_runs_every_data_stage_of_both_commits_on_each_size():
+    """benchmarks/scale.py at two tiny sizes, with this commit as its own baseline (a fresh clone has it):
+    every stage of both sides runs as its own process, and the tables hold real, consistent figures."""
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "scale.py"), "--mb", "1", "0.5", "--baseline", "HEAD",
+                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if re.match(r"\| [\d.]+ MB \|", line)]
+    assert [(row[0], row[1]) for row in rows] == [(size, stage) for size in ("0.5 MB", "1.0 MB")
+                                                  for stage in ("ingest", "vocab", "pairs", "all")]
+    for row in rows:
+        this_s, baseline_s = (float(cell.removesuffix(" s")) for cell in row[2:4])
+        assert this_s > 0 and baseline_s > 0
+        assert 100 < float(row[5].removesuffix(" MB").replace(",", "")) < 4000  # peak RSS, MB
+    sizes = [line for line in result.stdout.splitlines() if line.startswith("Growth from ")]
+    assert len(sizes) == 1 and "to 1.0 MB" in sizes[0], sizes
+    growth = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
+              if line.startswith(("| ingest |", "| vocab |", "| pairs |", "| all |")) and line.count("|") == 7]
+    assert [row[0] for row in growth] == ["ingest", "vocab", "pairs", "all"]
+    assert float(growth[2][3].removesuffix(" MB")) > 0  # pairs take disk per corpus MB
+    assert re.search(r"Headline: 1\.0 MB: data preparation \*\*\d+\.\d\d×\*\*", result.stdout)
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
