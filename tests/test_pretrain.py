@@ -284,6 +284,23 @@ def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, tmp_path: Pa
         [{k: v for k, v in m.items() if k not in strip} for m in run_metrics(straight)]
 
 
+def test_a_metrics_line_torn_by_a_kill_does_not_stop_the_resume(trainer: Project, monkeypatch: pytest.MonkeyPatch):
+    """A kill can land while the trainer appends a line to metrics.jsonl: the resume drops the torn part,
+    logs the steps after the checkpoint again and ends with one whole line per step."""
+    interrupt_at(monkeypatch, "pretrain", 7)
+    trainer.run("pretrain", expect=130)
+    monkeypatch.undo()
+    metrics = next((trainer.workspace / "pretrain-runs").iterdir()) / "metrics.jsonl"
+    whole = metrics.read_text()
+    assert whole.count("\n") == 7
+    metrics.write_text(whole + whole.splitlines()[-1][:25])  # step 8's line, cut off mid-write
+    result = trainer.run("pretrain")
+    assert "(step 7 of 12)" in result.output
+    lines = metrics.read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 13))
+    assert lines[:7] == whole.splitlines()
+
+
 def test_a_token_budget_trains_more_pairs_per_step_in_fewer_steps(trainer: Project):
     result = trainer.run("pretrain", "--set", "pretrain.batch_tokens=40", expect=1)
     assert result.output.strip().splitlines()[-1] == \

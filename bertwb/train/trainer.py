@@ -51,7 +51,7 @@ from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.optim import build_optimizer, schedule_for
-from bertwb.train.runs import METRICS_FILE, checkpoint_path
+from bertwb.train.runs import METRICS_FILE, checkpoint_path, read_metrics
 from bertwb.workspace import building, open_append, write_text_atomic
 
 BEST_DIR = "best"
@@ -348,13 +348,13 @@ class _Silent:
 
 
 def _trim_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past ``step``: a resumed run logs them again."""
+    """Drop metric lines past ``step``: a resumed run logs them again. A line torn by a kill during its
+    append is dropped too (`read_metrics` skips it), rather than stopping the resume."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step]
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
+    kept = [line for line in read_metrics(path) if line["step"] <= step]
+    write_text_atomic(path, "".join(json.dumps(line) + "\n" for line in kept))
 
 
 # --- signals -------------------------------------------------------------------------------------------
