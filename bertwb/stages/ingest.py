@@ -31,6 +31,7 @@ not change, so a skipped file would leave the stage "fresh" without it once it b
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -93,8 +94,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     writer = _Writer(con)
     stats = _Stats()
     try:
-        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar:
-            for piece, read in _read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces"):
+        # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
+        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
+                contextlib.closing(_read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces")) as results:
+            for piece, read in results:
                 if piece.first:
                     first_id, counts, skip_reason = writer.next_id, FileCounts(), None
                 if skip_reason is None:
