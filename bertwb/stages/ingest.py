@@ -88,35 +88,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con.execute("create or replace temp table raw_documents (raw_id BIGINT, source VARCHAR, split VARCHAR, "
                 "n_sentences INTEGER, n_chars BIGINT, content_hash VARCHAR)")
     con.execute("create or replace temp table raw_sentences (raw_id BIGINT, sent_idx INTEGER, text VARCHAR)")
-    workers = cfg.ingest.workers or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
-    pieces = [piece for path in files for piece in _pieces(path, cfg, workers)]
-    workers = max(1, min(workers, len(pieces)))
-    writer = _Writer(con)
-    stats = _Stats()
-    try:
-        # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
-        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
-                contextlib.closing(_read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces")) as results:
-            for piece, read in results:
-                if piece.first:
-                    first_id, counts, skip_reason = writer.next_id, FileCounts(), None
-                if skip_reason is None:
-                    id_offset = writer.next_id
-                    for documents, sentences in read.batches():
-                        writer.insert(documents, sentences, id_offset, piece.name, counts.lines)
-                    counts.merge(read.counts)
-                    skip_reason = read.skip
-                    if skip_reason is not None:  # a file found truncated part-way gives nothing, not its start
-                        writer.discard_from(first_id)
-                else:  # a later range of a file already skipped: a worker's files are deleted unread
-                    read.discard()
-                if piece.last:
-                    if skip_reason is None and writer.next_id == first_id:
-                        skip_reason = counts.why_no_documents(cfg.ingest.min_sentence_chars)
-                    stats.add(piece.name, counts, cfg.ingest.max_sentence_chars, skip_reason)
-    finally:
-        shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)
-
+    writer, stats, workers = _read_corpus(cfg, build, files, total_bytes)
     if writer.next_id == 0:
         raise BertwbError(_no_documents(stats, len(files), cfg))
     duplicates = _finish_tables(con, build, cfg.ingest.dedupe)
@@ -195,6 +167,40 @@ class _Stats:
 
 
 # --- pieces -----------------------------------------------------------------------------------------
+
+def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int) -> tuple[_Writer, _Stats, int]:
+    """Every file's rows into the raw tables, in file and range order, and what each file skipped."""
+    con = build.con
+    workers = cfg.ingest.workers or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
+    pieces = [piece for path in files for piece in _pieces(path, cfg, workers)]
+    workers = max(1, min(workers, len(pieces)))
+    writer = _Writer(con)
+    stats = _Stats()
+    try:
+        # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
+        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
+                contextlib.closing(_read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces")) as results:
+            for piece, read in results:
+                if piece.first:
+                    first_id, counts, skip_reason = writer.next_id, FileCounts(), None
+                if skip_reason is None:
+                    id_offset = writer.next_id
+                    for documents, sentences in read.batches():
+                        writer.insert(documents, sentences, id_offset, piece.name, counts.lines)
+                    counts.merge(read.counts)
+                    skip_reason = read.skip
+                    if skip_reason is not None:  # a file found truncated part-way gives nothing, not its start
+                        writer.discard_from(first_id)
+                else:  # a later range of a file already skipped: a worker's files are deleted unread
+                    read.discard()
+                if piece.last:
+                    if skip_reason is None and writer.next_id == first_id:
+                        skip_reason = counts.why_no_documents(cfg.ingest.min_sentence_chars)
+                    stats.add(piece.name, counts, cfg.ingest.max_sentence_chars, skip_reason)
+    finally:
+        shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)
+    return writer, stats, workers
+
 
 def _pieces(path: Path, cfg: Config, workers: int) -> list[Piece]:
     """The file whole, or (with workers to share them) its byte ranges."""
