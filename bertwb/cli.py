@@ -9,7 +9,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, engine, environment, memory, outputs, stages, ui
+from bertwb import __version__, disk, engine, environment, memory, outputs, stages, ui
 from bertwb import sql as sql_module
 from bertwb.config import Config
 from bertwb.configfile import load_config
@@ -445,6 +445,7 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
                ui.human_bytes(r["size_bytes"]) if r["size_bytes"] is not None else "",
                ", ".join(f"{t} {n:,}" for t, n in (r["rows"] or {}).items()),
                r["finished_at"], f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else ""] for r in rows])
+    ui.table("disk (bytes per corpus MB: the corpus ingest read)", *disk.usage_table(rows))
 
 
 @cli.command()

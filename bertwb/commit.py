@@ -89,10 +89,12 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
                 swap_in(out_dir, ws.stage_dir(name))
             faults.point("before_manifest")
             ws.commit_pending(name)
-    except BaseException:
+    except BaseException as exc:
         _clean_up(con, new_tables, out_dir)
         if not committing:
             ws.discard_pending(name)  # after the first swap, the next run decides (`settle`)
+        if type(exc) is RuntimeError and str(exc) == "Query interrupted":  # DuckDB's word for Ctrl-C in a query
+            raise KeyboardInterrupt from exc
         raise
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)  # stages without files built nothing there

@@ -59,6 +59,12 @@ class IngestConfig:
                                      min=100, max=10_000_000)
     dedupe: bool = _field(True, "Remove exact duplicate documents.")
     content_hash: bool = _field(False, "Fingerprint inputs by content hash instead of modification time.")
+    workers: int = _field(0, "Processes reading files and byte ranges of large files (1 = in the main process; "
+                          "0 = one per core, in the main process for a corpus under range_bytes); never changes "
+                          "the output.", min=0, cache=False)
+    range_bytes: int = _field(16 * 2**20, "A plain BERT, paragraphs or JSONL file larger than this is read by several "
+                              "workers, in byte ranges of about this size cut on document boundaries; never changes "
+                              "the output.", min=1, cache=False)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 import duckdb
 
-from bertwb import commit, environment, stages, ui
+from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Stage
@@ -340,9 +340,10 @@ def run_summary(cfg: Config, ws: Workspace, names: list[str], ran: dict[str, Any
 
 
 def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """One row per stage (and instance): state, reason, key, size, finish time and duration."""
+    """One row per stage (and instance): state, reason, key, size, finish time, duration and disk use."""
     rows = []
     probe = _Probe(ws)
+    tables = disk.table_bytes(ws)
     for stage in stages.pipeline(cfg):
         state = check(stage, cfg, ws, probe=probe)
         manifest = state.manifest or {}
@@ -356,6 +357,7 @@ def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
             "rows": outputs.get("tables") or None,
             "finished_at": manifest.get("finished_at"),
             "duration_s": manifest.get("duration_s"),
+            "disk": disk.stage_usage(stage, ws, tables),  # each table and folder: bytes, per corpus MB
         })
     return rows
 

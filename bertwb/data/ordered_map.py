@@ -32,12 +32,17 @@ def map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: i
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_exit_with,
                                                 initargs=(os.getpid(),)) as pool:
         pending: deque[concurrent.futures.Future] = deque()
-        for task in tasks:
-            pending.append(pool.submit(function, task))
-            if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+        try:
+            for task in tasks:
+                pending.append(pool.submit(function, task))
+                if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        except BaseException:  # Ctrl-C, an error, or the caller stopped: wait for the running tasks only
+            for future in pending:
+                future.cancel()
+            raise
 
 
 def _exit_with(pid: int) -> None:

@@ -1,4 +1,4 @@
-"""Reading ingest's input files: one file → its documents, as (source, cleaned sentences).
+"""Reading ingest's input files: one file, or a byte range of one, → its documents, as (line, cleaned sentences).
 
 :class:`FileReader` opens one file (plain, .gz or .zst), decodes it (UTF-8, or the UTF-16 or UTF-32
 a byte-order mark names), reads it in its format (the original BERT format, plain paragraphs, JSONL,
@@ -23,11 +23,16 @@ Memory stays bounded on pathological input: lines are read in pieces of at most
 ``ingest.max_sentence_chars`` characters, a longer sentence is split at whitespace (and counted), a
 paragraph is segmented in stretches, a JSONL record longer than ``MAX_RECORD_CHARS`` is skipped, and
 zstd is decompressed a little at a time.
+
+A reader may read a byte range of a plain UTF-8 file instead of the whole (``start``/``end``, which
+:mod:`bertwb.data.corpus_pieces` chooses on document boundaries): its line numbers and counts are then
+relative to the range, and :meth:`FileCounts.merge` joins the ranges' counts, in order, into the file's.
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import errno
 import functools
 import gzip
@@ -35,25 +40,25 @@ import io
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import zstandard
 
 from bertwb.config import IngestConfig
+from bertwb.data.streams import RangeReader, ZstdReader
 from bertwb.data.sentences import clean, cut_at_space, split_long, split_sentences, split_text
 from bertwb.errors import BertwbError
 
 SNIFF_BYTES = 8192
+# JSON keys a report of records without the text field names, at most.
+MAX_KEYS_SHOWN = 12
 # A JSONL record must be parsed whole: a longer line is skipped and counted.
 MAX_RECORD_CHARS = 16 * 1024 * 1024
 # A paragraph (format: paragraphs) is segmented in stretches of about this many characters, so that
 # one without blank lines (a whole book) is never one string.
 PARAGRAPH_STRETCH_CHARS = 1_000_000
-# Compressed bytes decompressed per step: zstd expands a byte at most ~32,000 times (a "zip bomb"),
-# so one step's output stays under ~32 MB.
-ZSTD_READ_BYTES = 1024
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd"}
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -110,24 +115,63 @@ class _Problem:
         return f"{self.count:,} {self.phrase} ({where}{detail}){self.fix}"
 
 
-class FileReader:
-    """Yields one file's documents as (source, cleaned sentences); counts what it skips on the way."""
+@dataclass
+class FileCounts:
+    """What reading a file (or a byte range of one) skipped, split and dropped."""
 
-    def __init__(self, path: Path, name: str, settings: IngestConfig, bar: Any):
-        """``name`` is how messages call the file; ``bar`` is the progress bar its bytes advance."""
+    problems: dict[str, _Problem] = field(default_factory=dict)
+    sentences_split: int = 0
+    too_short: int = 0
+    longest_too_short: int = 0
+    lines: int = 0  # lines read: where the line numbers of the range after this one start
+
+    def merge(self, later: FileCounts) -> None:
+        """Add the counts of the byte range that follows this one, as one reader of both would have counted."""
+        for kind, problem in later.problems.items():
+            mine = self.problems.get(kind)
+            if mine is None:
+                keys = None if problem.keys is None else dict(problem.keys)
+                self.problems[kind] = dataclasses.replace(problem, first=problem.first + self.lines, keys=keys)
+                continue
+            mine.count += problem.count
+            for key in problem.keys or {}:
+                if mine.keys is not None and len(mine.keys) < MAX_KEYS_SHOWN:
+                    mine.keys.setdefault(key)
+        self.sentences_split += later.sentences_split
+        self.too_short += later.too_short
+        self.longest_too_short = max(self.longest_too_short, later.longest_too_short)
+        self.lines += later.lines
+
+    def why_no_documents(self, min_sentence_chars: int) -> str:
+        """Why a file that was read gave no document: its skipped lines, or the sentence filter."""
+        causes = [problem.describe() for problem in self.problems.values()]
+        if self.too_short:
+            causes.append(f"{self.too_short:,} sentence(s) shorter than ingest.min_sentence_chars = "
+                          f"{min_sentence_chars}")
+        return "no documents: " + ("; ".join(causes) if causes else "no text, only whitespace or control characters")
+
+
+class FileReader:
+    """Yields one file's documents as (line, cleaned sentences); counts what it skips on the way.
+
+    ``line`` is where the document starts: its line number (a CSV/Parquet row's number), from 1.
+    """
+
+    def __init__(self, path: Path, name: str, settings: IngestConfig, bar: Any, start: int = 0,
+                 end: int | None = None):
+        """``name`` is how messages call the file; ``bar`` is the progress bar its bytes advance. With
+        ``start``/``end`` only those bytes of a plain UTF-8 file are read, ``start`` at the start of a line."""
         self.path, self.name, self.settings, self.bar = path, name, settings, bar
+        self.start, self.end = start, end
         self.limit = settings.max_sentence_chars
         self.container = COMPRESSIONS.get(path.suffix.lower())  # "gzip", "zstd" or None
-        self.reported = 0
+        self.reported = start
         self.raw: BinaryIO | None = None
         self.encoding = "utf-8"
-        self.problems: dict[str, _Problem] = {}
-        self.sentences_split = 0
-        self.too_short = 0
-        self.longest_too_short = 0
+        self.counts = FileCounts()
         self.bad_line = 0
 
-    def documents(self, fmt: str, con: Any) -> Iterator[tuple[str, list[str]]]:
+    def documents(self, fmt: str, con: Any) -> Iterator[tuple[int, list[str]]]:
         """Documents with at least one sentence kept; raises SkipFile when the file is unusable as a whole."""
         if self.path.stat().st_size == 0:
             raise SkipFile("empty file")
@@ -142,41 +186,33 @@ class FileReader:
             if kept:
                 yield source, kept
 
-    def why_no_documents(self) -> str:
-        """Why a file that was read gave no document: its skipped lines, or the sentence filter."""
-        causes = [problem.describe() for problem in self.problems.values()]
-        if self.too_short:
-            causes.append(f"{self.too_short:,} sentence(s) shorter than ingest.min_sentence_chars = "
-                          f"{self.settings.min_sentence_chars}")
-        return "no documents: " + ("; ".join(causes) if causes else "no text, only whitespace or control characters")
-
     def close(self) -> None:
-        """Account the file's bytes on the progress bar and close it."""
+        """Account the file's (or range's) bytes on the progress bar and close it."""
         if self.raw is not None:
             self.raw.close()
-        self.bar.advance(self.path.stat().st_size - self.reported)
+        self.bar.advance((self.path.stat().st_size if self.end is None else self.end) - self.reported)
 
     def _keep(self, sentences: list[str]) -> list[str]:
         """Cleaned sentences, the over-long split at whitespace, the too-short dropped (both counted)."""
-        min_chars = self.settings.min_sentence_chars
+        min_chars, counts = self.settings.min_sentence_chars, self.counts
         kept = []
         for sentence in sentences:
             text = clean(sentence)
             pieces = [text]
             if len(text) > self.limit:
-                self.sentences_split += 1
+                counts.sentences_split += 1
                 pieces = split_long(text, self.limit)
             for piece in pieces:
                 if len(piece) >= min_chars:
                     kept.append(piece)
                 elif piece:
-                    self.too_short += 1
-                    self.longest_too_short = max(self.longest_too_short, len(piece))
+                    counts.too_short += 1
+                    counts.longest_too_short = max(counts.longest_too_short, len(piece))
         return kept
 
     def _problem(self, kind: str, phrase: str, where: int, detail: str = "", unit: str = "line",
                  fix: str = "") -> _Problem:
-        problem = self.problems.setdefault(kind, _Problem(phrase, unit, where, detail, fix=fix))
+        problem = self.counts.problems.setdefault(kind, _Problem(phrase, unit, where, detail, fix=fix))
         problem.count += 1
         return problem
 
@@ -184,7 +220,11 @@ class FileReader:
 
     def _open(self) -> BinaryIO:
         try:
-            self.raw = open(self.path, "rb", buffering=1 << 20)
+            if self.end is None:
+                self.raw = open(self.path, "rb", buffering=1 << 20)
+            else:
+                self.raw = io.BufferedReader(RangeReader(open(self.path, "rb", buffering=0), self.start, self.end),
+                                             1 << 20)
         except OSError as exc:
             raise cannot_read(self.name, exc) from None
         return self.raw
@@ -200,12 +240,14 @@ class FileReader:
     def _open_text(self) -> Any:
         """The file decompressed and decoded: UTF-8, or what a byte-order mark names; binary files are skipped."""
         raw = self._open()
+        if self.start > 0:  # a later range of a UTF-8 file that its first range sniffed
+            return io.TextIOWrapper(raw, encoding="utf-8", errors="bertwb-undecodable", newline="\n")
         try:
             stream: Any = raw
             if self.container == "gzip":
                 stream = io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20)
             elif self.container == "zstd":
-                stream = io.BufferedReader(_ZstdReader(raw), 1 << 20)
+                stream = io.BufferedReader(ZstdReader(raw), 1 << 20)
             head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]
         except _CONTAINER_ERRORS as exc:
             raise self._unusable(exc) from None
@@ -270,6 +312,7 @@ class FileReader:
         except _CONTAINER_ERRORS as exc:
             raise self._unusable(exc) from None
         finally:
+            self.counts.lines = number
             text.close()
 
     def _decodable(self, number: int, text: str) -> bool:
@@ -288,7 +331,7 @@ class FileReader:
 
     # The formats.
 
-    def _bert_documents(self) -> Iterator[tuple[str, list[str]]]:
+    def _bert_documents(self) -> Iterator[tuple[int, list[str]]]:
         """One sentence per line, blank lines between documents; a long line's pieces are its sentences."""
         sentences: list[str] = []
         start, split_line = 0, 0
@@ -298,14 +341,14 @@ class FileReader:
                 sentences.append(line)
                 if continues and split_line != number:
                     split_line = number
-                    self.sentences_split += 1
+                    self.counts.sentences_split += 1
             elif sentences:
-                yield str(start), sentences
+                yield start, sentences
                 sentences, start = [], 0
         if sentences:
-            yield str(start), sentences
+            yield start, sentences
 
-    def _paragraph_documents(self) -> Iterator[tuple[str, list[str]]]:
+    def _paragraph_documents(self) -> Iterator[tuple[int, list[str]]]:
         """Paragraphs separated by blank lines; each paragraph is a document, split into sentences."""
         sentences: list[str] = []
         stretch: list[str] = []
@@ -322,12 +365,12 @@ class FileReader:
                     sentences.extend(found[:len(found) - len(carry)])
                     stretch, size = carry, sum(len(s) for s in carry)
             elif stretch or sentences:
-                yield str(start), sentences + split_sentences(" ".join(stretch))
+                yield start, sentences + split_sentences(" ".join(stretch))
                 sentences, stretch, size, start = [], [], 0, 0
         if stretch or sentences:
-            yield str(start), sentences + split_sentences(" ".join(stretch))
+            yield start, sentences + split_sentences(" ".join(stretch))
 
-    def _jsonl_documents(self) -> Iterator[tuple[str, list[str]]]:
+    def _jsonl_documents(self) -> Iterator[tuple[int, list[str]]]:
         text_field = self.settings.text_field
         for number, line, _ in self._lines(MAX_RECORD_CHARS, whole=True):
             if not line.strip():
@@ -343,13 +386,13 @@ class FileReader:
                                         fix="; set ingest.text_field")
                 problem.keys = {} if problem.keys is None else problem.keys
                 for key in list(record)[:20] if isinstance(record, dict) else []:
-                    if len(problem.keys) < 12:
+                    if len(problem.keys) < MAX_KEYS_SHOWN:
                         problem.keys.setdefault(str(key)[:40])
                 continue
             # JSON can escape lone surrogates, which no encoder (nor the segmenter) takes.
-            yield str(number), split_text(_SURROGATES.sub("\ufffd", text))
+            yield number, split_text(_SURROGATES.sub("\ufffd", text))
 
-    def _table_documents(self, fmt: str, con: Any) -> Iterator[tuple[str, list[str]]]:
+    def _table_documents(self, fmt: str, con: Any) -> Iterator[tuple[int, list[str]]]:
         """CSV/TSV/Parquet through DuckDB's readers; each row is a document."""
         import duckdb
 
@@ -372,7 +415,7 @@ class FileReader:
                 for (text,) in batch:
                     row_number += 1
                     if isinstance(text, str):
-                        yield str(row_number), split_text(text)
+                        yield row_number, split_text(text)
                     elif text is not None:
                         self._problem("not_text", f"row(s) whose '{column}' is not text", row_number,
                                       unit="row")
@@ -380,47 +423,6 @@ class FileReader:
             raise SkipFile(f"unreadable {fmt} ({str(exc).splitlines()[0]})") from None
         finally:
             cursor.close()
-
-
-class _ZstdReader(io.RawIOBase):
-    """Every zstd frame of ``raw`` decompressed; EOFError when the data stops inside a frame.
-
-    zstandard's own stream_reader stops silently at a truncation, so that a cut file came through
-    as a shorter one (186 of 454 documents, the last sentence cut mid-word); gzip raises EOFError.
-    """
-
-    def __init__(self, raw: BinaryIO):
-        self.raw = raw
-        self.context = zstandard.ZstdDecompressor()
-        self.frame = self.context.decompressobj()
-        self.in_frame = False
-        self.pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self.pending:
-            data = self.raw.read(ZSTD_READ_BYTES)
-            if not data:
-                if self.in_frame:
-                    raise EOFError("the data ends inside a zstd frame: the file is truncated")
-                return 0
-            self.pending = memoryview(self._decompress(data))
-        size = min(len(buffer), len(self.pending))
-        buffer[:size] = self.pending[:size]
-        self.pending = self.pending[size:]
-        return size
-
-    def _decompress(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            self.in_frame = True
-            out.append(self.frame.decompress(data))
-            if not self.frame.eof:
-                break
-            data, self.frame, self.in_frame = self.frame.unused_data, self.context.decompressobj(), False
-        return b"".join(out)
 
 
 def _binary_reason(head: bytes) -> str:

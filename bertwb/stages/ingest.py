@@ -6,6 +6,13 @@ paragraphs into sentences, drops exact duplicate documents and assigns each docu
 valid by a seeded hash of its content. Streams: rows go to DuckDB in batches, and de-duplication
 runs in SQL, so Python's memory does not grow with the corpus.
 
+On all cores (``ingest.workers``): files, and byte ranges of a large plain file cut on document
+boundaries, are read in worker processes (:mod:`bertwb.data.corpus_pieces`, which says which files are
+cut and why the others are not), and this process inserts their rows in file and range order, numbering
+documents and lines on from the pieces before. So the tables, the split, what is deduplicated and the
+summary are the same for any number of workers, and neither the workers nor ``ingest.range_bytes`` is
+part of the key. A small corpus (under ``range_bytes``) is read in this process: a pool costs more.
+
 This module is the stage: which files to read (``ingest.inputs``) and their fingerprints for the
 cache key, the format of each, the tables it writes and the summary of what was skipped. Reading
 one file (decompressing, decoding, the formats, what a bad file or line is) is
@@ -24,24 +31,24 @@ not change, so a skipped file would leave the stage "fresh" without it once it b
 
 from __future__ import annotations
 
-import bisect
+import contextlib
 import glob
 import hashlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import Any, Iterator
 
 from bertwb import faults, ui
-from bertwb.config import Config
-from bertwb.data.text_files import COMPRESSIONS, FileReader, SkipFile, cannot_read
+from bertwb.config import Config, IngestConfig
+from bertwb.data.corpus_pieces import Piece, PieceReader, SpillJob, plan_pieces
+from bertwb.data.ordered_map import map_ordered
+from bertwb.data.text_files import COMPRESSIONS, FileCounts, cannot_read
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 
-BATCH_SENTENCES = 50_000
 _EXTENSION_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "csv",
                       ".parquet": "parquet"}
 
@@ -81,24 +88,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con.execute("create or replace temp table raw_documents (raw_id BIGINT, source VARCHAR, split VARCHAR, "
                 "n_sentences INTEGER, n_chars BIGINT, content_hash VARCHAR)")
     con.execute("create or replace temp table raw_sentences (raw_id BIGINT, sent_idx INTEGER, text VARCHAR)")
-    writer = _Writer(con, cfg.ingest.valid_fraction, cfg.ingest.seed)
-    stats = _Stats()
-    with ui.progress("ingest", total=total_bytes, unit="bytes") as bar:
-        for path in files:
-            reader = FileReader(path, _display(path, cfg), cfg.ingest, bar)
-            first_id = writer.next_id
-            try:
-                for source, sentences in reader.documents(_format_of(path, cfg), con):
-                    writer.add(f"{reader.name}:{source}", sentences)
-                skip_reason = None if writer.next_id > first_id else reader.why_no_documents()
-            except SkipFile as exc:
-                writer.discard_from(first_id)  # a file found truncated part-way gives nothing, not its start
-                skip_reason = str(exc)
-            finally:
-                reader.close()
-            stats.add(reader, skip_reason)
-    writer.flush()
-
+    writer, stats, workers = _read_corpus(cfg, build, files, total_bytes)
     if writer.next_id == 0:
         raise BertwbError(_no_documents(stats, len(files), cfg))
     duplicates = _finish_tables(con, build, cfg.ingest.dedupe)
@@ -122,6 +112,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "characters": int(counts[2]),
         "duplicates_removed": duplicates,
         "input_bytes": total_bytes,
+        "workers": workers,
         "seconds": round(seconds, 3),
         "mb_per_s": round(total_bytes / 1e6 / max(seconds, 1e-9), 2),
     }
@@ -157,22 +148,78 @@ class _Stats:
     too_short: int = 0
     longest_too_short: int = 0
 
-    def add(self, reader: FileReader, skip_reason: str | None) -> None:
+    def add(self, name: str, counts: FileCounts, limit: int, skip_reason: str | None) -> None:
         """Account one file: skipped with its reason (which holds its counts), or read with its counts."""
-        self.too_short += reader.too_short
-        self.longest_too_short = max(self.longest_too_short, reader.longest_too_short)
+        self.too_short += counts.too_short
+        self.longest_too_short = max(self.longest_too_short, counts.longest_too_short)
         if skip_reason is not None:
-            self.skipped.append({"path": reader.name, "reason": skip_reason})
-            self.warnings.append(f"skipped {reader.name}: {skip_reason}")
+            self.skipped.append({"path": name, "reason": skip_reason})
+            self.warnings.append(f"skipped {name}: {skip_reason}")
             return
-        for kind, problem in reader.problems.items():
+        for kind, problem in counts.problems.items():
             self.bad_lines += problem.count
             self.bad_lines_by_kind[kind] = self.bad_lines_by_kind.get(kind, 0) + problem.count
-        self.sentences_split += reader.sentences_split
-        self.warnings.extend(f"{reader.name}: skipped {problem.describe()}" for problem in reader.problems.values())
-        if reader.sentences_split:
-            self.warnings.append(f"{reader.name}: split {reader.sentences_split:,} sentence(s) longer than "
-                                 f"{reader.limit:,} characters at whitespace")
+        self.sentences_split += counts.sentences_split
+        self.warnings.extend(f"{name}: skipped {problem.describe()}" for problem in counts.problems.values())
+        if counts.sentences_split:
+            self.warnings.append(f"{name}: split {counts.sentences_split:,} sentence(s) longer than "
+                                 f"{limit:,} characters at whitespace")
+
+
+# --- pieces -----------------------------------------------------------------------------------------
+
+def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int) -> tuple[_Writer, _Stats, int]:
+    """Every file's rows into the raw tables, in file and range order, and what each file skipped."""
+    con = build.con
+    workers = cfg.ingest.workers or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
+    pieces = [piece for path in files for piece in _pieces(path, cfg, workers)]
+    workers = max(1, min(workers, len(pieces)))
+    writer = _Writer(con)
+    stats = _Stats()
+    try:
+        # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
+        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
+                contextlib.closing(_read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces")) as results:
+            for piece, read in results:
+                if piece.first:
+                    first_id, counts, skip_reason = writer.next_id, FileCounts(), None
+                if skip_reason is None:
+                    id_offset = writer.next_id
+                    for documents, sentences in read.batches():
+                        writer.insert(documents, sentences, id_offset, piece.name, counts.lines)
+                    counts.merge(read.counts)
+                    skip_reason = read.skip
+                    if skip_reason is not None:  # a file found truncated part-way gives nothing, not its start
+                        writer.discard_from(first_id)
+                else:  # a later range of a file already skipped: a worker's files are deleted unread
+                    read.discard()
+                if piece.last:
+                    if skip_reason is None and writer.next_id == first_id:
+                        skip_reason = counts.why_no_documents(cfg.ingest.min_sentence_chars)
+                    stats.add(piece.name, counts, cfg.ingest.max_sentence_chars, skip_reason)
+    finally:
+        shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)
+    return writer, stats, workers
+
+
+def _pieces(path: Path, cfg: Config, workers: int) -> list[Piece]:
+    """The file whole, or (with workers to share them) its byte ranges."""
+    name, fmt = _display(path, cfg), _format_of(path, cfg)
+    return plan_pieces(path, name, fmt, cfg.ingest.range_bytes) if workers > 1 else [Piece(path, name, fmt)]
+
+
+def _read(pieces: list[Piece], settings: IngestConfig, workers: int, bar: Any, con: Any,
+          folder: Path) -> Iterator[tuple[Piece, Any]]:
+    """Each piece with its reader (in this process) or what a worker read of it, in order."""
+    if workers <= 1:
+        for piece in pieces:
+            yield piece, PieceReader(piece, settings, bar, con)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    spilled = map_ordered(SpillJob(settings, folder).read, enumerate(pieces), workers)
+    for piece, read in zip(pieces, spilled, strict=True):
+        yield piece, read
+        bar.advance(piece.size())
 
 
 # --- inputs -----------------------------------------------------------------------------------------
@@ -265,52 +312,35 @@ def _format_of(path: Path, cfg: Config) -> str:
 # --- writing ----------------------------------------------------------------------------------------
 
 class _Writer:
-    """Buffers rows and appends them to the raw temp tables in Arrow batches."""
+    """Appends a piece's rows to the raw temp tables, numbering its documents and lines on from the pieces before."""
 
-    def __init__(self, con: Any, valid_fraction: float, seed: int):
-        self.con, self.valid_fraction = con, valid_fraction
-        self.salt = seed.to_bytes(8, "little")
+    def __init__(self, con: Any):
+        self.con = con
         self.next_id = 0
-        self._docs: dict[str, list] = {k: [] for k in ("raw_id", "source", "split", "n_sentences", "n_chars",
-                                                       "content_hash")}
-        self._sents: dict[str, list] = {k: [] for k in ("raw_id", "sent_idx", "text")}
 
-    def add(self, source: str, sentences: list[str]) -> None:
-        digest = hashlib.blake2b("\n".join(sentences).encode(), digest_size=16).digest()
-        # The split hashes content, not position, so it is stable when files are added or reordered
-        # and duplicates of one document always land on the same side.
-        draw = int.from_bytes(hashlib.blake2b(digest, key=self.salt, digest_size=8).digest(), "little")
-        split = "valid" if draw < self.valid_fraction * 2**64 else "train"
-        doc = self._docs
-        doc["raw_id"].append(self.next_id)
-        doc["source"].append(source)
-        doc["split"].append(split)
-        doc["n_sentences"].append(len(sentences))
-        doc["n_chars"].append(sum(len(s) for s in sentences))
-        doc["content_hash"].append(digest.hex())
-        self._sents["raw_id"].extend([self.next_id] * len(sentences))
-        self._sents["sent_idx"].extend(range(len(sentences)))
-        self._sents["text"].extend(sentences)
-        self.next_id += 1
-        if len(self._sents["text"]) >= BATCH_SENTENCES:
-            self.flush()
+    def insert(self, documents: Any, sentences: Any, id_offset: int, name: str, line_offset: int) -> None:
+        """Rows of one piece (Arrow tables or stream readers) whose first document is ``id_offset`` and whose
+        line numbers start after ``line_offset``."""
+        con = self.con
+        con.register("piece_documents", documents)
+        con.register("piece_sentences", sentences)
+        try:
+            inserted = con.execute("insert into raw_documents select local_id + $id, "
+                                   "$name || ':' || (line + $line)::VARCHAR, split, n_sentences, n_chars, "
+                                   "content_hash from piece_documents",
+                                   {"id": id_offset, "name": name, "line": line_offset}).fetchone()[0]
+            con.execute("insert into raw_sentences select local_id + $id, sent_idx, text from piece_sentences",
+                        {"id": id_offset})
+        finally:
+            con.unregister("piece_documents")
+            con.unregister("piece_sentences")
+        self.next_id += inserted
 
     def discard_from(self, raw_id: int) -> None:
         """Forget every document from ``raw_id`` on (those of a file found unusable part-way)."""
-        for table, columns in (("raw_documents", self._docs), ("raw_sentences", self._sents)):
-            cut = bisect.bisect_left(columns["raw_id"], raw_id)
-            for values in columns.values():
-                del values[cut:]
+        for table in ("raw_documents", "raw_sentences"):
             self.con.execute(f"delete from {table} where raw_id >= ?", [raw_id])
         self.next_id = raw_id
-
-    def flush(self) -> None:
-        for table, columns in (("raw_documents", self._docs), ("raw_sentences", self._sents)):
-            if columns["raw_id"]:
-                batch = pa.table(columns)  # noqa: F841 - read by DuckDB's replacement scan below
-                self.con.execute(f"insert into {table} select * from batch")
-                for values in columns.values():
-                    values.clear()
 
 
 def _finish_tables(con: Any, build: Any, dedupe: bool) -> int:

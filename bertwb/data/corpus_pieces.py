@@ -1,0 +1,234 @@
+"""Ingest's units of work: whole input files, or byte ranges of a large one cut on document boundaries.
+
+:func:`plan_pieces` cuts a file into pieces; :class:`PieceReader` reads one piece into batches of rows
+(documents numbered from 0 within the piece, each with the line it starts at, counted from the piece's
+start), and :class:`SpillJob` does the same in a worker process, writing the batches to Arrow stream
+files that the stage's process inserts. A piece's rows and counts depend only on the piece and the
+settings, so the stage, which numbers documents and lines on from the pieces before, in order, builds
+the same tables whatever the number of workers (:mod:`bertwb.stages.ingest`).
+
+**Which files are cut.** A plain (uncompressed) file in the BERT, paragraphs or JSONL format whose
+first bytes are UTF-8 (no NUL byte, no UTF-16/32 byte-order mark), larger than ``ingest.range_bytes``.
+It is cut about every ``range_bytes``, at the start of the next line that is blank (BERT, paragraphs:
+no document spans a blank line) or of the next line (JSONL: a record is one line). That is sound
+because the reader treats every line alone (its decoding, its cutting into pieces, whether it is bad),
+and in UTF-8 a newline byte is never part of another character. Read whole by one worker each:
+
+* .gz and .zst: a compressed stream can only be read from its start;
+* CSV/TSV: a quoted field may hold newlines, so a line start is not known to be a row start without
+  reading from the top; Parquet: DuckDB reads its row groups in parallel itself;
+* a file with a UTF-16 or UTF-32 byte-order mark: a newline is two or four bytes, one of them
+  possibly part of another character.
+
+A worker never holds more than one batch of rows (``BATCH_SENTENCES``), and the stage at most two
+pieces' files per worker on disk (:func:`bertwb.data.ordered_map.map_ordered`), so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.ipc
+
+from bertwb.config import IngestConfig
+from bertwb.data.text_files import COMPRESSIONS, SNIFF_BYTES, FileCounts, FileReader, SkipFile, bom_encoding
+
+# Sentences per batch of rows: what one worker holds, and one insert into DuckDB.
+BATCH_SENTENCES = 50_000
+# Where a piece may start: after a newline, at a blank line (of at most 64 spaces or tabs) or any line.
+_CUTS = {"bert": re.compile(rb"\n[ \t\r\f\v]{0,64}\n"), "paragraphs": re.compile(rb"\n[ \t\r\f\v]{0,64}\n"),
+         "jsonl": re.compile(rb"\n")}
+_CUT_OVERLAP = 66  # bytes a match may span across two blocks read
+DOCUMENT_SCHEMA = pa.schema([("local_id", pa.int64()), ("line", pa.int64()), ("split", pa.string()),
+                             ("n_sentences", pa.int32()), ("n_chars", pa.int64()), ("content_hash", pa.string())])
+SENTENCE_SCHEMA = pa.schema([("local_id", pa.int64()), ("sent_idx", pa.int32()), ("text", pa.string())])
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A whole file (``end`` None) or its bytes ``start`` to ``end``; ``last``: no piece of the file follows."""
+
+    path: Path
+    name: str  # how messages call the file
+    fmt: str
+    start: int = 0
+    end: int | None = None
+    last: bool = True
+
+    @property
+    def first(self) -> bool:
+        return self.start == 0
+
+    def size(self) -> int:
+        return (self.path.stat().st_size if self.end is None else self.end) - self.start
+
+
+def plan_pieces(path: Path, name: str, fmt: str, range_bytes: int) -> list[Piece]:
+    """``path`` as one piece, or as byte ranges of about ``range_bytes`` cut on document boundaries."""
+    size = path.stat().st_size
+    if size <= range_bytes or not _cuttable(path, fmt):
+        return [Piece(path, name, fmt)]
+    cuts = [0]
+    with open(path, "rb") as handle:
+        offset = range_bytes
+        while offset < size:
+            cut = _next_cut(handle, offset, _CUTS[fmt])
+            if cut is None or cut >= size:
+                break
+            cuts.append(cut)
+            offset = cut + range_bytes
+    if len(cuts) == 1:
+        return [Piece(path, name, fmt)]
+    ends = cuts[1:] + [size]
+    return [Piece(path, name, fmt, start, end, last=end == size) for start, end in zip(cuts, ends, strict=True)]
+
+
+def _cuttable(path: Path, fmt: str) -> bool:
+    if fmt not in _CUTS or COMPRESSIONS.get(path.suffix.lower()) is not None:
+        return False
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    return b"\x00" not in head and bom_encoding(head) in (None, "utf-8-sig")
+
+
+def _next_cut(handle: Any, offset: int, pattern: re.Pattern[bytes]) -> int | None:
+    """The first place at or after ``offset`` where a line the pattern describes starts, or None."""
+    base = offset - 1  # the newline before a line starting at ``offset``
+    handle.seek(base)
+    data = b""
+    while block := handle.read(1 << 20):
+        data += block
+        match = pattern.search(data)
+        if match is not None:
+            return base + match.start() + 1
+        keep = min(len(data), _CUT_OVERLAP)
+        base += len(data) - keep
+        data = data[len(data) - keep:]
+    return None
+
+
+class PieceReader:
+    """Reads one piece in this process: batches of rows as it goes, then :attr:`counts` and :attr:`skip`."""
+
+    def __init__(self, piece: Piece, settings: IngestConfig, bar: Any, con: Any = None):
+        """``con``: the DuckDB connection CSV and Parquet are read through (a new one when None)."""
+        self.piece, self.settings, self.bar, self.con = piece, settings, bar, con
+        self.counts = FileCounts()
+        self.skip: str | None = None  # why the whole file is skipped (SkipFile), found in this piece
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        """(documents, sentences) Arrow tables of at most about ``BATCH_SENTENCES`` sentences each."""
+        piece = self.piece
+        reader = FileReader(piece.path, piece.name, self.settings, self.bar, piece.start, piece.end)
+        rows = _Rows(self.settings)
+        try:
+            con = self.con
+            if con is None and piece.fmt in ("csv", "parquet"):
+                import duckdb  # noqa: PLC0415 - a worker needs it only for tables
+
+                con = duckdb.connect()
+            for line, sentences in reader.documents(piece.fmt, con):
+                rows.add(line, sentences)
+                if rows.n_sentences >= BATCH_SENTENCES:
+                    yield rows.take()
+            if rows.n_sentences:
+                yield rows.take()
+        except SkipFile as exc:
+            self.skip = str(exc)
+        finally:
+            reader.close()
+            self.counts = reader.counts
+
+    def discard(self) -> None:
+        """Nothing to clean up: a piece of a file already skipped is simply never read."""
+
+
+class _Rows:
+    """A batch of document and sentence rows, each document with its train/valid split."""
+
+    def __init__(self, settings: IngestConfig):
+        self.valid_fraction = settings.valid_fraction
+        self.salt = settings.seed.to_bytes(8, "little")
+        self.next_id = 0  # numbers the piece's documents across its batches
+        self.documents: dict[str, list] = {name: [] for name in DOCUMENT_SCHEMA.names}
+        self.sentences: dict[str, list] = {name: [] for name in SENTENCE_SCHEMA.names}
+        self.n_sentences = 0
+
+    def add(self, line: int, sentences: list[str]) -> None:
+        digest = hashlib.blake2b("\n".join(sentences).encode(), digest_size=16).digest()
+        # The split hashes content, not position, so it is stable when files are added or reordered
+        # and duplicates of one document always land on the same side.
+        draw = int.from_bytes(hashlib.blake2b(digest, key=self.salt, digest_size=8).digest(), "little")
+        documents = self.documents
+        documents["local_id"].append(self.next_id)
+        documents["line"].append(line)
+        documents["split"].append("valid" if draw < self.valid_fraction * 2**64 else "train")
+        documents["n_sentences"].append(len(sentences))
+        documents["n_chars"].append(sum(len(s) for s in sentences))
+        documents["content_hash"].append(digest.hex())
+        self.sentences["local_id"].extend([self.next_id] * len(sentences))
+        self.sentences["sent_idx"].extend(range(len(sentences)))
+        self.sentences["text"].extend(sentences)
+        self.n_sentences += len(sentences)
+        self.next_id += 1
+
+    def take(self) -> tuple[pa.Table, pa.Table]:
+        batch = (pa.table(self.documents, schema=DOCUMENT_SCHEMA), pa.table(self.sentences, schema=SENTENCE_SCHEMA))
+        for columns in (self.documents, self.sentences):
+            for values in columns.values():
+                values.clear()
+        self.n_sentences = 0
+        return batch
+
+
+@dataclass(frozen=True)
+class SpillJob:
+    """Reads pieces in a worker process into Arrow stream files in ``folder``; picklable."""
+
+    settings: IngestConfig
+    folder: Path
+
+    def read(self, numbered: tuple[int, Piece]) -> Spilled:
+        index, piece = numbered
+        reader = PieceReader(piece, self.settings, _NoBar())
+        paths = (self.folder / f"{index}.documents.arrow", self.folder / f"{index}.sentences.arrow")
+        with pa.OSFile(str(paths[0]), "wb") as documents_file, pa.OSFile(str(paths[1]), "wb") as sentences_file, \
+                pa.ipc.new_stream(documents_file, DOCUMENT_SCHEMA) as documents, \
+                pa.ipc.new_stream(sentences_file, SENTENCE_SCHEMA) as sentences:
+            for document_rows, sentence_rows in reader.batches():
+                documents.write_table(document_rows)
+                sentences.write_table(sentence_rows)
+        return Spilled(paths, reader.counts, reader.skip)
+
+
+@dataclass
+class Spilled:
+    """A piece a worker read: its rows in two Arrow stream files, its counts and skip reason."""
+
+    paths: tuple[Path, Path]
+    counts: FileCounts
+    skip: str | None
+
+    def batches(self) -> Iterator[tuple[Any, Any]]:
+        """The rows as one (documents, sentences) pair of Arrow stream readers; the files go afterwards."""
+        try:
+            with pa.OSFile(str(self.paths[0])) as documents, pa.OSFile(str(self.paths[1])) as sentences:
+                yield pa.ipc.open_stream(documents), pa.ipc.open_stream(sentences)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        for path in self.paths:
+            path.unlink(missing_ok=True)
+
+
+class _NoBar:
+    """A worker's progress bar: the stage's process advances its own bar as pieces come back."""
+
+    def advance(self, amount: int) -> None:
+        pass

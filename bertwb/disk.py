@@ -1,0 +1,98 @@
+"""Disk use you can plan: the bytes each data artifact takes, and per MB of corpus, for ``bertwb status``.
+
+An artifact is a table of the database (``documents``, ``sentences``, ``tokens``, ``pairs``, ...) or a
+stage's folder of files (``vocab/``, ``pairs/``). A table's bytes are the database blocks its column
+segments live in; DuckDB packs small segments of several tables into one block, and such a block is
+split equally among them, so the tables add up to the blocks they use, which the database file holds
+with its catalog and free blocks besides. A folder's bytes are its files' sizes. "Per corpus MB" divides
+by the input bytes the last ingest read (compressed files count as their size on disk), so a workspace
+for a larger corpus of the same kind can be planned by multiplying (README, "Disk per corpus MB").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from bertwb.stage import Stage
+from bertwb.workspace import Workspace
+
+
+def stage_usage(stage: Stage, ws: Workspace, tables: dict[str, int] | None) -> list[dict[str, Any]]:
+    """The artifacts a data stage (one with tables) built and their bytes (None for a table while another
+    process holds the database), per corpus MB where the corpus size is known; nothing for a stage that
+    has not run, or that trains (its size does not follow the corpus)."""
+    if not stage.tables or ws.read_manifest(stage.name) is None:
+        return []
+    corpus_mb = corpus_bytes(ws) / 1e6 or None
+    found: list[tuple[str, str, int | None]] = [(name, "table", None if tables is None else tables.get(name, 0))
+                                                for name in stage.tables]
+    folder = ws.stage_dir(stage.name)
+    if stage.has_files and folder.is_dir():
+        found.append((f"{stage.name}/", "files", folder_bytes(folder)))
+    return [{"artifact": name, "kind": kind, "bytes": size,
+             "bytes_per_corpus_mb": None if size is None or corpus_mb is None else round(size / corpus_mb)}
+            for name, kind, size in found]
+
+
+def corpus_bytes(ws: Workspace) -> int:
+    """The input bytes of the last ingest (0 before one)."""
+    manifest = ws.read_manifest("ingest") or {}
+    return int((manifest.get("summary") or {}).get("input_bytes") or 0)
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def table_bytes(ws: Workspace) -> dict[str, int] | None:
+    """Bytes of every table of the database by name; None while another bertwb process writes to it, or
+    when the database does not open (the stages' states say why)."""
+    if not ws.db_path.exists():
+        return {}
+    try:
+        with duckdb.connect(str(ws.db_path), read_only=True) as con:
+            return _table_bytes(con)
+    except duckdb.Error:
+        return None
+
+
+def _table_bytes(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    names = [row[0] for row in con.execute("select table_name from duckdb_tables() "
+                                           "where database_name = current_database()").fetchall()]
+    if not names:
+        return {}
+    block_size = con.execute("select block_size from pragma_database_size() "
+                             "where database_name = current_database()").fetchone()[0]
+    quoted = [name.replace("'", "''") for name in names]
+    segments = " union all ".join(f"select {i} as t, block_id, additional_block_ids from pragma_storage_info('{name}')"
+                                  for i, name in enumerate(quoted))
+    rows = con.execute(f"""
+        with blocks as (select distinct t, unnest(list_prepend(block_id, additional_block_ids)) as block
+                        from ({segments})),
+             shared as (select block, count(*) as tables from blocks where block >= 0 group by block)
+        select t, sum({block_size} / tables) from blocks join shared using (block) group by t""").fetchall()
+    used = {names[t]: round(size) for t, size in rows}
+    return {name: used.get(name, 0) for name in names}
+
+
+def usage_table(status_rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The columns and rows ``bertwb status`` prints for the ``disk`` of its stage rows, with their total."""
+    usage = [(row["stage"], item) for row in status_rows for item in row.get("disk") or []]
+    sizes = [item["bytes"] for _, item in usage]
+    per_mb = [item["bytes_per_corpus_mb"] for _, item in usage]
+    rows = [[stage, item["artifact"], item["kind"], _bytes(item["bytes"]), _count(item["bytes_per_corpus_mb"])]
+            for stage, item in usage]
+    if usage and None not in sizes:
+        rows.append(["", "total", "", _bytes(sum(sizes)), _count(None if None in per_mb else sum(per_mb))])
+    return ["stage", "artifact", "kind", "bytes", "per corpus MB"], rows
+
+
+def _bytes(size: int | None) -> str:
+    return "unknown" if size is None else f"{size:,}"
+
+
+def _count(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
