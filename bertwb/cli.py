@@ -483,7 +483,7 @@ def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
     if output:
         outputs.check_file(output, outputs.protected_paths(cfg, ws, outputs.reading(sql_file, "the SQL file")))
     output_format = sql_module.output_format(fmt, output) if output else fmt
-    result = sql_module.run_query(ws, text, write)
+    result = sql_module.run_query(ws, text, write, outputs.bertwb_files(cfg, ws))
     if output:
         ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")
     elif fmt == "table":

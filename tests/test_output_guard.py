@@ -208,3 +208,51 @@ def test_every_command_that_writes_a_user_named_path_is_guarded_here():
     writers = {name for name, command in cli.commands.items()
                if any(param.name in ("output", "out", "directory") for param in command.params)}
     assert writers == set(FILE_COMMANDS) | set(FOLDER_COMMANDS) | set(UNGUARDED)
+
+
+# --- sql --write: the query itself writes files (COPY TO, EXPORT DATABASE, ATTACH, SET log_query_path) --------
+
+SQL_WRITES = {
+    "copy (select 1 as x) to '.bertwb/manifests/ingest.json'": ".bertwb/manifests/ingest.json is inside the workspace",
+    "copy (select 1 as x) to '.bertwb/pretrain/model.safetensors' (format csv)":
+        ".bertwb/pretrain/model.safetensors is inside the workspace",
+    "copy documents to 'into_workspace.csv'": "into_workspace.csv is inside the workspace",
+    "copy (select 1 as x) to 'bertwb.yaml'": "bertwb.yaml is the config file",
+    "export database '.bertwb/dump'": ".bertwb/dump/",
+    "attach '.bertwb/other.duckdb' as other; create table other.t as select 1": "/.bertwb/other.duckdb is inside",
+    "set log_query_path = '.bertwb/queries.log'; select 1": ".bertwb/queries.log is inside the workspace",
+    "copy (select 1 as x, 2 as y) to '.' (format csv, partition_by x, overwrite)": ". holds the workspace",
+}
+
+
+@pytest.mark.parametrize("statement", list(SQL_WRITES))
+def test_sql_write_never_writes_into_the_workspace_nor_over_the_config(built: Project, statement: str,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """--write changes the database, but what the query itself writes may not land in the workspace (a
+    manifest, the weights, through a link) nor over the config: one line, the project byte for byte."""
+    monkeypatch.chdir(built.root)
+    before = _tree(built.root)
+    result = built.run("sql", "--write", statement, expect=None)
+    assert_one_line_error(result, "sql --write: ", SQL_WRITES[statement], "never writes there")
+    after = _tree(built.root)
+    after.pop(".bertwb/bertwb.duckdb.wal", None)
+    assert {k: v for k, v in after.items() if k != ".bertwb/bertwb.duckdb"} == \
+        {k: v for k, v in before.items() if k != ".bertwb/bertwb.duckdb"}
+
+
+def test_sql_write_reads_and_writes_the_files_it_names_outside_the_workspace(built: Project, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """The control: a file beside the project, the config's own training data (read, or rewritten on
+    purpose), a database attached there; in a folder that holds the workspace, a path the query does not
+    spell out is refused."""
+    monkeypatch.chdir(tmp_path)
+    train = built.root / "data" / "train.csv"
+    built.run("sql", "--write", f"create or replace table notes as select * from read_csv('{train}')")
+    built.run("sql", "--write", "copy notes to 'notes.csv'; copy notes to 'notes.csv'; "  # the second replaces it
+              "attach 'side.duckdb' as side; create table side.t as select 1 as x")
+    assert (tmp_path / "notes.csv").read_text() == "text,label\nthe ship sails,a\n"
+    assert (tmp_path / "side.duckdb").is_file()
+    monkeypatch.chdir(built.root)  # a folder that holds the workspace: only what the query spells out
+    result = built.run("sql", "--write", "select * from read_csv('no' || 'tes.csv')", expect=None)
+    assert_one_line_error(result, "sql --write: notes.csv is not a path the query names in quotes")
+    built.run("sql", "--write", "drop table notes")
