@@ -381,7 +381,7 @@ def _after_import(path: str, kind: str) -> str:
 
 
 @cli.command("init")
-@click.argument("directory", type=click.Path(file_okay=False), default=".")
+@click.argument("directory", type=click.Path(), default=".")
 @click.option("--input", "inputs", multiple=True, default=["corpus"], show_default=True,
               help="Corpus file, directory or glob for ingest.inputs; repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
