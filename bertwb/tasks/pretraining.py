@@ -180,7 +180,7 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
     or the ``model.init_from`` model (its own sizes, our dropouts)."""
     if not cfg.model.init_from:
         return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], max(meta["max_seq_length"], positions)))
-    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from))
+    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from), "model.init_from")
     modeldir.check_vocab_matches(source, vocab_dir)
     modeldir.check_length(source, meta["max_seq_length"], "pairs.max_seq_length")
     for name in ("hidden_dropout", "attention_dropout"):
