@@ -30,12 +30,16 @@ class Row:
     values: dict[str, Any]
 
 
+class FormatError(BertwbError):
+    """A file whose format (named or guessed from its extension) is not one the task reads."""
+
+
 def format_of(path: Path, fmt: str, allowed: tuple[str, ...], setting: str) -> str:
-    """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed``."""
+    """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed`` (else `FormatError`)."""
     if fmt == "auto":
         fmt = {**TABLE_FORMATS, ".conll": "conll", ".txt": "conll", ".json": "squad"}.get(path.suffix.lower(), "")
     if fmt not in allowed:
-        raise BertwbError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
+        raise FormatError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
                           f"reads ({', '.join(allowed)}); set {setting}.format or rename the file")
     return fmt
 
