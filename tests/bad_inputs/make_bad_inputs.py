@@ -11,6 +11,7 @@ Text that looks like rich markup (``[citation needed]``, ``[/quote]``) is a clas
 #25): in a sentence (corpus/markup.txt), in a file's name that a warning prints (corpus/[bold] not
 json [x].jsonl) and in a query's values and column names (sql/markup.sql). It must come out whole.
 fill_mask/  files for `bertwb fill-mask --file`
+stdin/      what a user pipes into `bertwb fill-mask` and `bertwb predict` (a binary file, Latin-1, a NUL)
 hf/         folders for `bertwb import-hf`
 config/     bertwb.yaml files whose sections are not mappings, for every command (with a --set into them)
 manifest/   stage manifests that are torn or valid JSON of another shape, for `status` and `run`
@@ -146,6 +147,17 @@ def fill_mask_files() -> dict[str, bytes]:
     }
 
 
+def stdin_files() -> dict[str, bytes]:
+    """Piped input: the expected line's place (file:line) is in each name's test."""
+    return {
+        "binary.bin": bytes(range(128, 256)) * 4,
+        "latin1.txt": "the ship [MASK] .\nthe café [MASK] .\n".encode("latin-1"),
+        "nul.txt": b"the ship [MASK] .\nthe\x00 [MASK] .\n",
+        "empty.txt": b"",
+        "blank_lines.txt": b"\n  \n\t\n",
+    }
+
+
 CONTEXT = "The ship sailed at dawn."
 
 
@@ -233,6 +245,7 @@ def main() -> None:
     write(HERE / "vocab", vocab_files())
     write(HERE / "sql", sql_files())
     write(HERE / "fill_mask", fill_mask_files())
+    write(HERE / "stdin", stdin_files())
     write(HERE / "finetune", finetune_files())
     write(HERE / "manifest", manifest_files())
     write(HERE / "config", config_files())
