@@ -446,6 +446,8 @@ FINETUNE_LINES = {
     "nan_text.jsonl": ":3: 'text' is nan, a missing value",
     "list_label.jsonl": ":3: 'label' is a list, not a text or a number",
     "header_only.csv": "only a header (text, label), no examples",
+    "unclosed_quote.csv": ":3: a quote (\") opened in this record is never closed",
+    "semicolon.csv": ": no column 'text' (has: text;label) (the header looks separated by ';'",
     "negative_answer_start.json": ":11: question q1: answer_start -1 is not a position of the context (0 to 23)",
     "answer_start_past_end.json": ":11: question q1: answer_start 90 is not a position of the context",
     "answers_not_list.json": ":11: question q1.answers is an object, not a list",

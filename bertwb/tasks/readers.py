@@ -75,6 +75,7 @@ def read_table(path: Path, fmt: str) -> tuple[list[str], list[Row]]:
 
 
 def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Row]]:
+    _check_quotes_close(path, text, fmt)
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
     columns = list(reader.fieldnames or [])
     rows = []
@@ -88,6 +89,21 @@ def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Ro
     except csv.Error as exc:
         raise BertwbError(f"{path}:{reader.line_num}: {exc}; fix the quoting") from None
     return columns, rows
+
+
+def _check_quotes_close(path: Path, text: str, fmt: str) -> None:
+    """A quote opened and never closed swallows the rest of the file into one field (csv's lenient mode
+    says nothing, and the next complaint is about an empty label): one line naming where it opened."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",", strict=True)
+    started = 1
+    try:
+        for _ in reader:
+            started = reader.line_num + 1
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise BertwbError(f"{path}:{started}: a quote (\") opened in this record is never closed; close it, "
+                              "or double a quote inside a quoted field (\"\")") from None
+        # other strictness (text after a closing quote) is read leniently, as before
 
 
 def _read_jsonl(path: Path, text: str) -> tuple[list[str], list[Row]]:
@@ -123,7 +139,11 @@ def _read_parquet(path: Path) -> tuple[list[str], list[Row]]:
 def column(rows: list[Row], columns: list[str], name: str, path: Path, setting: str) -> list[Any]:
     """Every row's value of column ``name``; one line naming the columns found when it is missing or empty."""
     if name not in columns:
-        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}); set {setting}")
+        one = str(columns[0]) if len(columns) == 1 else ""
+        other = next((sep for sep in (";", "\t", "|", ",") if sep in one), None)
+        hint = (f" (the header looks separated by {other!r}: bertwb reads .csv with commas and .tsv with tabs)"
+                if other else "")
+        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}){hint}; set {setting}")
     values = []
     for row in rows:
         value = row.values.get(name)

@@ -177,6 +177,9 @@ def finetune_files() -> dict[str, bytes]:
         "header_only.tsv": b"text\tlabel\n",
         "nan_label.jsonl": "\n".join([*good, json.dumps({"text": "Unknown.", "label": float("nan")})]).encode(),
         "nan_text.jsonl": "\n".join([*good, json.dumps({"text": float("nan"), "label": "good"})]).encode(),
+        # a quote never closed (csv's lenient mode took the rest of the file as one field), ; for ,
+        "unclosed_quote.csv": b'text,label\nA calm sea.,good\n"A storm, unclosed,bad\nA port.,good\n',
+        "semicolon.csv": b"text;label\nA calm sea.;good\nA storm.;bad\n",
         "list_label.jsonl": "\n".join([*good, json.dumps({"text": "Both.", "label": ["good", "bad"]})]).encode(),
         # qa: spans outside the context (Python would slice a negative start from the end) and wrong shapes.
         "negative_answer_start.json": squad(answers=[{"text": ".", "answer_start": -1}]),
