@@ -12,7 +12,9 @@ exit code 1, no traceback and no internal error, and nothing built or written. T
 * bytes that are not UTF-8 on stdin were a tokenizer's internal TypeError (tests/bad_inputs/stdin);
 * a folder where a file belongs (or the reverse) for any path option was click's usage error, exit 2;
 * an --output whose folder is missing, or a path through a file, named the wrong path or "free space";
-* run --only beside --from/--until ignored them silently, and --until finetune/TASK ran every task.
+* run --only beside --from/--until ignored them silently, and --until finetune/TASK ran every task;
+* a phase's batch size was blamed on pretrain.batch_size, and a phase longer than model.init_from's
+  positions failed only once the phases before it had trained, naming pairs.max_seq_length.
 """
 
 from __future__ import annotations
@@ -135,3 +137,30 @@ def test_the_same_commands_work_when_the_input_is_right(finetuned: Project, tmp_
     _invoke(finetuned, ["predict", "topic", "--output", str(out)], stdin="the ship\nthe café\n".encode())
     assert len(out.read_text().splitlines()) == 2
     assert _invoke(finetuned, ["run", "--until", "ingest", "-q"]).exit_code == 0
+
+
+# --- phases: a phase's setting is named as the phase's key, or the section's when it is inherited -----------
+
+PHASES = ["--set", "pretrain.phases.short.max_seq_length=16", "--set", "pretrain.phases.short.steps=2",
+          "--set", "pretrain.phases.long.steps=2", "--set", "pretrain.log_every=1"]
+
+
+@pytest.mark.parametrize("setting, line", [
+    ("pretrain.phases.short.batch_size=100000", "pretrain.phases.short.batch_size 100000 is more than the "),
+    ("pretrain.batch_size=100000", "pretrain: pretrain.batch_size 100000 is more than the "),  # every phase's
+])
+def test_a_phases_batch_size_is_blamed_where_it_is_set(trainer: Project, setting: str, line: str):
+    """It said "pretrain.batch_size" for a phase's own batch_size, which the user had not touched."""
+    result = trainer.run("run", "--until", "pretrain", *PHASES, "--set", setting, expect=None)
+    assert_one_line_error(result, line)
+    assert not list(trainer.workspace.glob("pretrain-runs/*/*/checkpoints/*"))
+
+
+def test_a_phase_longer_than_the_init_from_model_fails_before_the_first_phase_trains(trainer: Project):
+    """It failed only when the long phase began, after the short one had trained, naming pairs.max_seq_length."""
+    model = tiny_model_dir(trainer.root / "model", 64)
+    result = trainer.run("run", "--until", "pretrain", *PHASES, "--set", "pretrain.phases.long.max_seq_length=100",
+                         "--set", f"model.init_from={model}", "--set", f"vocab.from_file={model / 'vocab.txt'}",
+                         expect=None)
+    assert_one_line_error(result, f"pretrain.phases.long.max_seq_length 100 is more than the 64 positions of {model}")
+    assert "pretrain short: step" not in result.output
