@@ -12,7 +12,7 @@ every log, which is what makes the charts live; metrics.jsonl stays the record t
 
 **Resume.** A resumed run drops its metrics.jsonl lines past the checkpoint and logs those steps
 again; the new event file carries a purge marker at the first step it logs, so TensorBoard hides the
-older file's events from that step on (the marker of ``SummaryWriter(purge_step=...)``) and each step shows once.
+older file's events from that step on (the marker SummaryWriter's ``purge_step`` writes) and each step shows once.
 (TensorBoard would also drop them on seeing the steps go backwards; the marker says it outright.)
 
 **Links planted in the workspace.** The event file is bertwb's own writing, not ``SummaryWriter``'s, which
@@ -104,7 +104,11 @@ def new_event_file(folder: Path) -> BinaryIO:
             raise
         raise BertwbError(f"{folder} is a symbolic link, which bertwb never writes through; remove it "
                           f"(rm {folder}) and run again") from None
-    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(8)}"
+    # TensorBoard reads a folder's files in name order, and the newer file's purge marker must come last:
+    # seconds, then (within one second of one process, a resume in a test) nanoseconds, then the random part
+    now = time.time_ns()
+    name = (f"events.out.tfevents.{now // 10**9:010d}.{socket.gethostname()}.{os.getpid()}.{now % 10**9:09d}."
+            f"{secrets.token_hex(8)}")
     try:
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
     finally:
