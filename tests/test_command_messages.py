@@ -8,7 +8,7 @@ exit code 1, no traceback and no internal error, and nothing built or written. T
   train/dev/test"); an init_from or --checkpoint that is a file says so and names its key or option
   (it said "no such model directory");
 * predict named the task's settings "task.format", "task.text_column" instead of finetune.tasks.NAME...,
-  and a plain .txt of lines gets the hint to pipe it on stdin;
+  a plain .txt of lines gets the hint to pipe it on stdin, and another task's --checkpoint is said aloud;
 * bytes that are not UTF-8 on stdin were a tokenizer's internal TypeError (tests/bad_inputs/stdin);
 * a folder where a file belongs (or the reverse) for any path option was click's usage error, exit 2;
 * an --output whose folder is missing, or a path through a file, named the wrong path or "free space";
@@ -33,17 +33,20 @@ BAD = Path(__file__).resolve().parent / "bad_inputs"
 
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    """A classify task fine-tuned for two steps from a tiny random model (init_from in the finetune section)."""
+    """A classify and a tag task fine-tuned for two steps from a tiny random model (init_from in the finetune
+    section)."""
     root = tmp_path_factory.mktemp("messages")
     tiny_model_dir(root / "model")
     write_bert_format(root / "corpus" / "a.txt", make_documents(20, seed=2))
     (root / "train.csv").write_text("text,label\n" + "".join(f"the ship sail {i},{'ab'[i % 2]}\n" for i in range(8)))
     (root / "lines.txt").write_text("the ship\nthe sail\n")
+    (root / "train.conll").write_text("the O\nship B-X\n\nsail O\nthe B-X\n\nthe O\nsail B-X\n\n")
     (root / "folder").mkdir()
     project = Project(root)
     project.write_config(yaml.safe_dump({"ingest": {"inputs": ["corpus"]}, "finetune": {
         "steps": 2, "batch_size": 2, "max_seq_length": 32, "init_from": "model",
-        "tasks": {"topic": {"type": "classify", "train": "train.csv", "dev": "train.csv"}}}}))
+        "tasks": {"topic": {"type": "classify", "train": "train.csv", "dev": "train.csv"},
+                  "ner": {"type": "tag", "train": "train.conll"}}}}))
     project.run("finetune", "-q")
     return project
 
@@ -111,6 +114,15 @@ def test_each_failure_of_the_new_commands_is_one_line_naming_the_key(finetuned: 
     assert "internal error" not in result.output
     assert _built(finetuned) == before
     assert not (finetuned.root / "no").exists() and sorted(p.name for p in (finetuned.root / "folder").iterdir()) == []
+
+
+def test_predict_with_another_tasks_model_says_which_task_it_predicts(finetuned: Project):
+    """--checkpoint of the tag task's model for `predict topic` (a classify task) printed tags without a word."""
+    result = _invoke(finetuned, ["predict", "topic", "--checkpoint", str(finetuned.workspace / "finetune" / "ner")],
+                     stdin=b"the ship\n")
+    assert result.exit_code == 0 and '"tags"' in result.stdout
+    assert "is a tag model, but finetune.tasks.topic is classify: predicting as the model was trained (tag)" \
+        in result.output
 
 
 # The lines of test_bad_inputs.STDIN_LINES, for predict (which opens the model first, then reads stdin).

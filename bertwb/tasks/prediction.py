@@ -138,6 +138,9 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     and what training recorded about its data."""
     settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
     saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
+    if settings.type and saved.get("type") and saved["type"] != settings.type:
+        ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
+                f"the model was trained ({saved['type']})")
     known = {f for f in asdict(settings)}
     settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
     if settings.type is None:
