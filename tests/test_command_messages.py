@@ -176,3 +176,25 @@ def test_a_phase_longer_than_the_init_from_model_fails_before_the_first_phase_tr
                          expect=None)
     assert_one_line_error(result, f"pretrain.phases.long.max_seq_length 100 is more than the 64 positions of {model}")
     assert "pretrain short: step" not in result.output
+
+
+# --- seeds: a number past what numpy, torch and DuckDB take was an internal error at the stage ---------------
+
+@pytest.mark.parametrize("key", ["ingest.seed", "vocab.seed", "pairs.seed", "pretrain.seed", "finetune.seed",
+                                 "finetune.tasks.topic.seed", "pretrain.phases.a.seed"])
+def test_a_seed_too_big_for_the_libraries_is_refused_on_load(finetuned: Project, key: str):
+    """`finetune --set ...seed=99999999999999999999` was "internal error: ValueError: Overflow when unpacking
+    long long" once training began (OverflowError in ingest); every seed is now checked with the config."""
+    result = _invoke(finetuned, ["status", "--set", f"{key}=99999999999999999999"])
+    assert_one_line_error(result, f"{key} must be between 0 and 4294967295, got 99999999999999999999")
+
+
+def test_every_seed_of_the_config_has_the_bound():
+    import dataclasses
+
+    from bertwb.config import SECTIONS, SEED_MAX, FinetuneTaskConfig, PretrainPhase
+
+    for cls in [*SECTIONS.values(), FinetuneTaskConfig, PretrainPhase]:
+        for f in dataclasses.fields(cls):
+            if f.name == "seed":
+                assert f.metadata["max"] == SEED_MAX, cls.__name__
