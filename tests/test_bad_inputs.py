@@ -453,6 +453,7 @@ FINETUNE_LINES = {
     "answers_not_list.json": ":11: question q1.answers is an object, not a list",
     "qas_not_list.json": ":9: data[].paragraphs[].qas is a string, not a list",
     "paragraphs_not_list.json": ":6: data[].paragraphs is an object, not a list",
+    "duplicate_id.json": ":11: question id 'q1' is given to more than one question",
     "impossible_as_text.json": ":11: question q1: is_impossible is 'false'; write true or false",
 }
 

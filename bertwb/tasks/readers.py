@@ -230,13 +230,18 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
         raise BertwbError(f"{path}: no \"data\" list of articles; is it a SQuAD v1.1/v2.0 file?")
     version = data.get("version")
     version = str(version) if version is not None else None
-    questions = []
+    questions: list[Question] = []
+    seen: dict[str, int] = {}  # id → line: answers are scored by id, so two questions with one id mix
     for article in articles:
         for paragraph in _squad_list(article, "paragraphs", "data[]", path, text):
             context = paragraph.get("context")
             for qa in _squad_list(paragraph, "qas", "data[].paragraphs[]", path, text):
-                qid = str(qa.get("id", len(questions)))
+                qid = str(qa["id"]) if qa.get("id") is not None else str(len(questions))
                 line = _line_of(text, qid)
+                if qid in seen:
+                    raise BertwbError(f"{path}:{seen[qid]}: question id {qid!r} is given to more than one question; "
+                                      "answers are scored by id, so give each question its own")
+                seen[qid] = line
                 if not isinstance(context, str) or not isinstance(qa.get("question"), str):
                     raise BertwbError(f"{path}:{line}: question {qid} lacks its question or context text")
                 answers = _squad_list(qa, "answers", f"question {qid}", path, text, line)

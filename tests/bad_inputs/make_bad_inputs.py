@@ -189,6 +189,9 @@ def finetune_files() -> dict[str, bytes]:
         "answer_not_object.json": squad(answers=["dawn"]),
         "qas_not_list.json": squad(qas="When did the ship sail?"),
         "paragraphs_not_list.json": squad(paragraphs={"context": CONTEXT}),
+        "duplicate_id.json": squad(qas=[{"id": "q1", "question": "When did the ship sail?", "answers": [
+            {"text": "dawn", "answer_start": 19}]}, {"id": "q1", "question": "What sailed?", "answers": [
+                {"text": "ship", "answer_start": 4}]}]),  # scored by id: the second would replace the first
         "impossible_as_text.json": squad(qas=[{"id": "q1", "question": "Who?", "answers": [],
                                                "is_impossible": "false"}]),  # bool("false") is True
     }
