@@ -326,3 +326,19 @@ def test_sql_write_reads_and_writes_the_files_it_names_outside_the_workspace(bui
     result = built.run("sql", "--write", "select * from read_csv('no' || 'tes.csv')", expect=None)
     assert_one_line_error(result, "sql --write: notes.csv is not a path the query names in quotes")
     built.run("sql", "--write", "drop table notes")
+
+
+def test_sql_write_never_reaches_the_workspace_through_a_link_beside_a_file_it_may_write(
+        built: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A folder the query may write in (side/, for side/a.csv) holds a link into the workspace: a path
+    through it, spelled out or computed, is refused, and the workspace is byte for byte what it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "side").mkdir()
+    (tmp_path / "side" / "ln").symlink_to(built.workspace)
+    before = _tree(built.workspace)
+    for statement in ("copy (select 1 as x) to 'side/a.csv'; copy (select 1 as x) to 'side/ln/manifests/ingest.json'",
+                      "copy (select 1 as x) to 'side/a.csv'; attach 'side/' || 'ln/evil.duckdb' as evil"):
+        assert_one_line_error(built.run("sql", "--write", statement, expect=None), "is inside the workspace")
+    after = _tree(built.workspace)
+    assert {k: v for k, v in after.items() if not k.startswith("bertwb.duckdb")} == \
+        {k: v for k, v in before.items() if not k.startswith("bertwb.duckdb")}
