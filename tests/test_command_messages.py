@@ -198,3 +198,12 @@ def test_every_seed_of_the_config_has_the_bound():
         for f in dataclasses.fields(cls):
             if f.name == "seed":
                 assert f.metadata["max"] == SEED_MAX, cls.__name__
+
+
+def test_a_missing_input_is_called_missing_in_the_stale_reason(finetuned: Project):
+    """`status` said "input added: .../missing.csv" of a file that is not there; the stage then fails on it."""
+    import json
+
+    result = _invoke(finetuned, ["status", "--json", "--set", f"{T}.train=missing.csv"])
+    row = next(row for row in json.loads(result.stdout) if row["stage"] == "finetune/topic")
+    assert f"input added: {finetuned.root / 'missing.csv'} (missing)" in row["reason"]
