@@ -207,3 +207,13 @@ def test_a_missing_input_is_called_missing_in_the_stale_reason(finetuned: Projec
     result = _invoke(finetuned, ["status", "--json", "--set", f"{T}.train=missing.csv"])
     row = next(row for row in json.loads(result.stdout) if row["stage"] == "finetune/topic")
     assert f"input added: {finetuned.root / 'missing.csv'} (missing)" in row["reason"]
+
+
+def test_reports_note_on_a_damaged_database_gives_the_databases_own_fix(trainer: Project, tmp_path: Path):
+    """It ended "rerun `bertwb report` once it is free" whatever the reason, a lock's fix for a damaged file."""
+    import json
+
+    (trainer.workspace / "bertwb.duckdb").write_bytes(b"not a database")
+    report = json.loads(_invoke(trainer, ["report", "--json", "--output", str(tmp_path / "r")]).stdout)
+    [note] = [note for note in report["notes"] if note.startswith("vocab: no fertility figure")]
+    assert "move it aside (or delete it) and run `bertwb run`" in note and "once it is free" not in note
