@@ -11,9 +11,11 @@ import click
 
 from bertwb import __version__, disk, engine, environment, memory, outputs, stages, ui
 from bertwb import sql as sql_module
+from bertwb.cli_paths import PathArg
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
+from bertwb.textinput import input_lines
 from bertwb.workspace import Workspace
 
 
@@ -111,11 +113,11 @@ class _Group(click.Group):
 
 def _config_options(func: Callable) -> Callable:
     """--config, --set and --workdir: taken by the group (before the command) and by every command."""
-    func = click.option("--workdir", type=click.Path(file_okay=False), default=None,
+    func = click.option("--workdir", type=PathArg(file_okay=False), default=None,
                         help="Workspace directory (overrides workspace.dir).")(func)
     func = click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
                         help="Override a config value (any depth: finetune.tasks.NAME.lr=3e-5); repeatable.")(func)
-    func = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+    func = click.option("--config", "config_path", type=PathArg(dir_okay=False), default=None,
                         help="Config file (default: ./bertwb.yaml).")(func)
     return func
 
@@ -230,8 +232,8 @@ def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 @cli.command()
 @_config_options
 @click.argument("task", shell_complete=_complete_tasks)
-@click.argument("input_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the predictions here (default: stdout).")
+@click.argument("input_file", required=False, type=PathArg(dir_okay=False))
+@click.option("--output", "-o", type=PathArg(dir_okay=False), help="Write the predictions here (default: stdout).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one object per input (--format jsonl).")
 @_checkpoint_option
@@ -252,30 +254,11 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
         outputs.check_file(output, outputs.protected_paths(cfg, ws, [
             *outputs.reading(input_file, "the input file"), *outputs.reading(checkpoint, "the model", True)]))
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
-    examples = predictor.read(Path(input_file)) if input_file else predictor.read(lines=_texts((), None))
+    examples = predictor.read(Path(input_file)) if input_file else \
+        predictor.read(lines=input_lines((), None, sys.stdin))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)
     if output:
         ui.info(f"wrote {count:,} predictions to {output}")
-
-
-def _texts(texts: tuple[str, ...], text_file: str | None) -> list[str]:
-    """Arguments, else the lines of --file, else the lines of stdin (blank lines skipped)."""
-    if texts:
-        return list(texts)
-    if text_file:
-        try:
-            lines = Path(text_file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BertwbError(f"{text_file}: cannot read ({exc.__class__.__name__}); give a UTF-8 text file") from None
-    else:
-        stdin = sys.stdin
-        if stdin.isatty():
-            raise BertwbError('no input: give text as an argument ("the [MASK] sat"), with --file, or on stdin')
-        lines = stdin.read().splitlines()
-    lines = [line.strip() for line in lines if line.strip()]
-    if not lines:
-        raise BertwbError("the input is empty; give at least one line of text")
-    return lines
 
 
 def _predictor_options(func: Callable) -> Callable:
@@ -288,7 +271,7 @@ def _predictor_options(func: Callable) -> Callable:
 @cli.command("fill-mask")
 @_predictor_options
 @click.argument("texts", nargs=-1)
-@click.option("-f", "--file", "text_file", type=click.Path(dir_okay=False), help="One input per line.")
+@click.option("-f", "--file", "text_file", type=PathArg(dir_okay=False), help="One input per line.")
 @click.option("--top-k", type=click.IntRange(1, 1000), default=5, show_default=True, help="Predictions per [MASK].")
 def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
               device: str, as_json: bool, texts: tuple[str, ...], text_file: str | None, top_k: int) -> None:
@@ -296,7 +279,7 @@ def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str 
     from bertwb.inference import Predictor
 
     cfg, ws = _load(config_path, overrides, workdir)
-    inputs = _texts(texts, text_file)
+    inputs = input_lines(texts, text_file, sys.stdin)
     results = Predictor.load(cfg, ws, checkpoint, device).fill_mask(inputs, top_k)
     if as_json:
         ui.print_json(results)
@@ -328,7 +311,7 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 @cli.command()
 @_config_options
-@click.argument("out", type=click.Path())
+@click.argument("out", type=PathArg())
 @click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,
               help="hf: a folder transformers' from_pretrained loads.")
 @_checkpoint_option
@@ -348,8 +331,8 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
 @cli.command("import-hf")
 @_config_options
-@click.argument("source", type=click.Path(file_okay=False))
-@click.option("--out", type=click.Path(), default=None,
+@click.argument("source", type=PathArg(file_okay=False))
+@click.option("--out", type=PathArg(), default=None,
               help="Where to write the bertwb model (default: WORKSPACE/imports/<name of SOURCE>).")
 @click.option("--force", is_flag=True, help="Replace OUT when it exists.")
 def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, source: str,
@@ -381,7 +364,7 @@ def _after_import(path: str, kind: str) -> str:
 
 
 @cli.command("init")
-@click.argument("directory", type=click.Path(file_okay=False), default=".")
+@click.argument("directory", type=PathArg(), default=".")
 @click.option("--input", "inputs", multiple=True, default=["corpus"], show_default=True,
               help="Corpus file, directory or glob for ingest.inputs; repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
@@ -416,7 +399,7 @@ def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 
 
 @cli.command()
-@click.argument("workdirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.argument("workdirs", nargs=-1, required=True, type=PathArg(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def compare(workdirs: tuple[str, ...], as_json: bool) -> None:
     """One table of several workspaces' differing settings and results (a sweep's runs), from their manifests."""
@@ -450,7 +433,7 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 
 @cli.command()
 @_config_options
-@click.option("--output", "-o", type=click.Path(file_okay=False), default=None,
+@click.option("--output", "-o", type=PathArg(file_okay=False), default=None,
               help="Folder for index.html and figures/ (default: WORKSPACE/report).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, output: str | None,
@@ -469,9 +452,9 @@ def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @cli.command()
 @_config_options
 @click.argument("query", required=False)
-@click.option("-f", "--file", "sql_file", type=click.Path(dir_okay=False), help="Read the query from a .sql file.")
+@click.option("-f", "--file", "sql_file", type=PathArg(dir_okay=False), help="Read the query from a .sql file.")
 @click.option("--format", "fmt", type=click.Choice(sql_module.FORMATS), default="table", show_default=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the result to this file.")
+@click.option("--output", "-o", type=PathArg(dir_okay=False), help="Write the result to this file.")
 @click.option("--write", is_flag=True, help="Open the database read-write (default: read-only).")
 @click.option("--max-rows", type=click.IntRange(0), default=100, show_default=True, help="Rows shown in a table.")
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
@@ -484,7 +467,7 @@ def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
     if output:
         outputs.check_file(output, outputs.protected_paths(cfg, ws, outputs.reading(sql_file, "the SQL file")))
     output_format = sql_module.output_format(fmt, output) if output else fmt
-    result = sql_module.run_query(ws, text, write)
+    result = sql_module.run_query(ws, text, write, outputs.bertwb_files(cfg, ws))
     if output:
         ui.info(f"wrote {sql_module.write_output(result, output_format, output):,} rows to {output}")
     elif fmt == "table":

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 DEFAULT_CONFIG_NAME = "bertwb.yaml"
+SEED_MAX = 2**32 - 1  # what every seed reaches (numpy, torch with a rank added, DuckDB's hashes) takes
 
 
 def _field(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
@@ -52,7 +53,7 @@ class IngestConfig:
         "auto", "Input format; auto picks by extension (.jsonl, .csv/.tsv, .parquet, else bert).")
     text_field: str = _field("text", "The JSONL key or CSV/Parquet column that holds the text.")
     valid_fraction: float = _field(0.05, "Share of documents held out for validation.", min=0.0, max=0.5)
-    seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0)
+    seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0, max=SEED_MAX)
     min_sentence_chars: int = _field(1, "Drop sentences shorter than this after clean-up.", min=1)
     max_sentence_chars: int = _field(2000, "Split longer sentences at whitespace (about 512 tokens, the most of "
                                      "one segment BERT sees), so memory stays bounded on pathological lines.",
@@ -83,7 +84,8 @@ class VocabConfig:
     train_sentences: int | None = _field(10_000_000, "Train on a deterministic sample of about this many training "
                                          "sentences (0 or null: all of them); every sentence is still tokenised.",
                                          min=0)
-    seed: int = _field(12345, "Seed of the training sample; same corpus and seed, same vocabulary.", min=0)
+    seed: int = _field(12345, "Seed of the training sample; same corpus and seed, same vocabulary.", min=0,
+                       max=SEED_MAX)
 
 
 @dataclass
@@ -101,7 +103,7 @@ class PairsConfig:
     whole_word_mask: bool = _field(False, "Mask whole words (all their ## pieces) together.")
     masking: Literal["static", "dynamic"] = _field(
         "static", "static: masks stored with the pairs; dynamic: the loader masks anew each epoch.")
-    seed: int = _field(12345, "Seed of pairs and masks; same seed, same instances.", min=0)
+    seed: int = _field(12345, "Seed of pairs and masks; same seed, same instances.", min=0, max=SEED_MAX)
     shard_tokens: int = _field(1_000_000, "Tokens per shard: memory per worker, and the window a random "
                                "next is drawn from.", min=1000)
     workers: int = _field(0, "Processes building shards (1 = in the main process; 0 = all cores but the "
@@ -154,7 +156,7 @@ class TrainingConfig:
                                   min=0.0, max=1e6)
     bucket_batches: int = _field(50, "Length bucketing: sort this many batches' worth of examples by length, "
                                  "so each batch pads little; 1 = no bucketing.", min=1, max=100_000)
-    seed: int = _field(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0)
+    seed: int = _field(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0, max=SEED_MAX)
     device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
     precision: Literal["auto", "fp32", "bf16"] = _field(
         "auto", "Matmul precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, or bf16 autocast on any "

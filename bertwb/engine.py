@@ -191,12 +191,13 @@ def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
     old_inputs = {i["path"]: i for i in manifest.get("inputs", [])}
     new_inputs = {i["path"]: i for i in parts["inputs"]}
     for path in sorted(set(old_inputs) | set(new_inputs)):
+        missing = " (missing)" if new_inputs.get(path, {}).get("missing") else ""  # the stage then says so
         if path not in old_inputs:
-            changes.append(f"input added: {path}")
+            changes.append(f"input added: {path}{missing}")
         elif path not in new_inputs:
             changes.append(f"input removed: {path}")
         elif old_inputs[path] != new_inputs[path]:
-            changes.append(f"input changed: {path}")
+            changes.append(f"input changed: {path}{missing}")
     if not changes:
         return "key changed"
     more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""

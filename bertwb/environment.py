@@ -52,6 +52,10 @@ def user_error(exc: BaseException, workspace: Path | None = None, needed: str | 
         known = _os_error(exc.errno, exc.filename, exc.strerror or str(exc), workspace, needed)
         if known is not None:
             return known
+        if exc.errno == errno.EEXIST and exc.filename and Path(exc.filename).exists() \
+                and not Path(exc.filename).is_dir():  # mkdir(parents=True) met a file on the way
+            return BertwbError(f"{exc.filename} is a file, where a folder is needed to hold what bertwb writes below "
+                               "it; give a path that does not pass through a file")
         where = f"{exc.filename}: " if exc.filename else ""
         fix = _ERRNO_FIXES.get(exc.errno)
         return BertwbError(f"{where}{exc.strerror or _first_line(exc)}{'; ' + fix if fix else ''}")

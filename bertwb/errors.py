@@ -9,6 +9,9 @@ a permission, memory, a damaged database) are user errors too: :mod:`bertwb.envi
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -28,6 +31,12 @@ class BertwbError(Exception):
 def cannot_write_output(output: str, exc: OSError) -> BertwbError:
     """The error for a command's ``--output`` file that could not be written (its temporary file's name
     is left out: the user named ``output``)."""
+    folder = Path(output).parent
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR) and folder.exists() and not folder.is_dir():
+        return BertwbError(f"--output {output}: {folder} is a file, not a folder; give another path")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR) and not folder.is_dir():
+        return BertwbError(f"--output {output}: its folder {folder} does not exist; create it (mkdir -p {folder}) "
+                           "or give another path")
     return BertwbError(f"--output {output}: cannot write ({exc.strerror or exc}); check the path and the free space")
 
 

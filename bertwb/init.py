@@ -3,6 +3,12 @@
 The config holds every key at its default with its one-line doc (BERT's own recipe: 15% masking, 20
 predictions, dropout 0.1, fine-tuning at lr 5e-5), the Makefile chains the stages with their
 manifests as targets, and ``corpus/README.md`` says what to put where ``ingest.inputs`` looks.
+
+**What init may replace.** Nothing it did not write: DIRECTORY must be a folder (or a new one) outside
+any bertwb workspace and any folder another command made (an export, a report: their markers); an
+existing file of the three is refused, and with ``--force`` replaced only when its first line is the one
+init writes (a user's own Makefile is never replaced); a link there is never written through. All is
+checked before anything is written, and each file is written whole (`write_text_atomic`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,13 @@ import yaml
 
 from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS
 from bertwb.errors import BertwbError
+from bertwb.workspace import BUILD_FILE, DB_NAME, write_text_atomic
+
+_CONFIG_HEAD = "# bertwb.yaml: one section per stage. Paths are relative to this file."
+# Files in a folder that say bertwb made it for something else: a workspace, a stage's files, an export, a report.
+_MADE_BY_BERTWB = {DB_NAME: "a bertwb workspace", BUILD_FILE: "a stage's folder in a bertwb workspace",
+                   ".bertwb-export": "a folder bertwb export or import-hf wrote",
+                   ".bertwb-report": "a folder bertwb report wrote"}
 
 _MAKEFILE = """\
 # The bertwb pipeline, stage by stage. Each target is a stage's manifest: a stage runs again when the
@@ -77,7 +90,7 @@ them under `finetune.tasks` in bertwb.yaml.
 
 def render_config(inputs: list[str]) -> str:
     """The default configuration as YAML, every key with its one-line doc as a comment."""
-    lines = ["# bertwb.yaml: one section per stage. Paths are relative to this file.",
+    lines = [_CONFIG_HEAD,
              "# Override any key on the command line: --set section.key=value", ""]
     for name, cls in SECTIONS.items():
         lines.append(f"{name}:")
@@ -94,14 +107,60 @@ def render_config(inputs: list[str]) -> str:
 def init(directory: Path, inputs: list[str], force: bool = False) -> list[Path]:
     """Write ``bertwb.yaml``, ``Makefile`` and ``corpus/README.md`` under ``directory``; return the paths written.
 
-    Nothing is written when any of them exists, unless ``force``.
+    Nothing is written when any of them exists, unless ``force`` and init wrote it (see the module doc).
     """
     files = {directory / DEFAULT_CONFIG_NAME: render_config(inputs), directory / "Makefile": _MAKEFILE,
              directory / "corpus" / "README.md": _CORPUS_README}
-    existing = [path for path in files if path.exists()]
-    if existing and not force:
-        raise BertwbError(f"{existing[0]} already exists; pass --force to overwrite it")
+    _check_folder(directory)
+    _check_folder(directory / "corpus")
     for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        _check_file(path, text, force)
+    for path, text in files.items():
+        write_text_atomic(path, text)
     return list(files)
+
+
+def _check_folder(folder: Path) -> None:
+    """Refuse a ``folder`` that is a file, or lies in a workspace or a folder another command made."""
+    if folder.exists() and not folder.is_dir():
+        raise BertwbError(f"{folder} is a file, not a folder; bertwb init writes a new project into a folder "
+                          "(give a new or existing folder)")
+    for place in [folder.resolve(), *folder.resolve().parents]:
+        made = _made_by_bertwb(place)
+        if made is not None:
+            where = "is" if place == folder.resolve() else "is inside"
+            raise BertwbError(f"{folder} {where} {made[1]} ({place}, which holds {made[0]}); bertwb init writes a new "
+                              "project only in a folder of its own: give one outside it")
+
+
+def _made_by_bertwb(place: Path) -> tuple[str, str] | None:
+    """What in ``place`` says bertwb made it for something else, and what that is; None for any other folder."""
+    for name, what in _MADE_BY_BERTWB.items():
+        if (place / name).exists():
+            return name, what
+    if (place / ".lock").is_file() and (place / "manifests").is_dir():  # a workspace before any table
+        return ".lock and manifests/", "a bertwb workspace"
+    return None
+
+
+def _check_file(path: Path, text: str, force: bool) -> None:
+    """Refuse to replace ``path`` unless ``force`` and init wrote it: a plain file that starts as ``text`` does."""
+    if path.is_symlink():
+        raise BertwbError(f"{path} is a symbolic link, which bertwb init never writes through; remove it "
+                          f"(rm {path}) or give another folder")
+    if not path.exists():
+        return
+    if not force:
+        raise BertwbError(f"{path} already exists; pass --force to overwrite it")
+    if not path.is_file() or not _written_by_init(path, text):
+        what = "was not written by bertwb init (its first line is not init's)" if path.is_file() else "is not a file"
+        raise BertwbError(f"{path} {what}; --force replaces only files init wrote: move it aside and run again")
+
+
+def _written_by_init(path: Path, text: str) -> bool:
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return False
+    return first.decode("utf-8", "replace").rstrip("\r\n") == text.split("\n", 1)[0]

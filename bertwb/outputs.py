@@ -58,6 +58,13 @@ def protected_paths(cfg: Config, ws: Workspace, read: Iterable[Protected] = ()) 
     return [*paths, *read]
 
 
+def bertwb_files(cfg: Config, ws: Workspace) -> list[Protected]:
+    """What bertwb itself keeps: the workspace (the database, manifests, weights) and the config file. What
+    ``sql --write`` may not touch; the config's data it may read, and rewrite on purpose."""
+    own = [Protected(ws.root, "the workspace")]
+    return own + [Protected(cfg.path, "the config file", contents=False)] if cfg.path is not None else own
+
+
 def _config_strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
     """Every string value in the config, with its dotted key (``ingest.inputs``, ``finetune.tasks.x.train``)."""
     if dataclasses.is_dataclass(node):

@@ -7,6 +7,14 @@ database is attached, no extension is installed or loaded and nothing goes to th
 ``lock_configuration`` comes last, so no ``SET``, ``RESET`` or ``PRAGMA`` in the query can undo any of
 it. (Temporary tables and macros live in memory and go with the connection.)
 
+With ``--write`` the query changes the database, and reads and writes the files it names, but never a
+file of the workspace (its manifests, weights, the database by another name) nor the config file: DuckDB
+may reach only the paths the query spells out in quotes that lie outside those, and the folders they
+lie in where such a folder holds none of them (``allowed_paths`` and ``allowed_directories``, with
+``enable_external_access`` off, which no statement can turn back on), so
+``COPY ... TO '.bertwb/manifests/ingest.json'``, a link into the workspace, a path computed at run time
+or ``SET log_query_path`` into it are all refused with one line (`WRITE_HINT`).
+
 Results come out as Arrow, which needs no optional module for any type (DuckDB's Python rows need
 pytz for a ``TIMESTAMP WITH TIME ZONE``), and bertwb writes ``--output`` files itself from them.
 """
@@ -16,15 +24,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import duckdb
 import pyarrow as pa
 
-from bertwb import environment, ui
+from bertwb import environment, outputs, ui
 from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError, cannot_write_output
+from bertwb.outputs import Protected
 from bertwb.workspace import Workspace, replacing
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -39,6 +50,10 @@ READ_ONLY_SETTINGS = (
 )
 READ_ONLY_HINT = ("bertwb sql is read-only without --write: it reads the workspace database only "
                   "(save a result with --output FILE; change the database with --write)")
+WRITE_HINT = ("beside the workspace bertwb sql --write reaches only the files the query names in quotes; name "
+              "the file in a string (or save a result with --output FILE)")
+_STRING = re.compile(r"'((?:[^']|'')*)'")
+_REFUSED_FILE = re.compile(r'Cannot access (?:file|directory) "([^"]*)"')
 
 
 def read_query(query: str | None, file: str | None) -> str:
@@ -64,20 +79,73 @@ def read_query(query: str | None, file: str | None) -> str:
     return text
 
 
-def run_query(ws: Workspace, query: str, write: bool = False) -> pa.Table | None:
+def run_query(ws: Workspace, query: str, write: bool = False, keep: list[Protected] | None = None) -> pa.Table | None:
     """Execute ``query`` (one or more statements); the rows of the last statement that returns any, as Arrow.
 
-    None when no statement returns rows (only comments, say).
+    None when no statement returns rows (only comments, say). With ``write``, no file of ``keep`` (default:
+    the workspace) is reached (see the module doc).
     """
+    keep = keep if keep is not None else [Protected(ws.root, "the workspace")]
     con = connect(ws, write)
     try:
+        if write:
+            _allow_only_named_paths(con, query, keep)
         relation = con.sql(query)
         return relation.to_arrow_table() if relation is not None else None
     except duckdb.Error as exc:
         known = environment.user_error(exc, ws.root) if isinstance(exc, duckdb.IOException) else None
-        raise known or BertwbError(_error_line(exc, write)) from None  # a damaged file or a full disk: its line
+        refused = _refused_write(exc, keep) if write else None
+        raise known or refused or BertwbError(_error_line(exc, write)) from None  # a damaged file, a full disk
     finally:
         con.close()
+
+
+def _allow_only_named_paths(con: duckdb.DuckDBPyConnection, query: str, keep: list[Protected]) -> None:
+    """Let DuckDB reach only the quoted strings of ``query`` that name no path of ``keep`` (as files, with
+    the names DuckDB writes beside one: ``tmp_NAME`` while replacing it, ``NAME.wal`` for an attached
+    database; as folders, those that hold none), then turn external access off for good."""
+    files: set[str] = set()
+    folders: set[str] = set()
+    for position, kind in duckdb.tokenize(query):
+        literal = _STRING.match(query, position) if kind == duckdb.token_type.string_const else None
+        if literal is None or not literal.group(1):
+            continue
+        text = literal.group(1).replace("''", "'")
+        for spelling in {text, os.path.abspath(os.path.expanduser(text))}:
+            head, name = os.path.split(spelling)
+            names = [spelling, os.path.join(head, f"tmp_{name}"), f"{spelling}.wal"]
+            files.update(n for n in names if _allowed(n, keep))
+            folders.update(f for f in (spelling, head) if f and _allowed(f, keep))
+    for setting, values in (("allowed_paths", files), ("allowed_directories", folders)):
+        if values:
+            con.execute(f"set {setting} = ?", [sorted(values)])
+    for name, value in READ_ONLY_SETTINGS[:-1]:  # not lock_configuration: SET threads etc. stay the user's
+        con.execute(f"set {name} = {value}")
+
+
+def _allowed(path: str, keep: list[Protected]) -> bool:
+    """Whether ``path`` is none of ``keep``, nor inside one, nor holds one (a folder that a COPY with
+    OVERWRITE would empty)."""
+    try:
+        outputs.check_folder(path, keep, "")
+    except (BertwbError, OSError, ValueError):
+        return False
+    return True
+
+
+def _refused_write(exc: duckdb.Error, keep: list[Protected]) -> BertwbError | None:
+    """--write's line for a file DuckDB was kept from: what the path is (in the workspace...), and the fix."""
+    found = _REFUSED_FILE.search(str(exc)) if isinstance(exc, duckdb.PermissionException) else None
+    if found is None:
+        return None
+    path = found.group(1)
+    try:
+        outputs.check_folder(path, keep, "sql --write:")
+    except BertwbError as refusal:
+        reason = str(refusal).split(";")[0]
+        return BertwbError(f"{reason}; bertwb sql --write never writes there (save a result with --output FILE "
+                           "outside the workspace)")
+    return BertwbError(f"sql --write: {path} is not a path the query names in quotes; {WRITE_HINT}")
 
 
 def connect(ws: Workspace, write: bool = False) -> duckdb.DuckDBPyConnection:

@@ -368,6 +368,31 @@ def test_bad_inputs_fill_mask_file(built: Project, name: str):
     assert name in result.output or "the input is empty" in result.output
 
 
+# What fill-mask (and predict: test_command_messages.py) says of each file piped into it; no tokenizer type error.
+STDIN_LINES = {
+    "binary.bin": "stdin:1: not UTF-8 text (byte 0x80); save it as UTF-8, one input per line",
+    "latin1.txt": "stdin:2: not UTF-8 text (byte 0xe9); save it as UTF-8, one input per line",
+    "nul.txt": "stdin:2: a NUL byte: binary data, not text",
+    "empty.txt": "the input is empty; give at least one line of text",
+    "blank_lines.txt": "the input is empty; give at least one line of text",
+}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "stdin").iterdir()))
+def test_bad_inputs_stdin_of_fill_mask(built: Project, name: str):
+    """Issue #25: a binary file piped in was an internal error (the tokenizer's TypeError on undecodable bytes)."""
+    data = (BAD / "stdin" / name).read_bytes()
+    result = CliRunner().invoke(cli, ["fill-mask", "--config", str(built.config)], input=data)
+    assert_one_line_error(result, STDIN_LINES[name])
+    assert "internal error" not in result.output
+
+
+def test_a_text_argument_of_raw_bytes_is_one_line(built: Project):
+    """What a shell passes for bytes that are not UTF-8 (os.fsdecode's surrogates) is named, not a type error."""
+    result = CliRunner().invoke(cli, ["fill-mask", "--config", str(built.config), "the \udcff [MASK] ."])
+    assert_one_line_error(result, "text argument 1 is not UTF-8 text")
+
+
 @pytest.mark.parametrize("name", [p.name for p in sorted((BAD / "hf").iterdir())])
 def test_bad_inputs_import_hf_folder(built: Project, name: str, tmp_path: Path):
     result = built.run("import-hf", str(BAD / "hf" / name), "--out", str(tmp_path / "out"), expect=None)
@@ -421,11 +446,14 @@ FINETUNE_LINES = {
     "nan_text.jsonl": ":3: 'text' is nan, a missing value",
     "list_label.jsonl": ":3: 'label' is a list, not a text or a number",
     "header_only.csv": "only a header (text, label), no examples",
+    "unclosed_quote.csv": ":3: a quote (\") opened in this record is never closed",
+    "semicolon.csv": ": no column 'text' (has: text;label) (the header looks separated by ';'",
     "negative_answer_start.json": ":11: question q1: answer_start -1 is not a position of the context (0 to 23)",
     "answer_start_past_end.json": ":11: question q1: answer_start 90 is not a position of the context",
     "answers_not_list.json": ":11: question q1.answers is an object, not a list",
     "qas_not_list.json": ":9: data[].paragraphs[].qas is a string, not a list",
     "paragraphs_not_list.json": ":6: data[].paragraphs is an object, not a list",
+    "duplicate_id.json": ":11: question id 'q1' is given to more than one question",
     "impossible_as_text.json": ":11: question q1: is_impossible is 'false'; write true or false",
 }
 

@@ -210,7 +210,8 @@ def test_predictions_stream_a_chunk_at_a_time_as_jsonl_or_csv(finetuned: Project
         [r["id"] for r in chunked[:2]]
     assert_one_line_error(finetuned.run("predict", "qa", str(dev), "--output", str(tmp_path / "no" / "a.csv"),
                                         expect=1),
-                          f"--output {tmp_path / 'no' / 'a.csv'}: cannot write (No such file or directory)")
+                          f"--output {tmp_path / 'no' / 'a.csv'}: its folder {tmp_path / 'no'} does not exist; "
+                          f"create it (mkdir -p {tmp_path / 'no'})")
     assert_one_line_error(finetuned.run("predict", "qa", str(tmp_path / "none.json"), expect=1),
                           f"{tmp_path / 'none.json'}: no such file; give a file in the task's format")
 

@@ -173,3 +173,17 @@ def test_fill_mask_prints_a_bracketed_input_whole(project: Project, said: Callab
     monkeypatch.setattr(inference.Predictor, "load", classmethod(lambda cls, *args: StandIn()))
     result = project.run("fill-mask", "the [/quote] [MASK] sat")
     assert "the [/quote] [MASK] sat" in said(result) and "the [/quote] [/t] sat" in said(result)
+
+
+def test_init_and_its_refusal_print_a_bracketed_folder_whole(tmp_path, said: Callable[[Any], str]):
+    folder = tmp_path / "[bold] project [/quote]"
+    result = CliRunner().invoke(cli, ["init", str(folder)])
+    assert result.exit_code == 0 and f"wrote {folder / 'bertwb.yaml'}" in said(result)
+    again = CliRunner().invoke(cli, ["init", str(folder)])
+    assert again.exit_code == 1 and f"{folder / 'bertwb.yaml'} already exists" in said(again)
+
+
+def test_a_sql_write_refusal_prints_a_bracketed_path_whole(ingested: Project, said: Callable[[Any], str]):
+    target = ingested.workspace / "[red] x [/quote].csv"
+    result = ingested.run("sql", "--write", f"copy (select 1 as x) to '{target}'", expect=1)
+    assert f"sql --write: {target} is inside the workspace" in said(result) and not target.exists()

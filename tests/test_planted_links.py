@@ -146,3 +146,33 @@ def test_recover_leaves_what_a_live_process_builds_and_drops_a_dead_ones(tmp_pat
         folder.mkdir()
     ws.recover()
     assert live.is_dir() and not dead.exists() and not older.exists()
+
+
+def test_no_file_that_outlives_a_run_is_opened_by_a_library_that_follows_links():
+    """The class of metrics.jsonl and the TensorBoard event files: appends go through open_append, and no
+    module hands a run's folder to SummaryWriter/EventFileWriter, which reopen their file by name at every
+    flush (through whatever link is planted there since)."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
+                         if not line.lstrip().startswith(("#", "``", '"')))
+        offenders += [f"{path.name}: {m.group()}" for m in re.finditer(r"(?<![\w.])open\([^)]*[\"']a[b+]?[\"']", code)]
+        offenders += [f"{path.name}: {m.group()}" for m in re.finditer(r"\b(SummaryWriter|EventFileWriter)\(", code)]
+    assert offenders == []
+
+
+def test_event_files_get_names_no_one_can_plant_in_advance(tmp_path: Path, victim: Path):
+    """A link planted at the run's tensorboard/ folder is refused; the file itself is created new (O_EXCL)."""
+    from bertwb.errors import BertwbError
+    from bertwb.train.tensorboard import new_event_file
+
+    names = set()
+    for _ in range(2):
+        with new_event_file(tmp_path / "tensorboard") as handle:
+            handle.write(b"x")
+        names = {p.name for p in (tmp_path / "tensorboard").iterdir()}
+    assert len(names) == 2 and all(name.startswith("events.out.tfevents.") for name in names)
+    (tmp_path / "linked").symlink_to(victim.parent)
+    with pytest.raises(BertwbError, match="is a symbolic link"):
+        new_event_file(tmp_path / "linked")
+    assert not any(p.name.startswith("events.out") for p in victim.parent.iterdir())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Project, run_metrics
+from conftest import Project, assert_one_line_error, run_metrics
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
 
@@ -112,3 +112,25 @@ def test_without_tensorboard_training_writes_no_event_files_and_succeeds(trainer
     assert [line["step"] for line in run_metrics(trainer)] == [1, 2, 3]
     assert not (run_dir / "tensorboard").exists()
     assert json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]["steps_done"] == 3
+
+
+def test_a_link_planted_at_a_runs_event_folder_is_refused_and_its_target_kept(trainer: Project, tmp_path: Path):
+    """Issue #25 item 3, for event files: SummaryWriter reopened the file by name at every flush, through any
+    link planted there. A link at the run's tensorboard/ folder now stops the run with one line, the folder
+    it points at untouched; the event file itself is created new, under a name no one can plant in advance."""
+    trainer.run("pretrain", "--set", "pretrain.steps=2", "--set", "pretrain.checkpoint_every=2")
+    run_dir = _run_dir(trainer)
+    shutil.rmtree(run_dir / "tensorboard")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "events.out.tfevents.precious").write_bytes(b"the user's own file")
+    (run_dir / "tensorboard").symlink_to(elsewhere)
+    result = trainer.run("pretrain", "--set", "pretrain.steps=4", "--set", "pretrain.checkpoint_every=2", expect=None)
+    assert_one_line_error(result, str(run_dir / "tensorboard"), "is a symbolic link", "remove it")
+    assert [p.name for p in elsewhere.iterdir()] == ["events.out.tfevents.precious"]
+    assert (elsewhere / "events.out.tfevents.precious").read_bytes() == b"the user's own file"
+    (run_dir / "tensorboard").unlink()
+    trainer.run("pretrain", "--set", "pretrain.steps=4", "--set", "pretrain.checkpoint_every=2")
+    names = sorted(p.name for p in (run_dir / "tensorboard").iterdir())
+    assert len(names) == 1 and len(names[0].rsplit(".", 1)[1]) == 16  # a random part, 64 bits
+    assert sorted(_scalars(run_dir)["train/loss"]) == [3, 4]

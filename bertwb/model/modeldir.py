@@ -98,11 +98,13 @@ class LoadReport:
         return named
 
 
-def open_model_dir(path: Path) -> ModelDir:
-    """Check that ``path`` holds weights and an architecture; raise a one-line error naming what is missing."""
+def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
+    """Check that ``path`` holds weights and an architecture; raise a one-line error naming what is missing
+    (and ``setting``, the key or option that named the folder, when it is no folder)."""
     if not path.is_dir():
-        raise BertwbError(f"{path}: no such model directory; pass a checkpoint, an export or a Hugging Face "
-                          "model folder")
+        what = "is a file, not a model directory" if path.exists() else "no such model directory"
+        raise BertwbError(f"{setting + ': ' if setting else ''}{path}: {what}; pass a checkpoint, an export or a "
+                          "Hugging Face model folder")
     weights = weights_file(path)
     if weights is None:
         raise BertwbError(f"{path}: no model.safetensors or pytorch_model.bin; is it a model directory?")

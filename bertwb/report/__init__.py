@@ -143,8 +143,9 @@ class _Findings:
             fertility = sources.fertility(ws)
         except (BertwbError, duckdb.Error) as exc:
             fertility = None
-            self.notes.append(f"vocab: no fertility figure, the database could not be read "
-                              f"({str(exc).splitlines()[0]}); rerun `bertwb report` once it is free")
+            fix = "" if isinstance(exc, BertwbError) else "; rerun `bertwb report` once it can be read"  # ours has one
+            self.notes.append(f"vocab: no fertility figure, the database could not be read: "
+                              f"{str(exc).splitlines()[0]}{fix}")
         if fertility is not None:
             unk = vocab.get("unk_rate")
             self.planned.append(_Planned(

@@ -7,6 +7,7 @@ a template stage (``instances``) stands in the pipeline once per instance the co
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import pkgutil
@@ -55,7 +56,14 @@ def get(name: str, cfg: Config) -> Stage:
         if stage.name == template and stage.instances is not None:
             known = ", ".join(stage.instances(cfg)) or "none"
             raise BertwbError(f"{template} has no instance {instance!r} in the config (known: {known})")
-    raise BertwbError(f"no stage called {name!r}; the stages are {', '.join(names())}")
+    raise BertwbError(_unknown(name))
+
+
+def _unknown(name: str) -> str:
+    """The line for a stage name that is none: the closest one, when one is close, and all of them."""
+    close = difflib.get_close_matches(name.lower(), names(), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"no stage called {name!r}; {hint}the stages are {', '.join(names())}"
 
 
 def select(cfg: Config, name: str) -> list[Stage]:
@@ -70,18 +78,24 @@ def between(cfg: Config, start: str | None = None, until: str | None = None,
             only: tuple[str, ...] = ()) -> list[str]:
     """The stages `bertwb run` runs, in order: ``only`` those (stages, templates or instances), else every
     stage from ``start`` to ``until`` (each a stage or template name; a template brings all its instances)."""
+    if only and (start or until):
+        raise BertwbError(f"--only runs just the stages it names, so --from/--until beside it would be ignored; "
+                          f"give --only {only[0]} alone, or --from/--until")
     if only:
         return [stage.name for name in only for stage in select(cfg, name)]
 
-    def order_of(name: str) -> int:
-        template = name.split("/")[0]
+    def order_of(name: str, option: str) -> int:
+        template, slash, instance = name.partition("/")
         found = next((stage for stage in templates() if stage.name == template), None)
         if found is None:
-            raise BertwbError(f"no stage called {name!r}; the stages are {', '.join(names())}")
+            raise BertwbError(_unknown(name))
+        if slash:  # one instance cannot bound a range: its template's other instances would run too
+            raise BertwbError(f"{option} takes a stage ({template}), not one of its instances ({name}); "
+                              f"run one instance with --only {name}")
         return found.order
 
-    low = order_of(start) if start else -1
-    high = order_of(until) if until else 1 << 30
+    low = order_of(start, "--from") if start else -1
+    high = order_of(until, "--until") if until else 1 << 30
     if low > high:
         raise BertwbError(f"--from {start} comes after --until {until}; the stages run {' → '.join(names())}")
     orders = {stage.name: stage.order for stage in templates()}

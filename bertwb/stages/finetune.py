@@ -53,7 +53,9 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         checkpoints = len(list_checkpoints(run_dir))
         shutil.rmtree(run_dir)
         ui.stage_line(build.stage.name, f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
-    source = modeldir.open_model_dir(source_dir(cfg, ws, task))
+    inherited = settings.init_from == cfg.finetune.init_from  # most likely set in the finetune section
+    source = modeldir.open_model_dir(source_dir(cfg, ws, task),
+                                     "finetune.init_from" if inherited else f"finetune.tasks.{task}.init_from")
     plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
                 tokenizer_dir=str(modeldir.tokenizer_folder(source, ws)))
     session.send_plan(plan)

@@ -266,6 +266,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     setting = f"finetune.tasks.{plan.task}"
     settings = cfg.finetune.tasks[plan.task]
     task = task_type(settings, setting)
+    check_paths(cfg, plan.task)
     source = modeldir.open_model_dir(Path(plan.model_dir))
     tokenizer = modeldir.load_tokenizer(source, folder=Path(plan.tokenizer_dir))
     modeldir.check_length(source, settings.max_seq_length, f"{setting}.max_seq_length")
@@ -338,6 +339,20 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
             (out_dir / METRICS_FILE).write_bytes((run_dir / METRICS_FILE).read_bytes())
         _write_json(out_dir / "training.json", summary)
     return summary
+
+
+def check_paths(cfg: Config, task: str) -> None:
+    """One line naming the key when a task's train, dev or test file is missing or a folder, before
+    anything is read (the readers name only the file)."""
+    setting = f"finetune.tasks.{task}"
+    settings = cfg.finetune.tasks[task]
+    for role in ("train", "dev", "test"):
+        value = getattr(settings, role)
+        path = cfg.resolve(value) if value else None
+        if path is not None and not path.is_file():
+            what = "is a folder, not a file" if path.is_dir() else "no such file"
+            raise BertwbError(f"{setting}.{role}: {path}: {what}; give the task's {role} file "
+                              f"({'CSV, TSV, JSONL, Parquet, CoNLL or SQuAD JSON'})")
 
 
 def task_settings(settings: FinetuneTaskConfig) -> dict[str, Any]:

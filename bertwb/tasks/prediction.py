@@ -23,6 +23,7 @@ from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
 from bertwb.tasks.finetuning import TASK_FILE, TaskObjective, task_type
+from bertwb.tasks.readers import FormatError
 from bertwb.train.device import autocast
 from bertwb.workspace import writing_atomic
 
@@ -33,8 +34,8 @@ class Predictor:
     """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
 
     def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
-                 batch_size: int = 64, recorded: dict[str, Any] | None = None):
-        self.task = task_type(settings, "task", recorded)
+                 batch_size: int = 64, recorded: dict[str, Any] | None = None, setting: str = "task"):
+        self.task, self.name = task_type(settings, setting, recorded), setting.rsplit(".", 1)[-1]
         self.source = model_dir
         self.tokenizer = modeldir.load_tokenizer(model_dir)
         self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
@@ -43,7 +44,13 @@ class Predictor:
 
     def read(self, path: Path | None = None, lines: list[str] | None = None) -> list[Any]:
         """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
-        return self.task.read(path, labelled=False) if path is not None else self.task.from_lines(lines or [])
+        if path is None:
+            return self.task.from_lines(lines or [])
+        try:
+            return self.task.read(path, labelled=False)
+        except FormatError as exc:  # plain lines of text are what stdin is for
+            raise FormatError(f"{exc} (for plain text, one input per line, give it on stdin: "
+                              f"bertwb predict {self.name} < {path})") from None
 
     def stream(self, examples: list[Any]) -> Iterator[list[dict[str, Any]]]:
         """Output rows for ``examples``, in their order, `PREDICT_CHUNK` at a time.
@@ -121,9 +128,9 @@ def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, devi
         if ws.read_manifest(f"finetune/{task}") is None or not folder.is_dir():
             raise BertwbError(f"finetune/{task} has not run in {ws.root}; run `bertwb finetune {task}` first, "
                               "or pass --checkpoint DIR")
-    model_dir = modeldir.open_model_dir(folder)
+    model_dir = modeldir.open_model_dir(folder, "--checkpoint" if checkpoint else None)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded)
+    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}")
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
@@ -131,6 +138,9 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     and what training recorded about its data."""
     settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
     saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
+    if settings.type and saved.get("type") and saved["type"] != settings.type:
+        ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
+                f"the model was trained ({saved['type']})")
     known = {f for f in asdict(settings)}
     settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
     if settings.type is None:

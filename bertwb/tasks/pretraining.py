@@ -118,6 +118,13 @@ def phase_config(cfg: Config, phase: str | None, init_from: str | None = None) -
     return dataclasses.replace(cfg, pretrain=training, pairs=pairs, model=model)
 
 
+def _longest(cfg: Config) -> tuple[int, str]:
+    """The longest instance of any phase, and its key: the phase's own max_seq_length, else pairs'."""
+    length, name = max((pairs.max_seq_length, name or "") for name, _, pairs in cfg.pretrain_phases())
+    own = name and cfg.pretrain.phases[name].max_seq_length is not None
+    return length, f"pretrain.phases.{name}.max_seq_length" if own else "pairs.max_seq_length"
+
+
 def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
     """Train from the newest checkpoint of ``plan.run_dir`` (or from scratch) to the requested step.
 
@@ -125,7 +132,10 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     Ctrl-C or SIGTERM checkpoints at the end of the current step and raises KeyboardInterrupt.
     """
     started = time.perf_counter()
-    longest = max(pairs.max_seq_length for _, _, pairs in cfg.pretrain_phases())  # positions every phase needs
+    longest, length_key = _longest(cfg)  # the positions every phase needs, and the setting that asks for them
+    # where this run's batch size is set: its phase's own, or (inherited, most likely) the pretrain section
+    own = plan.phase and cfg.pretrain.phases[plan.phase].batch_size != cfg.pretrain.batch_size
+    section = f"pretrain.phases.{plan.phase}" if own else "pretrain"
     cfg = phase_config(cfg, plan.phase, plan.init_from)
     p = cfg.pretrain
     device = dist.device
@@ -133,7 +143,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     train_pairs, meta = load_split(Path(plan.pairs_dir), "train")
     valid_pairs, _ = load_split(Path(plan.pairs_dir), "valid")
     if not len(train_pairs) or (not p.batch_tokens and len(train_pairs) < p.batch_size):
-        raise BertwbError(f"pretrain.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
+        raise BertwbError(f"{section}.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
                           "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)"
                           if len(train_pairs) else
                           "the pairs stage left no train pairs; build more (pairs.dupe_factor, a bigger corpus)")
@@ -144,7 +154,8 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
                      rank=dist.rank, pad_multiple=pad_multiple, drop_last=False) if len(valid_pairs) else None)
 
     torch.manual_seed(p.seed)
-    model = build_model(cfg, meta, Path(plan.vocab_dir), announce=dist.rank == 0, positions=longest)
+    model = build_model(cfg, meta, Path(plan.vocab_dir), announce=dist.rank == 0, positions=longest,
+                        length_key=length_key)
     name = f"pretrain {plan.phase}" if plan.phase else "pretrain"
     trainer = Trainer(p, PretrainingObjective(), model, batches, valid=valid, dist=dist, run_dir=run_dir,
                       name=name, state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
@@ -175,14 +186,15 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
 
 
 def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True,
-                positions: int = 0) -> BertForPreTraining:
+                positions: int = 0, length_key: str = "pairs.max_seq_length") -> BertForPreTraining:
     """A new model of the configured size (with at least ``positions`` positions, for the longest phase),
-    or the ``model.init_from`` model (its own sizes, our dropouts)."""
+    or the ``model.init_from`` model (its own sizes, our dropouts), which must have them (``length_key``:
+    the setting that asks for that many)."""
     if not cfg.model.init_from:
         return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], max(meta["max_seq_length"], positions)))
-    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from))
+    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from), "model.init_from")
     modeldir.check_vocab_matches(source, vocab_dir)
-    modeldir.check_length(source, meta["max_seq_length"], "pairs.max_seq_length")
+    modeldir.check_length(source, max(meta["max_seq_length"], positions), length_key)
     for name in ("hidden_dropout", "attention_dropout"):
         if getattr(cfg.model, name) is not None:
             setattr(source.config, name, getattr(cfg.model, name))

@@ -30,12 +30,16 @@ class Row:
     values: dict[str, Any]
 
 
+class FormatError(BertwbError):
+    """A file whose format (named or guessed from its extension) is not one the task reads."""
+
+
 def format_of(path: Path, fmt: str, allowed: tuple[str, ...], setting: str) -> str:
-    """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed``."""
+    """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed`` (else `FormatError`)."""
     if fmt == "auto":
         fmt = {**TABLE_FORMATS, ".conll": "conll", ".txt": "conll", ".json": "squad"}.get(path.suffix.lower(), "")
     if fmt not in allowed:
-        raise BertwbError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
+        raise FormatError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
                           f"reads ({', '.join(allowed)}); set {setting}.format or rename the file")
     return fmt
 
@@ -71,6 +75,7 @@ def read_table(path: Path, fmt: str) -> tuple[list[str], list[Row]]:
 
 
 def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Row]]:
+    _check_quotes_close(path, text, fmt)
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
     columns = list(reader.fieldnames or [])
     rows = []
@@ -84,6 +89,21 @@ def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Ro
     except csv.Error as exc:
         raise BertwbError(f"{path}:{reader.line_num}: {exc}; fix the quoting") from None
     return columns, rows
+
+
+def _check_quotes_close(path: Path, text: str, fmt: str) -> None:
+    """A quote opened and never closed swallows the rest of the file into one field (csv's lenient mode
+    says nothing, and the next complaint is about an empty label): one line naming where it opened."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",", strict=True)
+    started = 1
+    try:
+        for _ in reader:
+            started = reader.line_num + 1
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise BertwbError(f"{path}:{started}: a quote (\") opened in this record is never closed; close it, "
+                              "or double a quote inside a quoted field (\"\")") from None
+        # other strictness (text after a closing quote) is read leniently, as before
 
 
 def _read_jsonl(path: Path, text: str) -> tuple[list[str], list[Row]]:
@@ -119,7 +139,11 @@ def _read_parquet(path: Path) -> tuple[list[str], list[Row]]:
 def column(rows: list[Row], columns: list[str], name: str, path: Path, setting: str) -> list[Any]:
     """Every row's value of column ``name``; one line naming the columns found when it is missing or empty."""
     if name not in columns:
-        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}); set {setting}")
+        one = str(columns[0]) if len(columns) == 1 else ""
+        other = next((sep for sep in (";", "\t", "|", ",") if sep in one), None)
+        hint = (f" (the header looks separated by {other!r}: bertwb reads .csv with commas and .tsv with tabs)"
+                if other else "")
+        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}){hint}; set {setting}")
     values = []
     for row in rows:
         value = row.values.get(name)
@@ -206,13 +230,18 @@ def read_squad(path: Path, require_answers: bool = True) -> list[Question]:
         raise BertwbError(f"{path}: no \"data\" list of articles; is it a SQuAD v1.1/v2.0 file?")
     version = data.get("version")
     version = str(version) if version is not None else None
-    questions = []
+    questions: list[Question] = []
+    seen: dict[str, int] = {}  # id → line: answers are scored by id, so two questions with one id mix
     for article in articles:
         for paragraph in _squad_list(article, "paragraphs", "data[]", path, text):
             context = paragraph.get("context")
             for qa in _squad_list(paragraph, "qas", "data[].paragraphs[]", path, text):
-                qid = str(qa.get("id", len(questions)))
+                qid = str(qa["id"]) if qa.get("id") is not None else str(len(questions))
                 line = _line_of(text, qid)
+                if qid in seen:
+                    raise BertwbError(f"{path}:{seen[qid]}: question id {qid!r} is given to more than one question; "
+                                      "answers are scored by id, so give each question its own")
+                seen[qid] = line
                 if not isinstance(context, str) or not isinstance(qa.get("question"), str):
                     raise BertwbError(f"{path}:{line}: question {qid} lacks its question or context text")
                 answers = _squad_list(qa, "answers", f"question {qid}", path, text, line)

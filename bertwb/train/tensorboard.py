@@ -12,8 +12,15 @@ every log, which is what makes the charts live; metrics.jsonl stays the record t
 
 **Resume.** A resumed run drops its metrics.jsonl lines past the checkpoint and logs those steps
 again; the new event file carries a purge marker at the first step it logs, so TensorBoard hides the
-older file's events from that step on (``SummaryWriter(purge_step=...)``) and each step shows once.
+older file's events from that step on (the marker SummaryWriter's ``purge_step`` writes) and each step shows once.
 (TensorBoard would also drop them on seeing the steps go backwards; the marker says it outright.)
+
+**Links planted in the workspace.** The event file is bertwb's own writing, not ``SummaryWriter``'s, which
+opens the file again by name at every flush, following any link planted there (a truncating first
+write, then appends). Here the ``tensorboard`` folder is opened without following a link, and the file
+is created new in it (``O_EXCL``, ``O_NOFOLLOW``) under a name with a random part, then written through
+that one descriptor; a link at the folder is refused with one line, as at ``metrics.jsonl``. The
+records are TensorBoard's own (`RecordWriter`, ``Event`` and ``Summary`` protos), as SummaryWriter writes them.
 
 **When the package is absent** `open_events` is a no-op that imports nothing (it asks
 ``importlib.util.find_spec`` first): training neither slows down nor fails.
@@ -21,12 +28,18 @@ older file's events from that step on (``SummaryWriter(purge_step=...)``) and ea
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import os
+import secrets
+import socket
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from bertwb import ui
+from bertwb.errors import BertwbError
 
 EVENTS_DIR = "tensorboard"
 
@@ -45,25 +58,62 @@ def tag(name: str) -> str:
 
 
 class EventWriter:
-    """Writes metrics.jsonl lines as TensorBoard scalars, flushed at once."""
+    """Writes metrics.jsonl lines as TensorBoard scalars into one event file, flushed at once."""
 
-    def __init__(self, writer: Any):
-        self.writer: Any = writer
+    def __init__(self, handle: BinaryIO, purge_step: int | None):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog  # noqa: PLC0415 - only with the extra
+        from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: PLC0415
+        from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: PLC0415
+
+        self.event, self.summary = Event, Summary
+        self.records: Any = RecordWriter(handle)
+        self._add(Event(wall_time=time.time(), file_version="brain.Event:2"))
+        if purge_step is not None:  # TensorBoard hides the older files' events from this step on
+            self._add(Event(wall_time=time.time(), step=purge_step, file_version="brain.Event:2"))
+            self._add(Event(wall_time=time.time(), step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+        self.records.flush()
+
+    def _add(self, event: Any) -> None:
+        self.records.write(event.SerializeToString())
 
     def write(self, metrics: dict[str, Any]) -> None:
         """One metrics line: every number in it but ``step``, which is the x axis (nothing once closed)."""
-        if self.writer is None:
+        if self.records is None:
             return
         step = int(metrics["step"])
         for name, value in metrics.items():
             if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(tag(name), value, step)
-        self.writer.flush()
+                summary = self.summary(value=[self.summary.Value(tag=tag(name), simple_value=float(value))])
+                self._add(self.event(wall_time=time.time(), step=step, summary=summary))
+        self.records.flush()
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        if self.records is not None:
+            self.records.close()
+            self.records = None
+
+
+def new_event_file(folder: Path) -> BinaryIO:
+    """A new ``events.out.tfevents.*`` file in ``folder`` (made if need be), never through a link: the
+    folder is opened with ``O_NOFOLLOW`` and the file created new in it under a name with a random part."""
+    folder.mkdir(exist_ok=True)
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise BertwbError(f"{folder} is a symbolic link, which bertwb never writes through; remove it "
+                          f"(rm {folder}) and run again") from None
+    # TensorBoard reads a folder's files in name order, and the newer file's purge marker must come last:
+    # seconds, then (within one second of one process, a resume in a test) nanoseconds, then the random part
+    now = time.time_ns()
+    name = (f"events.out.tfevents.{now // 10**9:010d}.{socket.gethostname()}.{os.getpid()}.{now % 10**9:09d}."
+            f"{secrets.token_hex(8)}")
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return os.fdopen(fd, "wb")
 
 
 @contextmanager
@@ -74,14 +124,18 @@ def open_events(run_dir: Path | None, start_step: int) -> Iterator[EventWriter |
         yield None
         return
     try:
-        from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - only when the extra is installed
+        import tensorboard.compat.proto.event_pb2  # noqa: F401, PLC0415 - only when the extra is installed
     except ImportError as exc:  # installed but broken (e.g. a protobuf it cannot use): training goes on without it
         ui.warn(f"tensorboard is installed but does not import ({exc}); no event files for this run")
         yield None
         return
     # purge_step: events of an earlier attempt at the steps this one logs again are hidden (see above)
-    writer = SummaryWriter(log_dir=str(run_dir / EVENTS_DIR), purge_step=start_step + 1 if start_step else None)
-    events = EventWriter(writer)
+    handle = new_event_file(run_dir / EVENTS_DIR)
+    try:
+        events = EventWriter(handle, start_step + 1 if start_step else None)
+    except BaseException:
+        handle.close()
+        raise
     try:
         yield events
     finally:

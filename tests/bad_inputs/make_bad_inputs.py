@@ -11,6 +11,7 @@ Text that looks like rich markup (``[citation needed]``, ``[/quote]``) is a clas
 #25): in a sentence (corpus/markup.txt), in a file's name that a warning prints (corpus/[bold] not
 json [x].jsonl) and in a query's values and column names (sql/markup.sql). It must come out whole.
 fill_mask/  files for `bertwb fill-mask --file`
+stdin/      what a user pipes into `bertwb fill-mask` and `bertwb predict` (a binary file, Latin-1, a NUL)
 hf/         folders for `bertwb import-hf`
 config/     bertwb.yaml files whose sections are not mappings, for every command (with a --set into them)
 manifest/   stage manifests that are torn or valid JSON of another shape, for `status` and `run`
@@ -146,6 +147,17 @@ def fill_mask_files() -> dict[str, bytes]:
     }
 
 
+def stdin_files() -> dict[str, bytes]:
+    """Piped input: the expected line's place (file:line) is in each name's test."""
+    return {
+        "binary.bin": bytes(range(128, 256)) * 4,
+        "latin1.txt": "the ship [MASK] .\nthe café [MASK] .\n".encode("latin-1"),
+        "nul.txt": b"the ship [MASK] .\nthe\x00 [MASK] .\n",
+        "empty.txt": b"",
+        "blank_lines.txt": b"\n  \n\t\n",
+    }
+
+
 CONTEXT = "The ship sailed at dawn."
 
 
@@ -165,6 +177,9 @@ def finetune_files() -> dict[str, bytes]:
         "header_only.tsv": b"text\tlabel\n",
         "nan_label.jsonl": "\n".join([*good, json.dumps({"text": "Unknown.", "label": float("nan")})]).encode(),
         "nan_text.jsonl": "\n".join([*good, json.dumps({"text": float("nan"), "label": "good"})]).encode(),
+        # a quote never closed (csv's lenient mode took the rest of the file as one field), ; for ,
+        "unclosed_quote.csv": b'text,label\nA calm sea.,good\n"A storm, unclosed,bad\nA port.,good\n',
+        "semicolon.csv": b"text;label\nA calm sea.;good\nA storm.;bad\n",
         "list_label.jsonl": "\n".join([*good, json.dumps({"text": "Both.", "label": ["good", "bad"]})]).encode(),
         # qa: spans outside the context (Python would slice a negative start from the end) and wrong shapes.
         "negative_answer_start.json": squad(answers=[{"text": ".", "answer_start": -1}]),
@@ -174,6 +189,9 @@ def finetune_files() -> dict[str, bytes]:
         "answer_not_object.json": squad(answers=["dawn"]),
         "qas_not_list.json": squad(qas="When did the ship sail?"),
         "paragraphs_not_list.json": squad(paragraphs={"context": CONTEXT}),
+        "duplicate_id.json": squad(qas=[{"id": "q1", "question": "When did the ship sail?", "answers": [
+            {"text": "dawn", "answer_start": 19}]}, {"id": "q1", "question": "What sailed?", "answers": [
+                {"text": "ship", "answer_start": 4}]}]),  # scored by id: the second would replace the first
         "impossible_as_text.json": squad(qas=[{"id": "q1", "question": "Who?", "answers": [],
                                                "is_impossible": "false"}]),  # bool("false") is True
     }
@@ -233,6 +251,7 @@ def main() -> None:
     write(HERE / "vocab", vocab_files())
     write(HERE / "sql", sql_files())
     write(HERE / "fill_mask", fill_mask_files())
+    write(HERE / "stdin", stdin_files())
     write(HERE / "finetune", finetune_files())
     write(HERE / "manifest", manifest_files())
     write(HERE / "config", config_files())
