@@ -40,6 +40,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -53,7 +54,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from bertwb.data.tokenizer import write_tokenizer_files  # noqa: E402
+from bertwb.data.tokenizer import load_tokenizer, write_tokenizer_files  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import new_model  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
@@ -103,6 +104,22 @@ def initial_model(kind: str, labels: list[str] | None, preset: str, tokenizer, o
     theirs.load_state_dict(to_hf_state_dict(ours.state_dict()))
     theirs.save_pretrained(out)
     write_tokenizer_files(tokenizer, out, ours.config.max_position_embeddings)
+
+
+def published_initial_model(kind: str, labels: list[str] | None, model: Path, out: Path) -> None:
+    """A published BERT with a new task head (transformers' init, seeded) and its own tokenizer files,
+    saved where both sides start: the only way a few hundred questions teach a model to answer."""
+    import transformers
+
+    torch.manual_seed(0)
+    hf_class = {"token_classification": transformers.BertForTokenClassification,
+                "question_answering": transformers.BertForQuestionAnswering}[kind]
+    named = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+             "label2id": {name: i for i, name in enumerate(labels)}} if labels else {}
+    hf_class.from_pretrained(model, **named).save_pretrained(out)
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if (model / name).is_file():
+            shutil.copyfile(model / name, out / name)
 
 
 def bertwb_config(work: Path, task: str, train: Path, init: Path, args: argparse.Namespace, seed: int) -> Path:
@@ -201,7 +218,9 @@ def main() -> None:
     parser.add_argument("--task", choices=["tag", "qa"], required=True)
     parser.add_argument("--squad", choices=["both", "1.1", "2.0"], default="both", help="qa: which SQuAD version(s)")
     parser.add_argument("--data", type=Path, default=DEFAULT_OUT, help="make_finetune_data.py's folder")
-    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--preset", default="mini", help="the model trained from scratch (without --model)")
+    parser.add_argument("--model", type=Path, help="a published Hugging Face BERT folder to start from instead "
+                        "(a new task head; its own tokenizer)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -244,10 +263,14 @@ def main() -> None:
             else:
                 questions = read_squad(train)
                 texts, labels = sorted({q.context for q in questions}) + [q.question for q in questions], None
-            tokenizer = tokenizer_for(texts)
             init = work / "init"
             kind = "token_classification" if args.task == "tag" else "question_answering"
-            initial_model(kind, labels, args.preset, tokenizer, init)
+            if args.model:
+                published_initial_model(kind, labels, args.model, init)
+                tokenizer = load_tokenizer(init)
+            else:
+                tokenizer = tokenizer_for(texts)
+                initial_model(kind, labels, args.preset, tokenizer, init)
             stride = 0
             if args.task == "qa":
                 stride = max(0, args.max_seq_length - 3 - median_question_tokens(tokenizer, train) - args.doc_stride)
@@ -260,8 +283,14 @@ def main() -> None:
                                        "spread": scores[side]} for side in times}
             results[variant]["stride"] = stride
 
-    config = BertConfig.from_preset(args.preset, VOCAB)
-    title = f"Fine-tuning parity, {args.task}, CPU"
+    if args.model:
+        hf = json.loads((args.model / "config.json").read_text())
+        model_line = (f"{args.model.name} (published; L{hf['num_hidden_layers']} H{hf['hidden_size']} "
+                      f"A{hf['num_attention_heads']}, vocab {hf['vocab_size']}) with a new head")
+    else:
+        config = BertConfig.from_preset(args.preset, VOCAB)
+        model_line = f"L{config.num_layers} H{config.hidden_size} A{config.num_heads}, vocab {VOCAB}, from scratch"
+    title = f"Fine-tuning parity, {args.task}{', published model' if args.model else ''}, CPU"
     sections, headline = [], []
     for variant, by_side in results.items():
         metric_names = [k for k in by_side["bertwb"]
@@ -297,7 +326,7 @@ def main() -> None:
 
 Script: `{command}`.
 Machine: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}.
-Model: L{config.num_layers} H{config.hidden_size} A{config.num_heads}, vocab {VOCAB}, dropout 0.1, the same
+Model: {model_line}, dropout 0.1, the same
 initial weights; batch {args.batch}, lr {args.lr}, {args.epochs} epochs, max_seq_length {args.max_seq_length}{
     "; bertwb's settings changed: " + ", ".join(args.set) if args.set else ""}.
 Data: `benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed 0.

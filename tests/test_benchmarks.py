@@ -109,11 +109,12 @@ def test_a_benchmark_run_becomes_its_row_of_the_current_results_table():
                     "[log](#speed-cpu--2026-02-02-1000-utc-1) |"]
 
 
-@pytest.mark.parametrize("task", ["tag", "qa"])
-def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: str, tmp_path):
+@pytest.mark.parametrize("task,published", [("tag", False), ("qa", False), ("qa", True)])
+def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: str, published: bool, tmp_path):
     """benchmarks/finetune_parity.py end to end on a few sentences: both sides' whole commands, scored by
-    bertwb's scorers; qa on SQuAD v2.0, where the decoding of unanswerable questions is exercised."""
-    pytest.importorskip("transformers")
+    bertwb's scorers; qa on SQuAD v2.0, where the decoding of unanswerable questions is exercised; once from
+    a published-style model (its tokenizer padding to 128) with a new head instead of a preset from scratch."""
+    transformers = pytest.importorskip("transformers")
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -121,9 +122,15 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     from test_finetune_data import PROSE
 
     build({"policy.txt": PROSE * 4}, tmp_path, seed=1, dev_fraction=0.3, context_chars=200)
+    start = ["--preset", "tiny"]
+    if published:
+        from publishedkit import tiny_published_model
+
+        tiny_published_model(tmp_path / "published", transformers, "BertModel")
+        start = ["--model", str(tmp_path / "published")]
     before = (REPO / "BENCHMARKS.md").read_bytes()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
-                             "--data", str(tmp_path), "--preset", "tiny", "--epochs", "1", "--batch", "4",
+                             "--data", str(tmp_path), *start, "--epochs", "1", "--batch", "4",
                              "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "24",
                              "--train-limit", "16", "--dev-limit", "8", "--repeats", "1", "--no-append"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -137,6 +144,8 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
         values = [float(cell.replace(",", "")) for cell in row.strip("| ").split(" | ")[1:]]
         assert values[0] > 0 and all(0 <= v <= 100 for v in values[5:]), row
     assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* transformers' training examples/s", result.stdout)
+    model_line = next(line for line in result.stdout.splitlines() if line.startswith("Model: "))
+    assert ("published (published; L2 H32 A2" in model_line) == published, model_line
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
 
