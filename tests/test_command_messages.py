@@ -27,6 +27,7 @@ from click.testing import CliRunner, Result
 
 from bertwb.cli import cli
 from conftest import Project, assert_one_line_error, make_documents, tiny_model_dir, write_bert_format
+from test_bad_inputs import STDIN_LINES
 
 BAD = Path(__file__).resolve().parent / "bad_inputs"
 
@@ -125,21 +126,11 @@ def test_predict_with_another_tasks_model_says_which_task_it_predicts(finetuned:
         in result.output
 
 
-# The lines of test_bad_inputs.STDIN_LINES, for predict (which opens the model first, then reads stdin).
-STDIN_LINES = {
-    "binary.bin": "stdin:1: not UTF-8 text (byte 0x80)",
-    "latin1.txt": "stdin:2: not UTF-8 text (byte 0xe9)",
-    "nul.txt": "stdin:2: a NUL byte: binary data, not text",
-    "empty.txt": "the input is empty",
-    "blank_lines.txt": "the input is empty",
-}
-
-
 @pytest.mark.parametrize("name", sorted(p.name for p in (BAD / "stdin").iterdir()))
 def test_bad_inputs_stdin_of_predict(finetuned: Project, name: str):
     """Issue #25: `bertwb predict TASK < binary` was "internal error: TypeError: TextEncodeInput must be ..."."""
     result = _invoke(finetuned, ["predict", "topic"], stdin=(BAD / "stdin" / name).read_bytes())
-    assert_one_line_error(result, STDIN_LINES[name])
+    assert_one_line_error(result, STDIN_LINES[name].split(";")[0])  # fill-mask's line, its hint aside
     assert "internal error" not in result.output
 
 
