@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from _common import REPO, append_report, cpu_model, run_with_peak_rss
+from bertwb.disk import folder_bytes
 from bench_ingest_vocab import read_documents, write_corpus
 
 STAGES = ("ingest", "vocab", "pairs")
@@ -69,16 +71,9 @@ def export_commit(commit: str, into: Path) -> str:
     return short.stdout.strip()
 
 
-def disk_bytes(directory: Path) -> int:
-    """Bytes of every file under ``directory`` (the workspace), as allocated on disk."""
-    total = 0
-    for root, _, files in os.walk(directory):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
+def disk_bytes(workspace: Path) -> int:
+    """Bytes of every file of ``workspace`` (none before its first stage)."""
+    return folder_bytes(workspace) if workspace.is_dir() else 0
 
 
 class Side:
@@ -118,9 +113,8 @@ def measure(sides: list[Side], sizes: list[float], blocks: list[str], tmp: Path)
                 results[megabytes][side.name][stage] = figures
                 print(f"{written / 1e6:,.0f} MB  {side.name:>8}  {stage:<6} {figures['s']:8.1f} s  "
                       f"{figures['rss']:6.0f} MB peak  {figures['disk'] / 1e6:8.1f} MB on disk", flush=True)
-        for side in sides:
-            subprocess.run(["rm", "-rf", str(projects[side.name])])
-        subprocess.run(["rm", "-rf", str(corpus)])
+        for folder in (*projects.values(), corpus):
+            shutil.rmtree(folder)
     return results
 
 
