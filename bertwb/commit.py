@@ -1,23 +1,10 @@
 """The commit protocol: how what a stage builds replaces what it built before, atomically.
 
-Every build has a build id. A stage builds into ``<table>__new`` tables and a temporary directory
-(`build_and_commit` runs it there); then this module
-
-1. writes the stage's new manifest as ``manifests/<stage>.pending.json`` (the intent), with the build id
-   and the sizes and digests of the new outputs;
-2. swaps the tables in, in one DuckDB transaction that also labels each table with the build id (its
-   comment, `TABLE_LABEL`) and recreates the stage's views;
-3. swaps the directory in (two renames), which carries the build id in ``.bertwb-build``;
-4. renames the pending manifest over the manifest.
-
-Tables, directory and manifest thus share one generation. A crash, SIGKILL or full disk anywhere leaves
-each of them either old or new; the engine's `check` (:mod:`bertwb.engine`) compares the manifest's
-build id with the tables' labels and the directory's file, so a mixed stage is stale, never fresh. The
-next run (`settle`, under the lock) finishes a commit whose outputs are all in place (step 4 was all
-that was left) and otherwise discards it; a stale stage then rebuilds.
-
-The manifest a commit writes names what the stage built for everything downstream: its ``identity``
-hashes the digests of the outputs, so equal outputs give an equal identity however they were built.
+A build's ``<table>__new`` tables and temporary folder go in by (1) writing ``manifests/<stage>.pending.json``,
+(2) swapping the tables in one DuckDB transaction that labels them with the build id (`TABLE_LABEL`), (3)
+swapping the folder in (its ``.bertwb-build`` holds the id), (4) renaming the pending manifest over the old.
+A crash leaves each part old or new, the engine's `check` calls a mix stale, and `settle` finishes a commit
+that lacked only step 4 and discards any other. ``identity`` hashes the outputs' digests: same outputs, same id.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Disk use you can plan: the bytes each data artifact takes, and per MB of corpus, for ``bertwb status``.
 
-An artifact is a table of the database (``documents``, ``sentences``, ``tokens``, ``pairs``, ...) or a
-stage's folder of files (``vocab/``, ``pairs/``). A table's bytes are the database blocks its column
-segments live in; DuckDB packs small segments of several tables into one block, and such a block is
-split equally among them, so the tables add up to the blocks they use, which the database file holds
-with its catalog and free blocks besides. A folder's bytes are its files' sizes. "Per corpus MB" divides
-by the input bytes the last ingest read (compressed files count as their size on disk), so a workspace
-for a larger corpus of the same kind can be planned by multiplying (README, "Disk per corpus MB").
+An artifact is a table, whose bytes are the database blocks its column segments fill (a block shared by
+several tables split equally, so tables add up to the blocks they use), or a stage's folder, whose bytes
+are its files' sizes. "Per corpus MB" divides by the input bytes the last ingest read (compressed files at
+their size on disk); README, "Disk per corpus MB", has measured figures.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Faults of the machine, not of bertwb: a full disk, a permission, a read-only workspace, a damaged database,
 memory.
 
-`user_error` turns the OS, DuckDB, memory and CUDA errors they raise into one-line `BertwbError`\\ s that
-name the path and the fix, so the CLI prints them as user errors (exit code 1) instead of "internal
-error", those that libraries raise as text included (`write_errno`: torch.save and safetensors on a full
-disk). Anything it does not recognise stays what it was: a bug to report. `truncation` finds a database
-file cut short, which DuckDB itself opens without complaint.
+`user_error` turns the OS, DuckDB, memory and CUDA errors they raise (those libraries raise as text too,
+`write_errno`) into one-line `BertwbError`\\ s that name the path and the fix (exit code 1); anything it does
+not recognise stays what it was, a bug to report. `truncation` finds a database file cut short, which DuckDB
+itself opens without complaint.
 """
 
 from __future__ import annotations

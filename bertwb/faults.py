@@ -1,29 +1,10 @@
 """Test-only fault injection: make a stage die or hit a full disk at a named point of its work or commit.
 
-``BERTWB_FAULT=<stage>.<point>[#<n>][:<action>]`` fires the ``n``-th time (default: the first) the process
-passes ``point`` while it runs ``stage``. Unset, as it always is outside the test suite, every point is a
-dictionary look-up and nothing more. The actions:
-
-* ``exit`` (default) — ``os._exit(137)``: no cleanup, no ``finally``, as after a SIGKILL;
-* ``enospc`` — raise ``OSError(ENOSPC)``, as a full disk would, so the cleanup code runs;
-* ``hang`` — create the file ``BERTWB_FAULT_READY`` names (when set) and sleep, for a test to kill
-  the process with a real signal at a known moment;
-* ``sigint`` — send this process SIGINT and go on, as a Ctrl-C at that moment would.
-
-The points (``tests/test_faults.py`` runs every stage through every one of them):
-
-* ``work`` — inside a stage's work, with its temporary tables and files half made (pairs: with its
-  worker processes running); ``checkpoint`` — in the middle of writing a training checkpoint;
-  ``step`` — a training step done (its ``n``-th pass: the ``n``-th step this process trained);
-* ``before_commit`` — everything built and the commit's intent recorded, nothing swapped in;
-* ``after_tables`` — the tables swapped in and committed; the directory and manifest still old;
-* ``mid_swap`` — the old directory renamed aside, the new one not yet in its place;
-* ``after_swap`` — the new directory in place, the old one not yet removed;
-* ``before_manifest`` — tables and directory new, the manifest still old;
-* ``<what>_mid_swap``, ``<what>_after_swap`` — the same two moments of every other directory bertwb
-  replaces by renaming (`bertwb.workspace.swap_in`): ``checkpoint`` (a training checkpoint), ``best``
-  (a task's best weights so far), ``export`` (``bertwb export`` and ``import-hf``) and ``report`` (its
-  output folder), these two outside any stage.
+``BERTWB_FAULT=<stage>.<point>[#<n>][:<action>]`` fires the ``n``-th time (default 1) the process passes
+`point` inside `within` that stage: ``exit`` (default) is ``os._exit(137)``, as a SIGKILL; ``enospc`` raises
+a full disk's ``OSError``; ``hang`` writes the file ``BERTWB_FAULT_READY`` names and sleeps, for a real
+signal; ``sigint`` sends this process SIGINT. The points are the calls of `point` (a stage's work, training,
+`bertwb.commit`, `bertwb.workspace.swap_in`); tests/test_faults.py runs each. Unset, a point is one look-up.
 """
 
 from __future__ import annotations

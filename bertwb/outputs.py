@@ -1,16 +1,10 @@
 """Where a command may write a path the user names: the one guard that every such command calls.
 
-``predict --output``, ``sql --output``, ``report --output``, ``export OUT`` and ``import-hf --out``
-write where the user says. A slip of the keyboard there must not replace what bertwb or the user
-keeps: the workspace (its database, manifests, weights), the config file, and every file or folder
-the config names (the corpus, training data, ``vocab.from_file``, a model to start from), nor what the
-command itself reads (its input file, the model it loads). Each command builds the list of protected
-paths with `protected_paths` and checks its target with `check_file` or `check_folder` before it
-writes anything; a refusal is one line naming the path, what it is, and the fix.
-
-Paths are compared after resolving links, so a link that leads into the workspace is refused too.
-A command's own folder in the workspace (``report``'s default ``report/``, ``import-hf``'s
-``imports/``) is allowed inside it.
+``predict --output``, ``sql --output``, ``report --output``, ``export OUT`` and ``import-hf --out`` list what
+they must not replace with `protected_paths` (the workspace, the config file, every path the config names,
+what the command reads) and check their target with `check_file` or `check_folder` before writing anything;
+a refusal is one line naming the path and the fix. Paths are compared after resolving links. A command's
+own folder in the workspace (``report/``, ``imports/``) is allowed.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """``bertwb sql``: run a query against the workspace database, read-only unless asked otherwise.
 
-Read-only (no ``--write``) means the query can change nothing outside what it prints: the database
-opens read-only, and DuckDB is locked down before the query runs, so that no file is read or written
-outside the database (``COPY ... TO``, ``EXPORT DATABASE``, ``read_text``, ``read_csv``...), no other
-database is attached, no extension is installed or loaded and nothing goes to the network.
-``lock_configuration`` comes last, so no ``SET``, ``RESET`` or ``PRAGMA`` in the query can undo any of
-it. (Temporary tables and macros live in memory and go with the connection.)
-
-With ``--write`` the query changes the database, and reads and writes the files it names, but never a
-file of the workspace (its manifests, weights, the database by another name) nor the config file: DuckDB
-may reach only the paths the query spells out in quotes that lie outside those, and the folders they
-lie in where such a folder holds none of them (``allowed_paths`` and ``allowed_directories``, with
-``enable_external_access`` off, which no statement can turn back on), so
-``COPY ... TO '.bertwb/manifests/ingest.json'``, a link into the workspace, a path computed at run time
-or ``SET log_query_path`` into it are all refused with one line (`WRITE_HINT`).
-
-Results come out as Arrow, which needs no optional module for any type (DuckDB's Python rows need
-pytz for a ``TIMESTAMP WITH TIME ZONE``), and bertwb writes ``--output`` files itself from them.
+Read-only: the database opens read-only and DuckDB is locked down before the query runs (no file, other
+database, extension or network outside it; ``lock_configuration`` last, so no ``SET`` undoes it). With
+``--write`` DuckDB reaches only the quoted paths outside the workspace and the config file
+(``allowed_paths``, ``enable_external_access`` off); anything else is refused with one line (`WRITE_HINT`).
+Results come out as Arrow, which needs no optional module for any type; bertwb writes ``--output`` itself.
 """
 
 from __future__ import annotations

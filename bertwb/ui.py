@@ -1,20 +1,10 @@
-"""All terminal output goes through this module.
+"""All terminal output goes through this module: rich views on a terminal, plain lines elsewhere.
 
-On a terminal: rich progress bars with rate and ETA, and rich tables. Elsewhere (pipes, Make, CI):
-plain lines, no animation, progress reported at most every few seconds. Messages go to stderr so
-that ``bertwb sql --format csv`` output on stdout stays clean; tables and data go to stdout.
-
-How much is said is decided here too (``set_verbosity``, from ``-q``/``-v``). Quiet keeps warnings,
-errors and the data a command was asked for (tables, JSON) and drops the narration: info and stage
-lines, step rules, summaries, progress and training lines. Verbose adds ``detail`` lines (keys, paths,
-devices) for someone debugging a pipeline. Colour follows rich, which honours ``NO_COLOR``.
-
-**Nothing printed is ever read as markup.** Messages, table cells and titles, progress descriptions
-and training lines carry data, paths and user input (``[citation needed]``, ``[/quote]``, ``[MASK]``),
-so every one becomes a rich `Text` through `plain` here: rich styles only the words this module adds
-(``warning:``, a stage's name), and no caller can forget. Control characters in them (an ESC that
-would drive the terminal, a carriage return that would hide what came before) are shown as ``\\xNN``
-escapes rather than sent raw, so what is printed is the whole text, visibly.
+Messages go to stderr and tables and data to stdout, so ``bertwb sql --format csv`` stays clean; off a
+terminal nothing is animated and progress prints at most every few seconds. Verbosity (``-q``/``-v``) is
+decided here: quiet keeps warnings, errors and the data asked for; verbose adds ``detail`` lines. Nothing
+printed is read as markup: every message, cell and title becomes a rich `Text` through `plain`, so
+``[MASK]`` prints as written, and control characters are shown as ``\\xNN`` escapes, never sent raw.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The workspace directory: where artifacts live, the lock, atomic writes, the DuckDB file.
 
-Layout under ``workspace.dir``::
-
-    bertwb.duckdb                  every data stage's tables
-    manifests/<stage>.json         one manifest per stage, written last (finetune/<task>.json for instances)
-    manifests/<stage>.pending.json the manifest of a commit under way (see `bertwb.commit`)
-    <stage>/                       a stage's files (tokenizer, checkpoints, ...), swapped in whole;
-        .bertwb-build              the build they came from (`BUILD_FILE`)
-    .<stage>.tmp-<pid>-<random>/   a directory being built (`building`); never read by anything else
-    .lock                          held while a stage runs
-
-Every directory bertwb writes whole (a stage's files, a checkpoint, a task's best weights, an export) is
-built by `building` (or `new_build_dir` and `swap_in`): under a temporary name beside its final place,
-then renamed into it, the old one first renamed aside. One mechanism repairs what a crash leaves of
-any of them, wherever it lies (`repair_leftovers`): an old directory renamed aside and never replaced
-is put back, other leftovers of dead processes are removed. `Workspace.recover` runs it over the whole
-workspace before a stage runs, and `building` beside its own target before it builds.
-
-**Links and names planted by others.** A workspace can be shared, and anyone who can write into it
-can put a symbolic link (or a hard link) where bertwb is about to write. So nothing bertwb creates
-here is opened through a link: the lock is opened with ``O_NOFOLLOW`` and must be a plain file of its
-own, and every temporary file or directory is created new (``O_EXCL``, `tempfile`) under a name with
-a random part that cannot be guessed in advance (the process id alone could be), then renamed into
-place. (The process id is in the name too, so that `Workspace.recover` leaves a live one's alone.)
+Under ``workspace.dir``: ``bertwb.duckdb``, ``manifests/<stage>.json`` (``.pending.json`` mid-commit, see
+`bertwb.commit`), one folder per stage with its ``.bertwb-build`` (`BUILD_FILE`), ``.lock``, and
+``.<stage>.tmp-<pid>-<random>/`` folders being built. Every folder bertwb writes whole is built beside its
+place and renamed in (`building`, `swap_in`), and `repair_leftovers` repairs what a crash left of any of them.
+Nothing here is opened through a link: the lock has ``O_NOFOLLOW``, temporary names are new and unguessable.
 """
 
 from __future__ import annotations

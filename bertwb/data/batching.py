@@ -1,32 +1,10 @@
-"""Batching for training: any examples of known lengths into length-bucketed, sharded, resumable batches.
+"""Batching for training: examples of known lengths into length-bucketed, sharded, resumable batches.
 
-Batching is **length bucketing**, not packing. Packing several examples into one row would need a
-block-diagonal attention mask and per-example position ids and [CLS] slots, which the model (and its
-one-to-one Hugging Face parity) does not have; bucketing keeps every row one example and still cuts
-padding to a few percent (measured in ``benchmarks/pretrain_cpu.py`` and in the stage summary).
-
-A global batch is either a fixed number of examples (``batch_size``) or, with a **token budget**
-(``batch_tokens``), as many examples of about the same length as fit in that many padded tokens:
-short ones then come many to a batch, so every step does about the same work and an epoch takes
-fewer steps (the budget of fairseq's ``--max-tokens``). The gradient is always that of the global
-batch, whatever its size (the objective divides by global counts; see :mod:`bertwb.train.trainer`).
-
-Each epoch has a fixed order that depends only on ``(seed, epoch)``:
-
-* fixed size: the examples are shuffled, cut into chunks of ``bucket_batches`` global batches, sorted
-  by length inside a chunk and cut into global batches of ``batch_size`` examples;
-* token budget: the examples are sorted by length, ties in a random order, and cut greedily into
-  batches whose rows × longest row stays within the budget. The lengths are the same every epoch, so
-  the cuts (and the number of steps in an epoch) are too; which examples share a batch changes.
-
-Either way the batches are then shuffled. A global batch is split into ``world_size × grad_accum``
-contiguous micro-batches of (nearly) equal size and rank ``r`` takes its own ``grad_accum`` of
-them, so every process reads only its shard, and a run computes on the same examples whatever the
-number of processes. The position in the data is just the step number, which makes resuming exact.
-
-What an example is stays with the examples object (:class:`Examples`): its ``lengths``, and how it
-collates a micro-batch of rows into tensors (:class:`bertwb.data.pairs.PairArrays` masks pairs
-dynamically there). Micro-batches are :class:`TensorBatch` dataclasses, moved to a device in one call.
+A global batch is ``batch_size`` examples of similar length or, with ``batch_tokens``, as many as fit that
+budget; rows are never packed. Each epoch's order depends only on (seed, epoch); a global batch splits into
+``world_size × grad_accum`` micro-batches and rank ``r`` reads only its own, so what is computed never depends
+on the number of processes, and the position in the data is the step number, so resuming is exact. What an
+example is (its lengths, its collation into a `TensorBatch`) belongs to the `Examples` object.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """Ingest's units of work: whole input files, or byte ranges of a large one cut on document boundaries.
 
-:func:`plan_pieces` cuts a file into pieces; :class:`PieceReader` reads one piece into batches of rows
-(documents numbered from 0 within the piece, each with the line it starts at, counted from the piece's
-start), and :class:`SpillJob` does the same in a worker process, writing the batches to Arrow stream
-files that the stage's process inserts. A piece's rows and counts depend only on the piece and the
-settings, so the stage, which numbers documents and lines on from the pieces before, in order, builds
-the same tables whatever the number of workers (:mod:`bertwb.stages.ingest`).
-
-**Which files are cut.** A plain (uncompressed) file in the BERT, paragraphs or JSONL format whose
-first bytes are UTF-8 (no NUL byte, no UTF-16/32 byte-order mark), larger than ``ingest.range_bytes``.
-It is cut about every ``range_bytes``, at the start of the next line that is blank (BERT, paragraphs:
-no document spans a blank line) or of the next line (JSONL: a record is one line). That is sound
-because the reader treats every line alone (its decoding, its cutting into pieces, whether it is bad),
-and in UTF-8 a newline byte is never part of another character. Read whole by one worker each:
-
-* .gz and .zst: a compressed stream can only be read from its start;
-* CSV/TSV: a quoted field may hold newlines, so a line start is not known to be a row start without
-  reading from the top; Parquet: DuckDB reads its row groups in parallel itself;
-* a file with a UTF-16 or UTF-32 byte-order mark: a newline is two or four bytes, one of them
-  possibly part of another character.
-
-A worker never holds more than one batch of rows (``BATCH_SENTENCES``), and the stage at most two
-pieces' files per worker on disk (:func:`bertwb.data.ordered_map.map_ordered`), so memory stays flat.
+`plan_pieces` cuts a plain UTF-8 BERT, paragraphs or JSONL file larger than ``ingest.range_bytes`` at a blank
+line (any line, for JSONL); every other file is one piece (README, "Inputs", says why). `PieceReader` reads a
+piece into batches of rows, and `SpillJob` does that in a worker process, into Arrow stream files. Invariant:
+a piece's rows and counts depend only on the piece and the settings (documents and lines numbered from its
+start), so the stage, numbering on in order, builds the same tables for any number of workers.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""Masked-LM masking: the one function that both the pairs stage (static masks) and the training
-loader (dynamic masks, new every epoch) call, so the two can never drift apart.
+"""Masked-LM masking: the one function that both the pairs stage (static masks) and the training loader
+(dynamic masks, new every epoch) call, so the two can never drift apart.
 
-The rules are the original BERT ``create_masked_lm_predictions``:
-
-* ``n = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))`` with
-  ``len(tokens)`` counting ``[CLS]`` and ``[SEP]``, and ``round`` half-to-even as Python's;
-* candidates are every position except ``[CLS]``/``[SEP]`` (and ``[PAD]``, which never occurs
-  unpadded); with whole-word masking a ``##`` piece joins the word before it, words are taken in a
-  random order and a word that would overflow ``n`` is skipped (so an instance may get fewer than
-  ``n``); otherwise exactly ``n`` positions are drawn without replacement;
-* each chosen position becomes ``[MASK]`` 80%, stays unchanged 10%, becomes a random token 10%.
-
-Two documented departures: the random token is drawn from the non-special vocabulary (the original
-can draw ``[PAD]``, ``[CLS]`` or ``[unusedN]``), and a ``##`` piece right after ``[SEP]`` or at the
-start of a truncated segment starts its own word (the original glues it to the last word of the
-previous segment, across the ``[SEP]``).
-
-The work is vectorised over a batch laid out as a flat id array plus offsets; one instance is a
-batch of one (:func:`mask_instance`).
+The rules are the original ``create_masked_lm_predictions``': ``min(max_predictions_per_seq, max(1,
+round(len(tokens) * masked_lm_prob)))`` positions ([CLS] and [SEP] counted, never chosen; with whole-word
+masking a word that would overflow is skipped), each 80% ``[MASK]``, 10% unchanged, 10% a random non-special
+token; the departures are in README, "Pre-training pairs". Vectorised over flat ids plus offsets.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""The instances of one shard: the original ``create_pretraining_data`` algorithm, vectorised.
+"""The instances of one shard: the original ``create_pretraining_data`` algorithm, vectorised with numpy.
 
-Per document and dupe pass a target length (``max_seq_length - 3``, or with ``short_seq_prob`` a
-uniform length in [2, that]); sentences accumulate into a chunk until it reaches the target or the
-document ends; A is the chunk's first ``a_end`` sentences; B is the real rest of the chunk with
-probability 0.5, otherwise a *random next* — sentences of another document from a random start up to
-the target — and the chunk's unused sentences are read again; the longer side loses tokens from a
-random end until the pair fits; masking follows :mod:`bertwb.data.masking`. Where and why bertwb
-departs from the original (one-sentence chunks, random next within a shard) is in
-:mod:`bertwb.stages.pairs`.
-
-**Vectorised, not per token.** Every A and B is a contiguous span of the shard's flat token array,
-so instance building is a lock-step loop over "the next chunk of every document still open"
-(``searchsorted`` on sentence offsets finds where each chunk ends), truncation is closed-form
-(which side shrinks, and by how much, is determined by the lengths; the front/back coin flips become
-one binomial draw per side) and assembly and masking are a few array gathers.
-
-**Deterministic.** Each (split, shard, dupe) gets its own generator,
-``SeedSequence([seed, split, shard, dupe, stream])`` with stream 0 for pairs and 1 for masks, so the
-output depends on the seed, the data and the shard size — never on how many processes build — and
-static and dynamic masking build the same pairs. Everything here is pure numpy on one shard, cheap to
-send to a worker process.
+Chunks, the A/B split, random next, truncation from a random end and masking (:mod:`bertwb.data.masking`)
+follow the original; bertwb's departures are in README, "Pre-training pairs". Every A and B is a span of
+the shard's flat token array, so building is a lock-step loop over documents, never over tokens. Invariant:
+each (split, shard, dupe) draws from ``SeedSequence([seed, split, shard, dupe, stream])`` (0: pairs, 1: masks),
+so the output depends on seed, data and shard size only, and static and dynamic masking build the same pairs.
 """
 
 from __future__ import annotations
@@ -129,7 +114,7 @@ def draw_spans(shard: Shard, max_num_tokens: int, short_seq_prob: float, rng: np
     """One dupe pass of the original algorithm over every document of the shard, in lock step.
 
     Each round takes the next chunk of every document that still has sentences to read.
-    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (see the module docstring).
+    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (README, "Pre-training pairs").
     """
     sentence_offsets = shard.sentence_offsets
     doc_first = shard.doc_sentence_offsets[:-1]

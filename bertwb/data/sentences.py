@@ -1,17 +1,9 @@
 """Text clean-up and sentence splitting: what ingest does to text once a file has been read.
 
-Pure functions on strings, with no knowledge of files, formats or the config, so that they can be
-tested and benchmarked alone: :mod:`bertwb.data.text_files` calls them on every line, record and
-paragraph it reads, and ``benchmarks/segmenters.py`` measures :func:`split_sentences` against other
-segmenters.
-
-* :func:`clean`: NFC, control characters to spaces, runs of whitespace to one space.
-* :func:`split_long` and :func:`cut_at_space`: a sentence longer than ``ingest.max_sentence_chars``
-  is cut at whitespace (2,000 characters are about 512 tokens, the most of one segment BERT ever
-  sees, so the pieces lose nothing a model learns from). The reader cuts an over-long line by the
-  same rule, so that memory stays bounded on pathological input.
-* :func:`split_sentences` and :func:`split_text`: paragraphs into sentences, with BlingFire (pysbd
-  where BlingFire has no native library).
+Pure functions on strings that know no files, formats or config, so they are tested and benchmarked alone
+(``benchmarks/segmenters.py``): `clean` (NFC, control characters and whitespace runs to one space),
+`split_long` (a sentence over ``ingest.max_sentence_chars`` cut at whitespace, by the rule the reader cuts
+an over-long line with) and `split_sentences` (BlingFire, or pysbd where it has no native library).
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
-"""Reading ingest's input files: one file, or a byte range of one, → its documents, as (line, cleaned sentences).
+"""Reading one ingest input file, or a byte range of one, into documents: (line, cleaned sentences).
 
-:class:`FileReader` opens one file (plain, .gz or .zst), decodes it (UTF-8, or the UTF-16 or UTF-32
-a byte-order mark names), reads it in its format (the original BERT format, plain paragraphs, JSONL,
-CSV/TSV and Parquet through DuckDB's readers) and counts what it skips on the way. Which files to
-read, the tables and the report of the counts are the stage's, :mod:`bertwb.stages.ingest`; the
-clean-up and sentence splitting of the text are :mod:`bertwb.data.sentences`.
-
-Bad input never crashes it, and each kind is counted once per file:
-
-* a file that is empty, binary, or truncated or corrupt (.gz and .zst alike) raises
-  :class:`SkipFile`, so that none of its documents are kept, and the reason names it; a file that
-  gives no document at all says why in :meth:`FileReader.why_no_documents` (undecodable lines, JSONL
-  records without ``ingest.text_field``, every sentence under ``ingest.min_sentence_chars``...);
-* a line its encoding cannot decode, a JSONL line that is not JSON or has no text field, is skipped
-  and counted, with the line number of the first;
-* UTF-8 is read by default; a byte-order mark switches to UTF-16 or UTF-32.
-
-A file that cannot be opened is not skipped: :func:`cannot_read` is the one line that stops the
-stage (why, :mod:`bertwb.stages.ingest` says).
-
-Memory stays bounded on pathological input: lines are read in pieces of at most
-``ingest.max_sentence_chars`` characters, a longer sentence is split at whitespace (and counted), a
-paragraph is segmented in stretches, a JSONL record longer than ``MAX_RECORD_CHARS`` is skipped, and
-zstd is decompressed a little at a time.
-
-A reader may read a byte range of a plain UTF-8 file instead of the whole (``start``/``end``, which
-:mod:`bertwb.data.corpus_pieces` chooses on document boundaries): its line numbers and counts are then
-relative to the range, and :meth:`FileCounts.merge` joins the ranges' counts, in order, into the file's.
+`FileReader` decompresses (.gz, .zst), decodes (UTF-8, or the UTF-16/32 a byte-order mark names) and reads
+one format, counting what it skips: a bad file raises `SkipFile` (none of its documents are kept), a bad line
+is skipped and counted; only a file that cannot be opened stops the stage (`cannot_read`). Memory stays
+bounded on any input (lines in pieces of ``ingest.max_sentence_chars``, JSONL records of `MAX_RECORD_CHARS`).
+A byte range counts its lines from its own start, and `FileCounts.merge` joins the ranges' counts in order.
 """
 
 from __future__ import annotations

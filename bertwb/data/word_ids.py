@@ -1,13 +1,9 @@
 """Token ids of a batch of sentences, as flat ids and one length per sentence: plainly, or by distinct word.
 
-`encode_plain` hands every sentence to ``encode_batch_fast``. `encode_by_word` cuts each sentence at its
-spaces, encodes each distinct piece of the batch once and joins the pieces' ids back: a corpus says
-"the" millions of times, and the tokenizer's work per sentence (normalising, splitting, looking up the
-pieces) is then done once per distinct word. The ids are identical whenever the tokenizer treats an
-ASCII space as a word boundary that nothing reaches across, which `encodes_by_word` checks: BERT's
-normaliser (character by character) and pre-tokeniser (a space always ends a word), a WordPiece model
-(a word's pieces depend on the word alone), and no added token that could span a space.
-tests/test_word_ids.py compares the two on varied text.
+`encode_plain` encodes every sentence; `encode_by_word` encodes each distinct space-separated word of the
+batch once and joins their ids back, since a corpus says "the" millions of times. Invariant: the two give
+identical ids whenever `encodes_by_word` holds (BERT's normaliser and pre-tokeniser, a WordPiece model, no
+added token that spans a space); tests/test_word_ids.py compares them on varied text.
 """
 
 from __future__ import annotations

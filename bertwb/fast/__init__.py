@@ -1,22 +1,10 @@
 """Faster CPU versions of three pieces of the model, switched on in one place: `install`.
 
-Each fast piece is a subclass of the plain module in :mod:`bertwb.model.bert` that overrides one
-method and adds no state, so switching is a change of class in place: parameters, weight ties and
-state-dict names stay as they are, and a model trained fast loads, exports and evaluates as any other.
-Each is tested against the plain method it replaces (tests/test_fast_paths.py):
-
-* :class:`bertwb.fast.dropout.PackedDropout` for ``nn.Dropout`` — drop decisions 64 random bits at a
-  time instead of one Bernoulli draw per element, and a one-byte mask kept for backward;
-* :class:`bertwb.fast.attention.FastSelfAttention` for ``SelfAttention`` — with dropout, the math that
-  ``scaled_dot_product_attention`` falls back to on CPU, with the scale and mask folded into one
-  batched matmul and the packed dropout on the probabilities;
-* :class:`bertwb.fast.mlm.TransposedMLMHead` for ``MLMHead`` — while training, the (V, n) layout of the
-  biggest matmul, which the fused loss :func:`bertwb.fast.mlm.mlm_loss_sum` consumes in place.
-
-The fast pieces give the plain pieces' math; numbers differ only in float rounding and, with dropout,
-in which elements the random draws drop. The trainer installs them on CPU unless
-``cpu_fast_paths: false`` (:mod:`bertwb.train.trainer`); on other devices nothing changes. Where time
-goes and what each piece saves is measured in BENCHMARKS.md.
+Each is a subclass of a plain module of :mod:`bertwb.model.bert` (`PackedDropout` for ``nn.Dropout``,
+`FastSelfAttention`, `TransposedMLMHead`) that overrides one method and adds no state, so switching changes
+the class in place: parameters, ties and state-dict names stay, and a model trained fast loads anywhere.
+They compute the plain math (numbers differ in float rounding and, with dropout, in which elements are
+dropped), are tested against it (tests/test_fast_paths.py), and BENCHMARKS.md measures what each saves.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """BERT (Devlin et al., 2019) in plain PyTorch: config, presets, the encoder and the pre-training model.
 
-Read top to bottom: `BertConfig` and `PRESETS`, the backbone (`Embeddings`, `SelfAttention`,
-`FeedForward`, `Block`, `BertModel`), then the pre-training model (`MLMHead`, `BertForPreTraining`).
-The fine-tuning models on the same backbone are in :mod:`bertwb.model.heads`, the Hugging Face names
-and config in :mod:`bertwb.model.hf_names`. Every parameter is exactly one tensor of the `transformers`
-class of the same name, so conversion is a rename.
-
-This file is the reference: plain modules and ``torch.nn.functional`` only. Faster CPU versions of
-three of its pieces (dropout, attention with dropout, the MLM head's output layout) live in
-:mod:`bertwb.fast`, each a subclass that overrides one method and is tested against the one here.
+Read top to bottom: `BertConfig` and `PRESETS`, the backbone (`Embeddings` … `BertModel`), then `MLMHead` and
+`BertForPreTraining`; the fine-tuning models are in :mod:`bertwb.model.heads`. Every parameter is exactly one
+tensor of the `transformers` class of the same name, so conversion is a rename. This file is the reference:
+plain modules and ``torch.nn.functional`` only; :mod:`bertwb.fast` subclasses three of its pieces.
 """
 
 from __future__ import annotations

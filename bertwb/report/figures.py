@@ -1,11 +1,8 @@
 """The report's figures: one function per figure, each drawing data it is given into a new `Figure`.
 
-Every figure is `SIZE` inches at `DPI` (800 × 450 pixels) and is saved without tight cropping, so its
-pixel size never depends on its content. Figures are made with ``matplotlib.figure.Figure`` directly,
-not pyplot: no global state, no display, and the Agg canvas that PNG output uses.
-
-Training curves draw the training metrics as lines and the validation points as dots of the same
-colour, so the two read together; accuracies are in percent.
+Every figure is `SIZE` inches at `DPI` (800 × 450 pixels), saved without tight cropping, so its pixel size
+never depends on its content. ``matplotlib.figure.Figure`` is used directly, not pyplot: no global state, no
+display. Training metrics are lines, validation points dots of the same colour; accuracies are in percent.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The report's folder: what ``bertwb report`` may replace there, and writing it whole.
 
-The report is ``index.html`` and ``figures/*.png``, built in a new folder beside the target and
-swapped in (`bertwb.workspace.building`), so a reader sees the old report or the whole new one and
-figures no longer drawn go with the old folder. A marker file, `MARKER`, lists every file a report
-wrote. The report replaces a folder only when that is its own earlier output: the folder is missing
-or empty, or every file in it is one its marker lists. A folder holding anything else (a user's
-``--output ~/Documents``, a file added since) is refused with one line, and nothing is removed.
-
-Reports written before the marker existed sit in the workspace's own ``report/`` folder: there a
-folder of nothing but ``index.html`` and ``figures/*.png`` counts as the report's own.
+The report (``index.html``, ``figures/*.png``) is built beside its target and swapped in
+(`bertwb.workspace.building`), and its marker file, `MARKER`, lists every file it wrote. It replaces a
+folder only when that is its own earlier output: missing, empty, or every file listed by the marker (in the
+workspace's ``report/``, also a marker-less folder of only those files, as reports before the marker were).
+Anything else is refused with one line, and nothing is removed.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """ingest: raw text files → the ``documents`` and ``sentences`` tables.
 
-Reads the original BERT format, plain paragraphs, JSONL, CSV/TSV and Parquet, plain or .gz/.zst,
-from files, directories and globs. Cleans text (NFC, control characters, whitespace), splits
-paragraphs into sentences, drops exact duplicate documents and assigns each document to train or
-valid by a seeded hash of its content. Streams: rows go to DuckDB in batches, and de-duplication
-runs in SQL, so Python's memory does not grow with the corpus.
-
-On all cores (``ingest.workers``): files, and byte ranges of a large plain file cut on document
-boundaries, are read in worker processes (:mod:`bertwb.data.corpus_pieces`, which says which files are
-cut and why the others are not), and this process inserts their rows in file and range order, numbering
-documents and lines on from the pieces before. So the tables, the split, what is deduplicated and the
-summary are the same for any number of workers, and neither the workers nor ``ingest.range_bytes`` is
-part of the key. A small corpus (under ``range_bytes``) is read in this process: a pool costs more.
-
-This module is the stage: which files to read (``ingest.inputs``) and their fingerprints for the
-cache key, the format of each, the tables it writes and the summary of what was skipped. Reading
-one file (decompressing, decoding, the formats, what a bad file or line is) is
-:mod:`bertwb.data.text_files`; cleaning the text and splitting sentences is
-:mod:`bertwb.data.sentences`.
-
-Bad input never crashes it, and each kind is reported once with a count: a file that is empty,
-binary, truncated or corrupt, or that gives no document at all, is skipped whole and named with the
-reason; a bad line is skipped and counted, with the line number of the first. An empty corpus is
-one line that names the filter that emptied it or the files skipped.
-
-A file or directory that cannot be read (permissions) stops the stage with one line naming it,
-rather than being skipped: the cache key fingerprints the files by size and mtime, which chmod does
-not change, so a skipped file would leave the stage "fresh" without it once it became readable.
+The stage: the files ``ingest.inputs`` names and their fingerprints for the key, each one's format, the
+tables and the summary of what was skipped. Reading a file is :mod:`bertwb.data.text_files`, cutting a large
+one for the workers :mod:`bertwb.data.corpus_pieces`. Invariants: rows are inserted in file and range order,
+so tables, split and summary are the same for any ``ingest.workers``; memory does not grow with the corpus;
+bad input is skipped and counted, but an unreadable file stops the stage (README, "Inputs", says why).
 """
 
 from __future__ import annotations

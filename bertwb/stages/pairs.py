@@ -1,51 +1,10 @@
-"""pairs: tokenised documents → masked-LM + next-sentence-prediction instances.
+"""pairs: tokenised documents → masked-LM + next-sentence instances, in ``pairs`` and the training arrays.
 
-The instances are those of the original BERT ``create_pretraining_data`` (the algorithm, vectorised
-over a shard, is :mod:`bertwb.data.pair_builder`); this module plans the shards, runs the builder over
-them in order, and writes the ``pairs`` table and the array files training reads
-(:mod:`bertwb.data.pairs`).
-
-**One deliberate change, for a balanced NSP task** (``pairs.one_sentence_chunk``). The original gives
-every one-sentence chunk a random next, since it has no second sentence to be B, so its random-next
-share is 50% plus half the share of one-sentence chunks. They come from two places: a document's last
-chunk is often one sentence (a share that shrinks as documents grow longer), and a document that draws
-a short target below one sentence's length makes only one-sentence chunks, and many of them (the
-plain-Python port of the original in tests/test_pairs.py shows the surplus on the sample corpus).
-With ``split`` (the default) the coin decides for every chunk: a one-sentence chunk whose coin says
-actual next is cut inside its sentence at a uniform token, A the first part and B the rest, which is
-contiguous text of one document as every IsNext pair is ("sentence" in BERT means a span of text, not
-a linguistic sentence). Chunks are formed exactly as in the original; a split pair is as long as its
-sentence, where the original's random B would have filled it up to the target, so pairs are a little
-shorter on average. Only a one-token sentence, which cannot be cut, still takes a random next.
-``random_next`` keeps the original rule, for reproducing its data.
-
-How it stays fast, deterministic and out-of-core:
-
-* **Shards.** Each split's documents are cut into shards of about ``pairs.shard_tokens`` tokens (at
-  least two documents each), read from DuckDB one at a time, so memory stays flat as the corpus grows
-  (DuckDB's buffer pool is capped by ``workspace.memory_limit``, so the freshly inserted table is
-  written out instead of held in memory).
-* **Random next within the shard.** A random B is drawn uniformly from the *other documents of the
-  same shard and split* (the original draws from the whole corpus). With shards of millions of
-  tokens the window holds thousands of documents, so a B still comes from an effectively arbitrary
-  unrelated document; what changes is that documents far apart in ``doc_id`` never pair. With one
-  shard (any corpus smaller than ``shard_tokens``) the draw is the original's, minus its quirk of
-  sometimes pairing a document with itself after ten unlucky draws.
-* **Overlap.** The main process builds while DuckDB inserts on a background thread (DuckDB releases
-  the GIL), in one transaction, so full row groups go straight to the file instead of through the WAL.
-* **Processes.** With ``pairs.workers`` > 1, (shard, dupe) tasks go to a ``ProcessPoolExecutor``, at
-  most two per worker in flight; the output never depends on the number of workers. On 2 cores
-  building in-process is fastest, so ``workers: 0`` means cores − 2 processes, at least one
-  (BENCHMARKS.md has the measurements behind these choices).
-
-Outputs: the DuckDB table ``pairs`` (unpadded, one row per instance) with its views, and in the stage
-directory one folder per split of flat binary arrays plus ``meta.json``. Instances are stored in
-(split, shard, dupe, document) order; the training loader shuffles.
-
-**Phases.** With ``pretrain.phases`` the stage builds one pair set per phase, each with the phase's
-``max_seq_length`` and ``max_predictions_per_seq`` (the rest from ``pairs``), into a folder named after
-the phase (:func:`bertwb.data.pairs.pair_sets`); the table's ``phase`` column says which set a row
-belongs to (NULL without phases), and every view counts per phase and split.
+Plans each split's shards (about ``pairs.shard_tokens`` tokens, at least two documents), builds them with
+:mod:`bertwb.data.pair_builder` (in ``pairs.workers`` processes) and writes the rows and the arrays that
+:mod:`bertwb.data.pairs` reads: one set per ``pretrain.phases`` phase, or one. Rows are in (phase, split,
+shard, dupe, document) order, the same for any number of workers; memory stays flat as the corpus grows.
+Where the instances differ from the original script's, and why: README, "Pre-training pairs".
 """
 
 from __future__ import annotations

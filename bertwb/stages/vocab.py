@@ -1,37 +1,10 @@
 """vocab: train (or load) a WordPiece vocabulary and tokenise every sentence into ``tokens``.
 
-The tokenizer is Hugging Face ``tokenizers`` set up as BERT's: the BERT normaliser (lowercase and
-accent stripping when uncased), the BERT pre-tokeniser, ``##`` continuation pieces and the special
-tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0–4 when trained). A trained vocabulary is padded with
-``[unusedN]`` tokens to a multiple of ``vocab.pad_to_multiple`` (64 by default), which keeps the
-embedding and output matrices aligned for fast matmuls; a ``vocab.from_file`` vocabulary is kept
-exactly, so a published model loaded with ``model.init_from`` finds its own ids. ``tokenizer.json``,
-``vocab.txt`` and the files ``transformers.BertTokenizerFast.from_pretrained`` reads are written to
-the stage directory.
-
-**Deterministic training.** The same corpus and settings give the same ``vocab.txt`` on any machine and
-thread count. ``tokenizers``' ``WordPieceTrainer`` alone does not: it numbers the ``##x`` continuation
-pieces in the iteration order of a hash map, those numbers break ties between merges of equal count
-(so even the set of tokens changes), and with more distinct characters than ``limit_alphabet`` it drops
-the rarest by an unstable sort. So a first pass (`_alphabet`) computes both in a fixed order: the kept
-alphabet (the ``limit_alphabet`` most frequent characters of the normalised text, ties by character)
-and the characters that occur inside a word; the trainer gets the alphabet as its initial one and the
-``##x`` pieces right after the special tokens, so every id it hands out is fixed before it starts.
-Trained vocabularies therefore read ``[PAD] [UNK] [CLS] [SEP] [MASK]``, the ``##x`` pieces sorted, the
-alphabet sorted, then the merges. The pass reads the training text once more and costs about a tenth
-of the training (``alphabet_seconds`` in the summary; BENCHMARKS.md).
-
-**A sample to train on, the whole corpus to tokenise.** A vocabulary needs word counts, not the
-whole corpus: training reads about ``vocab.train_sentences`` training sentences (`TrainingSample`, a
-hash of each sentence's place and ``vocab.seed``; 0 or null: all), so its time stops growing with the
-corpus, and every sentence is then tokenised. The summary reports the sample (``train_sentences``)
-and how well it covers the rest: ``unseen_unk_rate``, the ``[UNK]`` rate of the ``unseen_sentences``
-it left out (the valid split included).
-
-**Memory.** Nothing here holds the corpus: training streams the sample in batches (the trainer keeps
-word counts, which grow with the distinct words only), and tokenising reads, sorts and commits a range
-of documents at a time (`tokenise_all`). What grows until it reaches ``workspace.memory_limit`` is
-DuckDB's cache of the table blocks it read; ``vocab.batch_size`` sizes the batches and the ranges.
+The tokenizer is BERT's, in Hugging Face ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0–4 when
+trained), written to the stage directory as the files ``transformers.BertTokenizerFast`` loads. Invariants:
+the same corpus and settings give the same ``vocab.txt`` on any machine and thread count (`_alphabet` fixes
+what ``WordPieceTrainer`` leaves to hash order); a ``vocab.from_file`` vocabulary is kept exactly; training
+reads a seeded sample (``vocab.train_sentences``), and nothing holds the corpus in memory.
 """
 
 from __future__ import annotations
@@ -145,7 +118,7 @@ STAGE = Stage(
 
 
 def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample]:
-    """A deterministic WordPiece vocabulary (see the module's docstring), padded; the seconds of the
+    """A deterministic WordPiece vocabulary (README, "A deterministic vocabulary"), padded; the seconds of the
     alphabet pass; and the sample of training sentences it was trained on."""
     tokenizer = build_tokenizer(None, cfg.vocab.lowercase)
     n_train = con.execute("select count(*) from sentences join documents using (doc_id) "

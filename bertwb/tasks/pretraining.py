@@ -1,22 +1,10 @@
 """Pre-training BERT: the masked-LM + next-sentence objective, the model it starts from, and one run.
 
-**Loss.** MLM cross-entropy summed over the masked tokens of the whole global batch and divided by
-their count, plus NSP cross-entropy summed over its pairs and divided by their count. Both counts are
-global (the trainer adds them up over every micro-batch of every process before the step), so the
-gradient is that of the global batch whatever the number of processes or accumulation steps, and a
-token-budget batch of 40 short pairs weighs each of them as a fixed batch of 40 would. The MLM head
-runs only at masked positions; on CPU its logits go to `bertwb.fast.mlm.mlm_loss_sum`.
-
-**The model.** A new model of ``model.preset`` (with its overrides), or the ``model.init_from``
-directory's model: its own sizes and weights, the configured dropouts, and MLM/NSP heads initialised
-where it has none (a fine-tuned model gives its encoder; its task head is left out).
-
-**A run** (`train`): every rank loads the pairs the plan names, builds batches (length-bucketed, or a
-token budget per step; rows padded to a multiple of 8 on CUDA for tensor cores) and the model, and
-the trainer takes it from there. Rank 0 then writes the stage directory: the final weights (hard-linked
-from the last checkpoint), a Hugging Face ``config.json``, ``metrics.jsonl`` and ``training.json``.
-
-Evaluating a model on the held-out pairs (`evaluate_pairs`) uses the same statistics.
+The loss is MLM cross-entropy over the masked tokens of the global batch divided by their global count,
+plus NSP over its pairs divided by theirs, so the gradient is the global batch's whatever the processes,
+accumulation or batch shape; the MLM head runs only at masked positions. The model is a new
+``model.preset`` or the ``model.init_from`` model, with MLM/NSP heads initialised where it has none. `train`
+runs one run on every rank; rank 0 writes the stage directory. `evaluate_pairs` sums the same statistics.
 """
 
 from __future__ import annotations

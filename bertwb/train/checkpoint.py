@@ -1,18 +1,10 @@
 """Checkpoints of a training run: written atomically, read back newest-first, bit-exact on resume.
 
-A checkpoint is a folder ``<run>/checkpoints/step-NNNNNNNN/`` (named by :mod:`bertwb.train.runs`):
-
-* ``model.safetensors`` — the weights, under bertwb's names (a tied tensor once);
-* ``trainer.pt`` — what the trainer needs to go on exactly: optimizer and schedule state, the open
-  metric window, every rank's RNG states (Python, numpy, torch, CUDA), and whatever else the trainer
-  keeps (the best evaluation so far);
-* ``state.json`` — step, epoch and position in it, the number of processes, the model's architecture
-  and what the stage adds (its config, a classifier's labels); written last, so a folder without it
-  is incomplete.
-
-It is built under a temporary name beside its final place and renamed in
-(:func:`bertwb.workspace.building`), so a crash leaves the previous checkpoints as they were. Saving
-is collective: every rank hands in its RNG state, rank 0 writes, all meet at a barrier.
+A checkpoint is the folder ``<run>/checkpoints/step-NNNNNNNN/`` (named by :mod:`bertwb.train.runs`): the
+weights in ``model.safetensors`` (bertwb's names, a tied tensor once), ``trainer.pt`` (optimizer, schedule,
+metric window, every rank's RNG states, the best evaluation) and ``state.json`` (step, data position, world
+size, architecture, the stage's extras), written last, so a folder without it is incomplete. It is built
+beside its place and renamed in (`bertwb.workspace.building`); saving is collective, and rank 0 writes.
 """
 
 from __future__ import annotations

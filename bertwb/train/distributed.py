@@ -1,16 +1,10 @@
 """One process or many: the process group of a training run, and how a training stage is launched.
 
-``torchrun --nproc-per-node N -m bertwb pretrain`` starts N copies of the command. Every rank joins
-one process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group carries what the hosts
-agree on (each step's normalising counts and stop request, the plan, RNG states, barriers), so no
-step waits for the GPU to drain its queue before the host can go on.
-
-`launch` runs training stages under that rule: only rank 0 takes the workspace lock and runs the
-engine (freshness, manifest, commit), with a `Session` as the builds' runtime; each stage that
-trains sends every rank its `plan` (where the run and its data are) through the session, and when
-the engine is done (or fails) rank 0 sends ``None``. The other ranks train with each plan they
-receive, without touching the engine, until the ``None``. The workspace must be on storage every
-rank can read.
+Under torchrun every rank joins one process group (NCCL on CUDA, gloo on CPU); on CUDA a second, gloo group
+carries what the hosts agree on (counts, stop requests, plans, RNG states, barriers), so no step waits for
+the GPU to drain its queue. `launch`: only rank 0 takes the workspace lock and runs the engine; each stage
+that trains sends every rank its `plan` through the `Session`, and ``None`` when the engine is done or has
+failed. The other ranks train each plan they receive and never touch the engine.
 """
 
 from __future__ import annotations

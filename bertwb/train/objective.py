@@ -1,18 +1,10 @@
 """What a training task hands the trainer: how to run the model on a batch, its loss, and its metrics.
 
-The trainer (:mod:`bertwb.train.trainer`) knows nothing about masked tokens, sentence pairs or tags;
-an `Objective` does. It names the statistics the trainer sums over micro-batches, processes and
-logging windows, and turns their totals into metrics:
-
-* ``sums`` — per micro-batch, on the device (summed losses, correct predictions), so that a step
-  never waits for the device to report them;
-* ``counts`` — per micro-batch, known on the host (masked tokens, examples). Before each step the
-  trainer adds them up over every micro-batch of every process, and `loss` divides by those global
-  totals, so the gradient is that of the global batch whatever the number of processes or
-  accumulation steps (DDP's averaging over ranks is undone by the trainer).
-
-An objective also says how to show its metrics and, optionally, how to evaluate: the default sums
-the same statistics over the validation batches.
+The trainer knows nothing of masked tokens, pairs or tags; an `Objective` does. Per micro-batch it gives
+``sums`` (on the device, so a step never waits for them) and ``counts`` (known on the host). The trainer adds
+the counts over every micro-batch of every process before the step and `loss` divides by those global
+totals, so the gradient is the global batch's whatever the number of processes or accumulation steps.
+Evaluation sums the same statistics over the validation batches unless the objective says otherwise.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """TensorBoard event files beside each run's ``metrics.jsonl``, written when the ``tensorboard`` package is there.
 
-``pip install 'bertwb[tensorboard]'`` and ``tensorboard --logdir .bertwb`` shows every run live: the
-trainer writes ``<run_dir>/tensorboard/events.out.tfevents.*`` (``.bertwb/pretrain-runs/<key>/...``,
-``.bertwb/finetune-runs/<task>/<key>/...``), so TensorBoard names each run by its directory.
-
-**What is written.** Every number of every metrics.jsonl line, at the line's step: ``valid_loss`` as
-``valid/loss``, every other name (the objective's metrics, ``lr``, ``tokens_per_s``, ``eta_s``, ``epoch``)
-as ``train/<name>``, so TensorBoard groups the training and validation charts. The file is flushed at
-every log, which is what makes the charts live; metrics.jsonl stays the record that everything else
-(``bertwb report``) reads. Only rank 0 writes, as it alone writes metrics.jsonl.
-
-**Resume.** A resumed run drops its metrics.jsonl lines past the checkpoint and logs those steps
-again; the new event file carries a purge marker at the first step it logs, so TensorBoard hides the
-older file's events from that step on (the marker SummaryWriter's ``purge_step`` writes) and each step shows once.
-(TensorBoard would also drop them on seeing the steps go backwards; the marker says it outright.)
-
-**Links planted in the workspace.** The event file is bertwb's own writing, not ``SummaryWriter``'s, which
-opens the file again by name at every flush, following any link planted there (a truncating first
-write, then appends). Here the ``tensorboard`` folder is opened without following a link, and the file
-is created new in it (``O_EXCL``, ``O_NOFOLLOW``) under a name with a random part, then written through
-that one descriptor; a link at the folder is refused with one line, as at ``metrics.jsonl``. The
-records are TensorBoard's own (`RecordWriter`, ``Event`` and ``Summary`` protos), as SummaryWriter writes them.
-
-**When the package is absent** `open_events` is a no-op that imports nothing (it asks
-``importlib.util.find_spec`` first): training neither slows down nor fails.
+Every number of every metrics.jsonl line is a scalar at its step (``valid_x`` as ``valid/x``, the rest as
+``train/<name>``), flushed at every log; rank 0 alone writes, and metrics.jsonl stays the record the rest of
+bertwb reads. A resumed run's file carries a purge marker at its first step, so each step shows once. The
+records are TensorBoard's, written by bertwb through one descriptor created new (``O_EXCL``, ``O_NOFOLLOW``),
+never through a link as ``SummaryWriter``'s reopening by name would. Without the package nothing is imported.
 """
 
 from __future__ import annotations
