@@ -1,11 +1,14 @@
-"""The text inputs of ``fill-mask`` and ``predict``: arguments, a ``--file`` of lines, or stdin's lines.
+"""The text inputs of ``fill-mask`` and ``predict`` (arguments, a ``--file`` of lines, or stdin's lines), and the
+UTF-8 decoding of every text file a task reads (:func:`decode_utf8`, which :mod:`bertwb.tasks.readers` shares).
 
 Each must be UTF-8 text: bytes that are not (a binary file piped in, a Latin-1 file, an argument that
-the shell passed as raw bytes) are one line naming where they are, never a tokenizer's type error.
+the shell passed as raw bytes) are one line naming where they are and the line (ended by ``\\n``, ``\\r\\n`` or
+``\\r``, as Python's text files count), never a tokenizer's type error.
 """
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -37,17 +40,29 @@ def input_lines(texts: tuple[str, ...], text_file: str | None, stdin: TextIO) ->
     return lines
 
 
-def _decode(data: bytes, where: str) -> str:
-    """UTF-8 text (a byte-order mark dropped), or one line naming the first bad byte and its line."""
-    if b"\x00" in data:
-        line = data[:data.index(b"\x00")].count(b"\n") + 1
-        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; give UTF-8 text, one input per line")
+def decode_utf8(data: bytes, where: str, fix: str) -> str:
+    """``data`` as UTF-8 text (a byte-order mark dropped), or one line ``where:LINE: not UTF-8 text (byte
+    0xNN); fix`` naming the first bad byte and its line."""
+    body = data.removeprefix(codecs.BOM_UTF8)  # offsets below are then the body's, as the bad byte's are
     try:
-        return data.decode("utf-8-sig")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise BertwbError(f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8, "
-                          "one input per line") from None
+        raise BertwbError(f"{where}:{line_at(body, exc.start)}: not UTF-8 text (byte 0x{body[exc.start]:02x}); "
+                          f"{fix}") from None
+
+
+def line_at(data: bytes, offset: int) -> int:
+    """The 1-based line of ``data`` that holds byte ``offset``, lines ending at ``\\n``, ``\\r\\n`` or ``\\r``."""
+    head = data[:offset]
+    return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+
+
+def _decode(data: bytes, where: str) -> str:
+    """Text of one input per line: UTF-8 without NUL bytes (a NUL means binary data was piped in)."""
+    if b"\x00" in data:
+        line = line_at(data, data.index(b"\x00"))
+        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; give UTF-8 text, one input per line")
+    return decode_utf8(data, where, "save it as UTF-8, one input per line")
 
 
 def _is_unicode(text: str) -> bool:
