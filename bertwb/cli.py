@@ -15,7 +15,7 @@ from bertwb.cli_paths import PathArg
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
-from bertwb.textinput import input_lines
+from bertwb.textinput import input_lines, stdin_lines
 from bertwb.workspace import Workspace
 
 
@@ -255,7 +255,7 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
             *outputs.reading(input_file, "the input file"), *outputs.reading(checkpoint, "the model", True)]))
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     examples = predictor.read(Path(input_file)) if input_file else \
-        predictor.read(lines=input_lines((), None, sys.stdin))
+        predictor.read(lines=stdin_lines(sys.stdin))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)
     if output:
         ui.info(f"wrote {count:,} predictions to {output}")

@@ -1,11 +1,15 @@
-"""The text inputs of ``fill-mask`` and ``predict``: arguments, a ``--file`` of lines, or stdin's lines.
+"""User text as lines: the inputs of ``fill-mask`` and ``predict``, and the UTF-8 decoding of every text file
+a task reads (:func:`decode_utf8`, which :mod:`bertwb.tasks.readers` shares).
 
-Each must be UTF-8 text: bytes that are not (a binary file piped in, a Latin-1 file, an argument that
-the shell passed as raw bytes) are one line naming where they are, never a tokenizer's type error.
+A line ends at ``\\n``, ``\\r\\n`` or ``\\r`` (as Python's text files count), and every line number in a
+message is the 1-based line a user sees in the file or stdin: blank lines are skipped but counted. Bytes that
+are not UTF-8 (a binary file piped in, a Latin-1 file, an argument the shell passed as raw bytes) are one
+line naming where they are, never a tokenizer's type error.
 """
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -19,35 +23,74 @@ def input_lines(texts: tuple[str, ...], text_file: str | None, stdin: TextIO) ->
             if not _is_unicode(text):
                 raise BertwbError(f"text argument {number} is not UTF-8 text (the shell passed raw bytes); "
                                   "give UTF-8 text")
-        lines = list(texts)
-    elif text_file:
-        try:
-            data = Path(text_file).read_bytes()
-        except OSError as exc:
-            raise BertwbError(f"{text_file}: cannot read it ({exc.strerror}); check the path") from None
-        lines = _decode(data, text_file).splitlines()
+        lines = [text.strip() for text in texts if text.strip()]
     else:
-        if stdin.isatty():
-            raise BertwbError('no input: give text as an argument ("the [MASK] sat"), with --file, or on stdin')
-        buffer: BinaryIO | None = getattr(stdin, "buffer", None)
-        lines = (_decode(buffer.read(), "stdin") if buffer is not None else stdin.read()).splitlines()
-    lines = [line.strip() for line in lines if line.strip()]
+        no_input = 'no input: give text as an argument ("the [MASK] sat"), with --file, or on stdin'
+        lines = [line for _, line in numbered_lines(_read(text_file, stdin, no_input))]
     if not lines:
         raise BertwbError("the input is empty; give at least one line of text")
     return lines
 
 
-def _decode(data: bytes, where: str) -> str:
-    """UTF-8 text (a byte-order mark dropped), or one line naming the first bad byte and its line."""
-    if b"\x00" in data:
-        line = data[:data.index(b"\x00")].count(b"\n") + 1
-        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; give UTF-8 text, one input per line")
+def stdin_lines(stdin: TextIO) -> list[tuple[int, str]]:
+    """``predict``'s input: the non-blank lines of ``stdin``, stripped, each with its line number in stdin."""
+    lines = numbered_lines(_read(None, stdin, "no input: give an input file in the task's format, or lines on stdin"))
+    if not lines:
+        raise BertwbError("the input is empty; give at least one line of text")
+    return lines
+
+
+def numbered_lines(text: str) -> list[tuple[int, str]]:
+    """The non-blank lines of ``text``, stripped, each with its 1-based line number.
+
+    The lines are the pieces ``str.splitlines`` cuts, as inputs always were; only ``\\n``, ``\\r\\n`` and
+    ``\\r`` advance the number, so a form feed or U+2028 inside a line moves no later line's number.
+    """
+    numbered, number = [], 1
+    for piece in text.splitlines(keepends=True):
+        if piece.strip():
+            numbered.append((number, piece.strip()))
+        number += piece.endswith(("\n", "\r"))
+    return numbered
+
+
+def decode_utf8(data: bytes, where: str, fix: str) -> str:
+    """``data`` as UTF-8 text (a byte-order mark dropped), or one line ``where:LINE: not UTF-8 text (byte
+    0xNN); fix`` naming the first bad byte and its line."""
+    body = data.removeprefix(codecs.BOM_UTF8)  # offsets below are then the body's, as the bad byte's are
     try:
-        return data.decode("utf-8-sig")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise BertwbError(f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8, "
-                          "one input per line") from None
+        raise BertwbError(f"{where}:{line_at(body, exc.start)}: not UTF-8 text (byte 0x{body[exc.start]:02x}); "
+                          f"{fix}") from None
+
+
+def line_at(data: bytes, offset: int) -> int:
+    """The 1-based line of ``data`` that holds byte ``offset``, lines ending at ``\\n``, ``\\r\\n`` or ``\\r``."""
+    head = data[:offset]
+    return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+
+
+def _read(text_file: str | None, stdin: TextIO, no_input: str) -> str:
+    """The whole text of ``text_file``, else of ``stdin``; ``no_input`` when stdin is a terminal (nothing piped)."""
+    if text_file:
+        try:
+            data = Path(text_file).read_bytes()
+        except OSError as exc:
+            raise BertwbError(f"{text_file}: cannot read it ({exc.strerror}); check the path") from None
+        return _decode(data, text_file)
+    if stdin.isatty():
+        raise BertwbError(no_input)
+    buffer: BinaryIO | None = getattr(stdin, "buffer", None)
+    return _decode(buffer.read(), "stdin") if buffer is not None else stdin.read()
+
+
+def _decode(data: bytes, where: str) -> str:
+    """Text of one input per line: UTF-8 without NUL bytes (a NUL means binary data was piped in)."""
+    if b"\x00" in data:
+        line = line_at(data, data.index(b"\x00"))
+        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; give UTF-8 text, one input per line")
+    return decode_utf8(data, where, "save it as UTF-8, one input per line")
 
 
 def _is_unicode(text: str) -> bool:

@@ -1,16 +1,11 @@
 #!/usr/bin/env python3
 """Generate bertwb's sample corpus: synthetic, deterministic text for every stage of the pipeline.
 
-    python sample_corpus/generate.py            # (re)write everything next to this script
-    python sample_corpus/generate.py --check    # exit 1 if the committed files differ from a regeneration
-
-Every sentence comes from a small grammar: generic narrative templates filled with the words of one
-topic (nouns, verbs with their usual objects, adjectives, roles, organisations) plus shared names,
-places and numbers. A tiny BERT can therefore learn masked words from topic and syntax, and next-sentence
-prediction from the topic and the protagonist that recur through a document.
-
-Standard library only. The output depends on nothing but the seed: each product draws from its own
-`random.Random` seeded with a string, and no set or `hash()` order ever reaches the output.
+Run `python sample_corpus/generate.py` to rewrite this folder, or with `--check` to exit 1 when it differs
+from a regeneration. Sentences come from a small grammar: the templates and topic words of `lexicon.json`
+(data, edited by hand) filled in by the code below. Standard library only. The output depends on nothing
+but the seed and the lexicon: each product draws from its own string-seeded `random.Random`, tables keep
+the lexicon's order, and no set or `hash()` order ever reaches the output.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 DEFAULT_SEED = 2019  # the year of the BERT paper; any integer works
 HERE = Path(__file__).resolve().parent
+LEXICON_FILE = HERE / "lexicon.json"
 
 # Sizes of the products. The pretraining text lands near 2.5 MB with these.
 PRETRAIN_DOCUMENTS = 1800
@@ -42,8 +38,20 @@ QA_QUESTIONS = {"train": 1200, "dev": 300}  # fewer: every question carries a pa
 MIN_WORDS, MAX_WORDS = 6, 35  # words per sentence, split on whitespace
 
 # ----------------------------------------------------------------------------------------------------
-# The lexicon: one entry per topic.
+# The lexicon (lexicon.json): one entry per topic, shared words, and the sentence templates.
 # ----------------------------------------------------------------------------------------------------
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A key written twice in the hand-edited lexicon is an error, not a silent overwrite by the last one."""
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"{LEXICON_FILE.name}: key written twice in one object: {', '.join(repeated)}")
+    return dict(pairs)
+
+
+LEXICON = json.loads(LEXICON_FILE.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
 
 
 @dataclass(frozen=True)
@@ -81,520 +89,28 @@ class Topic:
     facts: tuple[str, ...]  # topic-specific sentence templates
 
 
-def _list(text: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in text.split(",") if item.strip())
+def _topic(entry: dict) -> Topic:
+    """A topic from its lexicon entry: lists become tuples, and each "past/base": [objects] an Action."""
+    fields = {key: tuple(value) if isinstance(value, list) else value for key, value in entry.items()}
+    fields["actions"] = tuple(Action(*verbs.split("/"), tuple(objects)) for verbs, objects in entry["actions"].items())
+    fields["measures"] = tuple(Measure(**measure) for measure in entry["measures"])
+    return Topic(**fields)
 
 
-def _actions(*specs: str) -> tuple[Action, ...]:
-    """Parse "past/base: object, object" lines."""
-    actions = []
-    for spec in specs:
-        verbs, objects = spec.split(":")
-        past, base = verbs.split("/")
-        actions.append(Action(past.strip(), base.strip(), _list(objects)))
-    return tuple(actions)
-
-
-def _measures(*specs: tuple[str, str, float, float]) -> tuple[Measure, ...]:
-    return tuple(Measure(*spec) for spec in specs)
-
-
-TOPICS: tuple[Topic, ...] = (
-    Topic(
-        name="cooking",
-        title="Chef",
-        roles=_list("chef, baker, pastry cook, sous-chef"),
-        orgs=_list("Golden Spoon Bistro, Café Lumière, Saffron House, Blue Plate Brasserie"),
-        settings=_list("the kitchen, the bakery, the market hall, the pantry"),
-        things=_list("sauce, soup, bread, dough, risotto, omelette, stew, crème brûlée, pastry, casserole, "
-                     "purée, gravy, pie, dumpling"),
-        quals=_list("crispy, creamy, golden, spicy, tender, savoury, buttery, fragrant, zesty"),
-        actions=_actions(
-            "chopped/chop: onions, garlic, parsley, carrots",
-            "baked/bake: bread, pie, sourdough loaf, croissants",
-            "stirred/stir: sauce, risotto, gravy",
-            "spiced/spice: stew, soup, casserole",
-            "kneaded/knead: dough, pastry",
-            "whisked/whisk: eggs, cream, batter",
-            "roasted/roast: potatoes, chicken, aubergines",
-            "simmered/simmer: stock, soup, stew",
-            "grated/grate: cheese, nutmeg, lemon zest",
-            "tasted/taste: sauce, purée, gravy",
-        ),
-        measures=_measures(
-            ("the oven had reached {n} degrees", "How many degrees had the oven reached?", 160, 250),
-            ("the dough had rested for {n} minutes", "How many minutes had the dough rested?", 20, 90),
-            ("the recipe called for {n} grams of butter", "How many grams of butter did the recipe call for?",
-             50, 400),
-            ("the stock had reduced by {n} litres", "By how many litres had the stock reduced?", 0.5, 4.5),
-        ),
-        facts=(
-            "A good {thing} needs patience, a hot pan and a pinch of salt.",
-            "The menu at {org} changes every season, but the {qual} {thing} always stays.",
-            "{Who} believes that fresh herbs matter more than an expensive knife.",
-            "In {setting}, the smell of garlic and warm butter filled the air.",
-            "The café next door sold {n} cups of coffee before lunch.",
-            "Guests at {org} ordered the {qual} {thing} more than any other dish.",
-            "Nobody in {setting} dared to touch the {thing} until it had cooled.",
-        ),
-    ),
-    Topic(
-        name="weather",
-        title="",
-        roles=_list("meteorologist, forecaster, storm chaser, climatologist"),
-        orgs=_list("Northern Forecast Centre, Coastal Weather Office, Skyline Climate Institute, Valley Met Bureau"),
-        settings=_list("the weather station, the radar room, the forecast office, the rooftop platform"),
-        things=_list("forecast, thunderstorm, drizzle, hailstorm, cold front, humidity, barometer, rainfall, "
-                     "snowfall, heatwave, fog, cloud cover, rain gauge, frost"),
-        quals=_list("humid, stormy, foggy, chilly, overcast, muggy, drizzly, blustery, frosty"),
-        actions=_actions(
-            "forecast/forecast: thunderstorm, heatwave, snowfall",
-            "monitored/monitor: cold front, cloud cover, humidity",
-            "issued/issue: storm warning, frost warning, flood alert",
-            "calibrated/calibrate: barometer, rain gauge, anemometer",
-            "logged/log: rainfall, snowfall, temperature",
-            "plotted/plot: isobars, weather map, storm path",
-        ),
-        measures=_measures(
-            ("the temperature had dropped to {n} degrees", "To what temperature had the air dropped?", -12, 9),
-            ("the rain gauge showed {n} centimetres of rain", "How many centimetres of rain did the rain gauge show?",
-             0.5, 9.5),
-            ("the gusts reached {n} kilometres per hour", "How many kilometres per hour did the gusts reach?",
-             40, 140),
-            ("the humidity went up to {n} percent", "To how many percent did the humidity go up?", 60, 99),
-        ),
-        facts=(
-            "The forecast for {loc} promised {qual} skies and a cold front by evening.",
-            "{Who} has never trusted a barometer that has not been checked for a month.",
-            "Rain gauges at {org} are emptied at nine every morning.",
-            "A {qual} morning often turns into a thunderstorm by late afternoon.",
-            "Farmers near {loc} call the office whenever the frost warning changes.",
-            "The radar showed a band of drizzle moving slowly towards {loc}.",
-        ),
-    ),
-    Topic(
-        name="sailing",
-        title="Captain",
-        roles=_list("sailor, skipper, navigator, deckhand"),
-        orgs=_list("Blue Anchor Yacht Club, Westwind Marina, Seagull Regatta Society, Pelican Bay Sailing School"),
-        settings=_list("the harbour, the marina, the quayside, the cabin"),
-        things=_list("yacht, mainsail, jib, rudder, anchor, tiller, hull, mast, compass, keel, dinghy, mooring, "
-                     "spinnaker, bow"),
-        quals=_list("seaworthy, breezy, choppy, nautical, sleek, buoyant, windward, leeward"),
-        actions=_actions(
-            "hoisted/hoist: mainsail, spinnaker, jib",
-            "trimmed/trim: jib, mainsail",
-            "reefed/reef: mainsail, foresail",
-            "steered/steer: yacht, dinghy",
-            "anchored/anchor: yacht, dinghy",
-            "coiled/coil: ropes, halyards, sheets",
-            "navigated/navigate: channel, strait, sandbar",
-            "scrubbed/scrub: hull, deck",
-        ),
-        measures=_measures(
-            ("the wind had risen to {n} knots", "To how many knots had the wind risen?", 8, 35),
-            ("the yacht had covered {n} nautical miles", "How many nautical miles had the yacht covered?", 12, 180),
-            ("the waves were {n} metres high", "How many metres high were the waves?", 0.5, 6.5),
-        ),
-        facts=(
-            "A {qual} yacht is only as good as the crew that sails it.",
-            "{Who} always checks the compass twice before leaving {setting}.",
-            "The regatta at {org} draws sailors from as far away as {loc2}.",
-            "Old sailors in {loc} say a red sky at night means a calm passage.",
-            "The tide turned, and the dinghy drifted towards the harbour wall.",
-            "Every knot in the rigging had been tied by hand.",
-        ),
-    ),
-    Topic(
-        name="astronomy",
-        title="Dr.",
-        roles=_list("astronomer, astrophysicist, telescope operator, stargazer"),
-        orgs=_list("Clearwater Observatory, Orion Space Institute, Highfield Planetarium, Kepler Sky Society"),
-        settings=_list("the observatory, the dome, the control room, the roof terrace"),
-        things=_list("telescope, galaxy, nebula, comet, asteroid, eclipse, planet, supernova, star chart, "
-                     "meteor shower, lens, orbit, constellation, moon"),
-        quals=_list("faint, distant, luminous, celestial, cosmic, lunar, stellar, dim"),
-        actions=_actions(
-            "observed/observe: comet, nebula, eclipse",
-            "photographed/photograph: galaxy, moon, meteor shower",
-            "catalogued/catalogue: asteroids, variable stars",
-            "aligned/align: telescope, mirror",
-            "focused/focus: telescope, lens",
-            "detected/detect: supernova, exoplanet",
-            "charted/chart: orbit, constellations",
-        ),
-        measures=_measures(
-            ("the comet was {n} million kilometres away", "How many million kilometres away was the comet?",
-             1.5, 95.5),
-            ("the telescope mirror measured {n} centimetres", "How many centimetres did the telescope mirror measure?",
-             20, 250),
-            ("the sky showed {n} meteors an hour", "How many meteors an hour did the sky show?", 10, 120),
-        ),
-        facts=(
-            "On a clear night above {loc}, the galaxy stretches from one horizon to the other.",
-            "A {qual} comet can stay visible for weeks before it fades.",
-            "{Who} keeps a notebook of every eclipse seen from {loc}.",
-            "The dome at {org} opens only on clear, still nights.",
-            "Light from the nebula left it thousands of years ago.",
-            "Astronomers at {org} argued about the orbit for {n} minutes.",
-        ),
-    ),
-    Topic(
-        name="gardening",
-        title="",
-        roles=_list("gardener, horticulturist, landscaper, allotment keeper"),
-        orgs=_list("Green Thumb Society, Rosewood Nursery, Meadowbank Allotments, Hillside Botanic Garden"),
-        settings=_list("the greenhouse, the allotment, the vegetable patch, the potting shed"),
-        things=_list("compost, seedling, hedge, lawn, flowerbed, trellis, wheelbarrow, greenhouse, soil, orchard, "
-                     "rose bush, sunflower, vine, garden hose"),
-        quals=_list("leafy, blooming, fertile, thorny, lush, wilted, sprouting, overgrown, verdant"),
-        actions=_actions(
-            "planted/plant: tulip bulbs, seedlings, sunflowers",
-            "watered/water: seedlings, flowerbed, tomato plants",
-            "pruned/prune: rose bush, hedge, apple trees",
-            "weeded/weed: flowerbed, vegetable patch",
-            "harvested/harvest: courgettes, beans, strawberries",
-            "mulched/mulch: borders, flowerbed",
-            "sowed/sow: seeds, lettuce, radishes",
-            "repotted/repot: orchids, cuttings",
-            "mowed/mow: lawn",
-        ),
-        measures=_measures(
-            ("the sunflowers had grown to {n} metres", "How many metres had the sunflowers grown to?", 1.5, 3.5),
-            ("the allotment produced {n} kilograms of beans", "How many kilograms of beans did the allotment produce?",
-             5, 60),
-            ("the greenhouse held {n} seedlings", "How many seedlings did the greenhouse hold?", 40, 400),
-        ),
-        facts=(
-            "Good soil is half the work, and compost is the other half.",
-            "{Who} swears that tomato plants grow faster when you talk to them.",
-            "The hedge along {setting} had not been pruned since spring.",
-            "Slugs ate {n} of the young lettuces in a single night.",
-            "Visitors to {org} always ask about the {qual} rose bush by the gate.",
-            "A wheelbarrow full of compost waited beside the flowerbed.",
-        ),
-    ),
-    Topic(
-        name="football",
-        title="Coach",
-        roles=_list("striker, goalkeeper, midfielder, football coach"),
-        orgs=_list("Riverside Rovers, Northgate United, Atlético Costa Verde, Kingsbridge Athletic"),
-        settings=_list("the pitch, the stadium, the training ground, the dressing room"),
-        things=_list("ball, goal, penalty, corner kick, free kick, offside trap, match, tournament, jersey, "
-                     "scoreboard, crossbar, league table, whistle, goalpost"),
-        quals=_list("tactical, defensive, attacking, muddy, unbeaten, acrobatic, decisive, thrilling"),
-        actions=_actions(
-            "scored/score: penalty, equaliser, winning goal",
-            "kicked/kick: ball, free kick",
-            "tackled/tackle: winger, striker",
-            "defended/defend: lead, penalty area",
-            "dribbled/dribble: ball",
-            "coached/coach: youth team, defenders",
-            "saved/save: penalty, header",
-            "crossed/cross: ball",
-        ),
-        measures=_measures(
-            ("the crowd had grown to {n} fans", "How many fans had the crowd grown to?", 800, 60000),
-            ("the striker had scored {n} goals this season", "How many goals had the striker scored this season?",
-             3, 40),
-            ("the kick-off had been pushed back by {n} minutes",
-             "By how many minutes had the kick-off been pushed back?", 5, 45),
-        ),
-        facts=(
-            "The {qual} tactics of {org} surprised everyone in the league.",
-            "{Who} spent the whole week practising free kicks after training.",
-            "Fans in {loc} still talk about the penalty in the last minute.",
-            "The pitch was so muddy that the ball barely rolled.",
-            "A draw would have been enough, but {org} wanted to win.",
-            "The referee blew the whistle and the stadium fell silent.",
-        ),
-    ),
-    Topic(
-        name="music",
-        title="",
-        roles=_list("violinist, composer, conductor, pianist, cellist"),
-        orgs=_list("Silverlake Philharmonic, Blue Note Jazz Club, Riverside Conservatory, Harmony Records"),
-        settings=_list("the concert hall, the rehearsal room, the recording studio, the bandstand"),
-        things=_list("violin, piano, cello, symphony, melody, chord, rhythm, orchestra, sonata, tempo, choir, "
-                     "metronome, concerto, sheet music"),
-        quals=_list("melodic, rhythmic, lyrical, tuneful, soulful, orchestral, acoustic, upbeat"),
-        actions=_actions(
-            "rehearsed/rehearse: sonata, symphony, duet",
-            "composed/compose: melody, waltz, lullaby",
-            "tuned/tune: violin, cello, piano",
-            "conducted/conduct: orchestra, choir",
-            "sang/sing: aria, chorus",
-            "strummed/strum: guitar, chords",
-            "recorded/record: album, concerto",
-            "arranged/arrange: medley, overture",
-        ),
-        measures=_measures(
-            ("the orchestra had rehearsed for {n} hours", "For how many hours had the orchestra rehearsed?", 2, 9),
-            ("the symphony lasted {n} minutes", "How many minutes did the symphony last?", 25, 80),
-            ("the tempo was set to {n} beats per minute", "At how many beats per minute was the tempo set?", 60, 180),
-        ),
-        facts=(
-            "The {qual} melody stayed in everyone's head long after the concert.",
-            "{Who} practises scales for an hour before breakfast.",
-            "Critics in {loc} praised the orchestra for its {qual} second movement.",
-            "Nobody at {org} had heard the piano sound so warm.",
-            "A single wrong chord can ruin an entire sonata.",
-            "The choir sang the final chorus twice because the audience would not stop clapping.",
-        ),
-    ),
-    Topic(
-        name="chemistry",
-        title="Dr.",
-        roles=_list("chemist, lab technician, biochemist, research chemist"),
-        orgs=_list("Bright Molecule Laboratories, Institute of Applied Chemistry, Catalyst Works, "
-                   "Northfield Chemical Society"),
-        settings=_list("the laboratory, the fume cupboard, the clean room, the storeroom"),
-        things=_list("beaker, flask, solution, reagent, catalyst, precipitate, compound, pipette, burette, crystal, "
-                     "acid, molecule, centrifuge, spectrometer"),
-        quals=_list("acidic, volatile, soluble, crystalline, alkaline, inert, viscous, reactive"),
-        actions=_actions(
-            "titrated/titrate: acid, solution",
-            "distilled/distil: solvent, ethanol",
-            "synthesised/synthesise: compound, polymer",
-            "filtered/filter: precipitate, mixture",
-            "weighed/weigh: powder, crystals",
-            "diluted/dilute: acid, sample",
-            "heated/heat: flask, solution",
-            "crystallised/crystallise: copper sulfate, sodium acetate",
-            "analysed/analyse: sample, residue",
-        ),
-        measures=_measures(
-            ("the solution had a pH of {n}", "What pH did the solution have?", 1.5, 12.5),
-            ("the flask was heated to {n} degrees", "To how many degrees was the flask heated?", 40, 180),
-            ("the reaction took {n} minutes to finish", "How many minutes did the reaction take to finish?", 5, 90),
-        ),
-        facts=(
-            "A {qual} reagent must always be stored in the fume cupboard.",
-            "{Who} labels every flask twice, because a mistake with acid is never small.",
-            "The laboratory at {org} smells faintly of vinegar and solvent.",
-            "Safety goggles hang on a hook beside every bench in {setting}.",
-            "The catalyst made the reaction {n} times faster.",
-            "Nobody could explain why the precipitate had turned blue.",
-        ),
-    ),
-    Topic(
-        name="railways",
-        title="",
-        roles=_list("train driver, signaller, station master, railway engineer"),
-        orgs=_list("Northern Valley Railway, Grand Junction Line, Coastal Express Company, "
-                   "Ironbridge Heritage Railway"),
-        settings=_list("the station, the signal box, the engine shed, the platform"),
-        things=_list("locomotive, carriage, timetable, signal, track, sleeper car, steam engine, junction, viaduct, "
-                     "ticket office, freight wagon, boiler, level crossing, façade"),
-        quals=_list("punctual, delayed, electrified, rusty, crowded, historic, overnight, express"),
-        actions=_actions(
-            "coupled/couple: carriages, wagons",
-            "shunted/shunt: freight wagons, locomotive",
-            "signalled/signal: express, goods train",
-            "oiled/oil: axles, boiler",
-            "repainted/repaint: façade, carriages",
-            "inspected/inspect: track, viaduct, points",
-            "boarded/board: sleeper train, express",
-        ),
-        measures=_measures(
-            ("the train was running {n} minutes late", "How many minutes late was the train running?", 3, 95),
-            ("the locomotive hauled {n} carriages", "How many carriages did the locomotive haul?", 4, 14),
-            ("the journey was {n} kilometres long", "How many kilometres long was the journey?", 12.5, 480.5),
-        ),
-        facts=(
-            "The {qual} express to {loc2} leaves from platform {n} every hour.",
-            "{Who} still remembers the smell of coal and oil from the old engine shed.",
-            "Passengers in {loc} complained that the timetable had changed again.",
-            "The station façade in {loc} was repainted for the first time in a century.",
-            "Every signal on the line is checked twice before the first train leaves.",
-            "Nobody at {org} could remember a winter with so many delays.",
-        ),
-    ),
-    Topic(
-        name="banking",
-        title="",
-        roles=_list("bank teller, loan officer, auditor, investment banker"),
-        orgs=_list("Granite Savings Bank, Crestline Credit Union, Meridian Trust, Old Town Building Society"),
-        settings=_list("the vault, the trading floor, the branch, the counter"),
-        things=_list("mortgage, loan, savings account, interest rate, overdraft, cheque, ledger, dividend, pension, "
-                     "deposit, currency, invoice, budget, balance sheet"),
-        quals=_list("fiscal, profitable, overdue, taxable, monetary, lucrative, quarterly, prudent"),
-        actions=_actions(
-            "deposited/deposit: cheque, savings",
-            "audited/audit: accounts, ledger",
-            "approved/approve: mortgage, loan",
-            "invested/invest: savings, pension fund",
-            "transferred/transfer: funds, deposit",
-            "withdrew/withdraw: cash, funds",
-            "balanced/balance: ledger, budget",
-        ),
-        measures=_measures(
-            ("the interest rate stood at {n} percent", "At how many percent did the interest rate stand?", 0.5, 7.5),
-            ("the loan was worth {n} thousand euros", "How many thousand euros was the loan worth?", 5, 900),
-            ("the branch processed {n} cheques before noon", "How many cheques did the branch process before noon?",
-             20, 400),
-        ),
-        facts=(
-            "A {qual} budget is the first thing {org} asks for.",
-            "{Who} checks the ledger twice before signing anything.",
-            "Interest rates in {loc} had not moved for {n} months.",
-            "The vault at {org} opens with two keys and a code.",
-            "Customers queued outside the branch long before it opened.",
-            "An overdue invoice is a small problem until it becomes a large one.",
-        ),
-    ),
-    Topic(
-        name="medicine",
-        title="Dr.",
-        roles=_list("doctor, nurse, surgeon, paramedic, pharmacist"),
-        orgs=_list("St. Agnes Hospital, Riverbend Medical Centre, Northside Clinic, Lakeview Health Trust"),
-        settings=_list("the ward, the clinic, the operating theatre, the pharmacy"),
-        things=_list("fever, stethoscope, prescription, vaccine, bandage, fracture, antibiotic, diagnosis, pulse, "
-                     "wound, syringe, symptom, stretcher, cough"),
-        quals=_list("feverish, sterile, chronic, clinical, acute, contagious, swollen, painless"),
-        actions=_actions(
-            "examined/examine: patient, wound, fracture",
-            "diagnosed/diagnose: infection, fracture",
-            "treated/treat: burn, infection",
-            "prescribed/prescribe: antibiotic, painkillers",
-            "bandaged/bandage: wound, ankle",
-            "vaccinated/vaccinate: children, elderly patients",
-            "stitched/stitch: wound, laceration",
-        ),
-        measures=_measures(
-            ("the fever had reached {n} degrees", "How many degrees had the fever reached?", 37.5, 40.5),
-            ("the ward held {n} patients", "How many patients did the ward hold?", 8, 40),
-            ("the operation lasted {n} minutes", "How many minutes did the operation last?", 30, 300),
-        ),
-        facts=(
-            "A {qual} fever in a small child always needs a second look.",
-            "{Who} washes both hands before and after every patient.",
-            "The waiting room at {org} was full by eight o'clock.",
-            "Nurses in {loc} say that the night shift is the longest.",
-            "The new vaccine arrived in {n} insulated boxes.",
-            "Nobody on the ward could read the prescription the surgeon had written.",
-        ),
-    ),
-    Topic(
-        name="birds",
-        title="",
-        roles=_list("birdwatcher, ornithologist, wildlife warden, bird ringer"),
-        orgs=_list("Kestrel Ornithological Trust, Marshland Bird Reserve, Wetland Wildlife Society, "
-                   "Heron Point Field Centre"),
-        settings=_list("the bird hide, the reed bed, the wetland, the heath"),
-        things=_list("heron, kingfisher, owl, swallow, binoculars, nest, feather, wren, kestrel, warbler, osprey, "
-                     "migration, birdsong, robin"),
-        quals=_list("feathered, migratory, nocturnal, elusive, speckled, plumed, wading, songful"),
-        actions=_actions(
-            "spotted/spot: kingfisher, heron, osprey",
-            "ringed/ring: chicks, swallows",
-            "sketched/sketch: owl, warbler",
-            "identified/identify: birdsong, warbler",
-            "tallied/tally: geese, waders",
-            "fed/feed: robins, sparrows",
-        ),
-        measures=_measures(
-            ("the flock numbered {n} geese", "How many geese did the flock number?", 40, 900),
-            ("the heron stood {n} metres from the hide", "How many metres from the hide did the heron stand?",
-             2.5, 30.5),
-            ("the wingspan measured {n} centimetres", "How many centimetres did the wingspan measure?", 15, 190),
-        ),
-        facts=(
-            "A {qual} owl is heard far more often than it is seen.",
-            "{Who} can name a warbler from a single note of its song.",
-            "Every autumn, swallows gather on the wires above {loc} before flying south.",
-            "Members of {org} counted {n} species in a single morning.",
-            "The binoculars were old, but the lenses were still clear.",
-            "Nobody spoke in the bird hide while the kingfisher was fishing.",
-        ),
-    ),
-    Topic(
-        name="mountaineering",
-        title="",
-        roles=_list("mountaineer, mountain guide, climber, alpinist"),
-        orgs=_list("Alpine Rescue Team, High Ridge Climbing Club, Summit Expeditions, Glacier Guides Association"),
-        settings=_list("the base camp, the ridge, the glacier, the mountain hut"),
-        things=_list("ice axe, crampons, rope, summit, crevasse, harness, carabiner, avalanche, peak, rucksack, tent, "
-                     "altitude, cornice, headlamp"),
-        quals=_list("icy, steep, rocky, snowy, exposed, alpine, rugged, sheer"),
-        actions=_actions(
-            "climbed/climb: north face, couloir, ridge",
-            "belayed/belay: climbing partner, rope team",
-            "abseiled/abseil: cliff, rock face",
-            "traversed/traverse: glacier, ridge",
-            "pitched/pitch: tent, bivouac",
-            "sharpened/sharpen: ice axe, crampons",
-        ),
-        measures=_measures(
-            ("the summit stood at {n} metres", "At how many metres did the summit stand?", 2800, 8400),
-            ("the climb took {n} hours", "How many hours did the climb take?", 3.5, 14.5),
-            ("the rucksack held {n} kilograms of gear", "How many kilograms of gear did the rucksack hold?", 8, 28),
-        ),
-        facts=(
-            "A {qual} ridge looks easy from below and terrifying from above.",
-            "{Who} never leaves the mountain hut without a headlamp and spare gloves.",
-            "Guides in {loc} had warned of avalanches after the fresh snow.",
-            "The rope team moved slowly across the glacier, one step at a time.",
-            "From the summit, the valley below looked like a green ribbon.",
-            "Members of {org} have climbed the north face {n} times.",
-        ),
-    ),
-    Topic(
-        name="programming",
-        title="",
-        roles=_list("programmer, software developer, systems administrator, web developer"),
-        orgs=_list("Bytewise Software, Nimbus Data Systems, Quantum Pixel Labs, Lambda Works"),
-        settings=_list("the server room, the standup meeting, the hackathon, the basement lab"),
-        things=_list("compiler, database, function, algorithm, bug, unit test, server, keyboard, repository, "
-                     "stack trace, variable, laptop, pull request, codebase"),
-        quals=_list("recursive, asynchronous, buggy, deprecated, scalable, modular, legacy, concurrent"),
-        actions=_actions(
-            "debugged/debug: function, parser, memory leak",
-            "compiled/compile: kernel, project",
-            "refactored/refactor: codebase, module",
-            "deployed/deploy: service, release",
-            "profiled/profile: query, loop",
-            "merged/merge: pull request, patch",
-            "optimised/optimise: query, algorithm",
-        ),
-        measures=_measures(
-            ("the test suite ran in {n} seconds", "In how many seconds did the test suite run?", 0.5, 95.5),
-            ("the pull request changed {n} lines of code", "How many lines of code did the pull request change?",
-             3, 900),
-            ("the server handled {n} requests per second", "How many requests per second did the server handle?",
-             100, 9000),
-        ),
-        facts=(
-            "A {qual} function is easy to write and hard to debug.",
-            "{Who} keeps a rubber duck on the desk for explaining bugs out loud.",
-            "The build at {org} broke twice before lunch.",
-            "Developers in {loc} argued for {n} minutes about tabs and spaces.",
-            "Nobody wanted to touch the legacy database after the last outage.",
-            "Every commit has to pass the unit tests before it reaches the server.",
-        ),
-    ),
-)
+TOPICS: tuple[Topic, ...] = tuple(_topic(entry) for entry in LEXICON["topics"])
 
 # Shared words. A few names and places are non-ASCII on purpose, so Unicode handling is exercised.
-FEMALE_NAMES = _list("Marta, Anna, Chloé, Zoë, Ingrid, Priya, Grace, Noémie, Amara, Hana, Lucía, Fatima, Elena, "
-                     "Ruth, Mei, Sofia, Renée, Olga, Aisha, Freya")
-MALE_NAMES = _list("José, Björn, François, Tomás, Jonas, Daniel, Kofi, Hiroshi, Liam, Omar, Mateus, Pavel, Jürgen, "
-                   "Arjun, Samuel, Felix, Ángel, Erik, Yusuf, Niall")
-SURNAMES = _list("Silva, Kowalski, Novak, Okafor, Lindqvist, Moreau, Tanaka, Haddad, Müller, García, Petrov, "
-                 "Nakamura, Andersen, Costa, Rossi, Dubois, Nuñez, Brennan, O'Neill, Dvořák, Mensah, Kaur, Larsen, "
-                 "Ferreira, Ibáñez, Achebe, Sato, Horvat, Quinn, Varga")
-PLACES = _list("Zürich, São Paulo, Malmö, Kraków, Reykjavík, Bogotá, Montréal, St. Ives, St. Gallen, Lisbon, Oslo, "
-               "Dublin, Lyon, Porto, Nairobi, Toronto, Bristol, Melbourne, Kyoto, Valparaíso, Cádiz, Cape Town, "
-               "Buenos Aires, Rio de Janeiro, Edinburgh, Hamburg, Accra, Wellington, Tromsø, Seville")
-PERSON_ADJECTIVES = _list("modest, young, careful, cheerful, talented, quiet, determined, stubborn")
-SEASONS = _list("spring, summer, autumn, winter")
-DAYS = _list("Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday")
-DAY_PARTS = _list("morning, afternoon, evening")
-HONORIFICS = {"F": ("Mrs.", "Ms."), "M": ("Mr.",)}
+FEMALE_NAMES = tuple(LEXICON["female_names"])
+MALE_NAMES = tuple(LEXICON["male_names"])
+SURNAMES = tuple(LEXICON["surnames"])
+HONORIFICS = {gender: tuple(titles) for gender, titles in LEXICON["honorifics"].items()}
+PERSON_ADJECTIVES = tuple(LEXICON["person_adjectives"])
+PLACES = tuple(LEXICON["places"])
+SEASONS = tuple(LEXICON["seasons"])
+DAYS = tuple(LEXICON["days"])
+DAY_PARTS = tuple(LEXICON["day_parts"])
 
-# ----------------------------------------------------------------------------------------------------
 # Templates. Slots are {name}; a capitalised slot name ({Who}) capitalises its value at sentence start.
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -614,104 +130,16 @@ class Template:
     questions: tuple[Question, ...] = ()
 
 
-def T(text: str, *questions: Question) -> Template:
-    return Template(text, questions)
+def _template(entry: str | dict) -> Template:
+    """A template from the lexicon: a plain string, or {"text", "questions"} for one that answers questions."""
+    if isinstance(entry, str):
+        return Template(entry)
+    return Template(entry["text"], tuple(Question(**question) for question in entry["questions"]))
 
 
-Q = Question
-
-INTRO = (
-    T("{Full} is {a_role} from {loc} who works for {org}.",
-      Q("Where is {first} from?", "loc"), Q("Which organisation does {first} work for?", "org")),
-    T("This is the story of {full}, a {person_adj} {role} who lives in {loc}.",
-      Q("Where does {first} live?", "loc")),
-    T("{Full} has worked as {a_role} in {loc} for {years} years, most of them with {org}.",
-      Q("How many years has {first} worked as {a_role}?", "years"), Q("In which city does {first} work?", "loc")),
-    T("Every {season}, {full} leaves {loc} to spend a few weeks with the people at {org}.",
-      Q("Which city does {first} leave every {season}?", "loc"),
-      Q("Where does {first} spend a few weeks every {season}?", "org")),
-    T("{Full}, {a_role} born in {loc}, joined {org} {years} years ago.",
-      Q("How many years ago did {first} join {org}?", "years"), Q("Where was {first} born?", "loc")),
-    T("Ask anyone in {loc} about {full}, and they will tell you about the best {role} at {org}.",
-      Q("Where is {first} the best {role}?", "org")),
-)
-
-EVENT = (
-    T("{Time}, {who} {verb} the {what} in {setting}.",
-      Q("Who {verb} the {what} in {setting}?", "who", entity=True), Q("What did {first} {base} in {setting}?", "what")),
-    T("{Time}, {who} {verb} the {what} for {org}, which took about {n} minutes.",
-      Q("For which organisation did {first} {base} the {what}?", "org"),
-      Q("How many minutes did it take {first} to {base} the {what}?", "n")),
-    T("With help from {partner}, {who} {verb} the {what} and then {verb2} the {what2}.",
-      Q("Who helped {first} {base} the {what}?", "partner", entity=True),
-      Q("What did {first} {base2} after the {what}?", "what2")),
-    T("{Time}, {who} travelled to {loc2} to {base} the {what} there.",
-      Q("Where did {first} travel to {base} the {what}?", "loc2")),
-    T("{Who} {verb} the {what} slowly, because the {thing} was still far too {qual}.",
-      Q("What did {first} {base} slowly?", "what")),
-    T("{Time}, {who} {verb} the {what} while {partner} waited in {setting}.",
-      Q("Who waited in {setting} while {first} {verb} the {what}?", "partner", entity=True)),
-    T("{Time}, {who} {verb} the {what} twice, just to be sure.",
-      Q("What did {first} {base} twice?", "what")),
-    T("{Who} {verb} the {what}, {verb2} the {what2} and still found time for a short break.",
-      Q("What did {first} {base2}?", "what2")),
-    # Long sentences, so lengths reach the thirties as in real text.
-    T("{Time}, after a long conversation with {partner} about the {thing} and the {thing2}, {who} finally "
-      "{verb} the {what} in {setting} and went home early.",
-      Q("What did {first} finally {base} in {setting}?", "what")),
-    T("Although the {thing} had been {qual} all week and nobody at {org} expected very much, {who} {verb} "
-      "the {what} and then {verb2} the {what2} before anyone else had even noticed.",
-      Q("What did {first} {base} although nobody at {org} expected very much?", "what")),
-)
-
-DIALOGUE = (
-    T('"The {thing} looks {qual} today," {who} said.'),
-    T('{Who} turned to {partner} and asked, "Is the {thing} {qual} enough?"'),
-    T('"Give me {n} more minutes with the {thing}," {who} told {partner}.',
-      Q("How many more minutes did {first} ask for?", "n")),
-    T('"Is this {qual} enough?" {who} asked.'),
-    T('"I have never seen such {a_qual} {thing} in {loc}," said {partner}.'),
-    T('"That was a naïve mistake with the {thing}," {who} admitted later.'),
-    T('"It feels like déjà vu," {who} said, looking at the {qual} {thing}.'),
-    T('"If the {thing} is still {qual} tomorrow morning, we will have to {base} the {what} again and explain it '
-      'to everyone at {org}," {who} told {partner}.'),
-)
-
-INTERROGATIVE = (
-    T("Would the {thing} be {qual} enough by {day}?"),
-    T("Why was the {thing} so {qual} this time?"),
-    T("What would the people at {org} say about the {qual} {thing}?"),
-    T("Could {who} really {base} the {what} before {day}?"),
-    T("Was it the {thing} or the {thing2} that worried {who} most?"),
-)
-
-# Abbreviations and decimals inside sentences make sentence segmentation non-trivial.
-ABBREVIATION = (
-    T("{Who} brought a few essentials, e.g. the {thing}, the {thing2} and the {thing3}."),
-    T("{Time}, {who} met {mr} from {org} to talk about the {thing}.",
-      Q("Who did {first} meet from {org}?", "mr", entity=True)),
-    T("The plan was simple, i.e. {base} the {what} first and worry about the {thing} later."),
-    T("{Who} waited {x} hours for the {thing}, which felt much longer.",
-      Q("How many hours did {first} wait for the {thing}?", "x")),
-)
-
-PARTNER = (
-    T("{Time}, {partner}, {a_role2} from {ploc}, joined {who} in {setting}.",
-      Q("Where is {partner_first} from?", "ploc")),
-    T("{Partner} had come all the way from {ploc} to see the {thing}.",
-      Q("Where had {partner_first} come from?", "ploc")),
-)
-
-CONCLUSION = (
-    T("In the end, {who} was proud of the {what}, and so was everyone at {org}."),
-    T("{Who} says it was the best week at {org} in {years} years."),
-    T("Looking back, {who} thought the {qual} {thing} had been worth every minute."),
-    T("It was a long week, but {who} would gladly do it all again in {loc}."),
-    T("{Who} went home to {loc} that night, tired but happy."),
-    T("By {day} evening, the {thing} was finally {qual}, and {who} could rest at last."),
-)
-
-MEASURE_FRAMES = ("{Time}, {measure}.", "{Who} noted that {measure}.", "According to {org}, {measure}.")
+# The shared templates of each kind of sentence ("intro", "event", ..., "conclusion"), in lexicon order.
+TEMPLATES = {kind: tuple(_template(entry) for entry in entries) for kind, entries in LEXICON["templates"].items()}
+MEASURE_FRAMES = tuple(LEXICON["measure_frames"])
 
 # How often each kind of sentence fills the middle of a document (weights, not probabilities).
 MIDDLE_KINDS = {"event": 34, "fact": 18, "measure": 12, "dialogue": 10, "partner": 8, "abbreviation": 8,
@@ -1031,12 +459,10 @@ def pick_template(rng: random.Random, kind: str, topic: Topic) -> tuple[Template
     if kind == "measure":
         measure = rng.choice(topic.measures)
         frame = rng.choice(MEASURE_FRAMES).replace("{measure}", measure.statement)
-        return T(frame, Q(measure.question, "n")), measure
+        return Template(frame, (Question(measure.question, "n"),)), measure
     if kind == "fact":
-        return T(rng.choice(topic.facts)), None
-    shared = {"intro": INTRO, "event": EVENT, "dialogue": DIALOGUE, "question": INTERROGATIVE,
-              "abbreviation": ABBREVIATION, "partner": PARTNER, "conclusion": CONCLUSION}
-    return rng.choice(shared[kind]), None
+        return Template(rng.choice(topic.facts)), None
+    return rng.choice(TEMPLATES[kind]), None
 
 
 def compose(rng: random.Random, kind: str, cast: Cast, clock: Clock, questions: bool = False) -> Sentence:
@@ -1119,8 +545,7 @@ def lexicon_conflicts() -> list[str]:
     A leak would make a document look like two topics at once.
     """
     keywords = topic_keywords()
-    templates = [template for group in (INTRO, EVENT, DIALOGUE, INTERROGATIVE, ABBREVIATION, PARTNER, CONCLUSION)
-                 for template in group]
+    templates = [template for group in TEMPLATES.values() for template in group]
     shared = [t.text for t in templates] + [q.text for t in templates for q in t.questions] + [
         *MEASURE_FRAMES, *FEMALE_NAMES, *MALE_NAMES, *SURNAMES, *PLACES, *PERSON_ADJECTIVES, *SEASONS, *DAYS,
         *DAY_PARTS, "soon after a little later later that next on in",
@@ -1204,23 +629,12 @@ def unique_examples(make: Callable[[random.Random, int], tuple], rng: random.Ran
 
 
 # Sentiment: reviews whose label follows from their evaluative words (with some negation and contrast).
-POSITIVE_WORDS = _list("excellent, wonderful, superb, delightful, brilliant, fantastic, lovely, impressive, "
-                       "outstanding, charming")
-NEGATIVE_WORDS = _list("terrible, awful, disappointing, dreadful, poor, mediocre, miserable, shoddy, horrible, dismal")
-POSITIVE_VERDICTS = _list("I would happily come back, it was worth every penny, we will definitely return, "
-                          "I recommend it to everyone, it made my day")
-NEGATIVE_VERDICTS = _list("I will not be coming back, it was a complete waste of money, avoid it if you can, "
-                          "I regret going, it ruined my day")
-SENTIMENT_TEMPLATES = (
-    "The {thing} at {org} was {adj}.",
-    "The {thing} at {org} was {adj}, and {verdict}.",
-    "{Adj} {thing} and {adj2} service at {org}; {verdict}.",
-    "We tried the {qual} {thing} in {loc} and it was {adj}.",
-    "I thought the {thing} would be {opp}, but it was actually {adj}.",
-    "The {thing} was {opp}, but the {thing2} was {adj}, so overall {verdict}.",
-    "{Stars}: the {qual} {thing} from {org} was {adj}.",
-    "Honestly, the {thing} at {org} was {negated}.",
-)
+SENTIMENT = LEXICON["sentiment"]
+POSITIVE_WORDS = tuple(SENTIMENT["positive_words"])
+NEGATIVE_WORDS = tuple(SENTIMENT["negative_words"])
+POSITIVE_VERDICTS = tuple(SENTIMENT["positive_verdicts"])
+NEGATIVE_VERDICTS = tuple(SENTIMENT["negative_verdicts"])
+SENTIMENT_TEMPLATES = tuple(SENTIMENT["templates"])
 
 
 def make_sentiment(rng: random.Random, index: int) -> tuple[str, str]:
@@ -1243,33 +657,9 @@ def make_sentiment(rng: random.Random, index: int) -> tuple[str, str]:
 
 
 # Pairs: small natural-language inference. The premise states who did what, where and when.
-NLI_PREMISES = (
-    "On {day}, {per} {verb} the {what} in {loc}.",
-    "{per}, {a_role}, {verb} the {what} in {loc} on {day}.",
-    "In {loc} on {day}, {per} {verb} the {what} for {org}.",
-)
-NLI_HYPOTHESES = {
-    "entailment": (
-        "{per} {verb} the {obj}.",
-        "Someone {verb} the {what} on {day}.",
-        "{first} was in {loc} on {day}.",
-        "{first} {verb} something in {loc}.",
-    ),
-    "contradiction": (
-        "{per} did not {base} the {what} on {day}.",
-        "{first} spent all of {day} in {other_loc}, far away from {loc}.",
-        "Nobody {verb} the {what} on {day}.",
-        "{first} refused to {base} the {obj}.",
-    ),
-    "neutral": (
-        "{per} {verb} the {what} because a friend asked for it.",
-        "{first} also {verb2} the {what2} that week.",
-        "{first} felt tired on {day} evening.",
-        "{per} {verb} the {what} with a friend from {other_loc}.",
-        "{first} will {base} the {obj} again next {season}.",
-    ),
-}
-NLI_LABELS = ("entailment", "contradiction", "neutral")
+NLI_PREMISES = tuple(LEXICON["nli"]["premises"])
+NLI_HYPOTHESES = {label: tuple(texts) for label, texts in LEXICON["nli"]["hypotheses"].items()}
+NLI_LABELS = tuple(NLI_HYPOTHESES)  # in lexicon order; examples cycle through them, so the classes balance
 
 
 def make_nli(rng: random.Random, index: int) -> tuple[str, str, str]:
@@ -1425,8 +815,9 @@ def build_readme(seed: int, files: dict[str, str]) -> str:
 
 Synthetic text for trying and testing every bertwb stage on a laptop: pretraining text in the original
 BERT format, plain paragraphs for sentence segmentation, and small labelled sets for fine-tuning.
-Everything here is written by `generate.py` (Python standard library only) and is byte-for-byte
-reproducible; this README is generated too, so edit the script rather than the files.
+Everything else here is written by `generate.py` (Python standard library only) from the words and
+templates in `lexicon.json`, and is byte-for-byte reproducible; this README is generated too, so edit the
+script or the lexicon rather than the files.
 
     python sample_corpus/generate.py{seed_option}          # rewrite everything in this folder
     python sample_corpus/generate.py --check  # exit 1, naming the first file that differs from a fresh run

@@ -375,6 +375,7 @@ STDIN_LINES = {
     "nul.txt": "stdin:2: a NUL byte: binary data, not text",
     "empty.txt": "the input is empty; give at least one line of text",
     "blank_lines.txt": "the input is empty; give at least one line of text",
+    "bom_blank_lines_latin1.txt": "stdin:5: not UTF-8 text (byte 0xe9); save it as UTF-8, one input per line",
 }
 
 

@@ -133,10 +133,10 @@ class ClassifyTask:
         return metrics.classification([ids[e.label] for e in examples], [ids[p["label"]] for p in predictions],
                                       label_names)
 
-    def from_lines(self, lines: list[str]) -> list[Example]:
-        """Stdin lines: a text each, or ``text<TAB>pair`` when the task classifies pairs."""
+    def from_lines(self, lines: list[tuple[int, str]]) -> list[Example]:
+        """Stdin lines, with their numbers: a text each, or ``text<TAB>pair`` when the task classifies pairs."""
         examples = []
-        for number, line in enumerate(lines, 1):
+        for number, line in lines:
             text, _, pair = line.partition("\t") if self.s.text_pair_column else (line, "", "")
             if self.s.text_pair_column and not pair:
                 raise BertwbError(f"input line {number}: no tab; a pair task reads `text<TAB>second text` lines")

@@ -42,8 +42,8 @@ class Predictor:
         self.label_names = model_dir.label_names
         self.device, self.batch_size, self.precision = device, batch_size, settings.precision
 
-    def read(self, path: Path | None = None, lines: list[str] | None = None) -> list[Any]:
-        """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's)."""
+    def read(self, path: Path | None = None, lines: list[tuple[int, str]] | None = None) -> list[Any]:
+        """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's, numbered)."""
         if path is None:
             return self.task.from_lines(lines or [])
         try:

@@ -168,10 +168,11 @@ class QATask:
                                                      {i: p["no_answer_score"] for i, p in enumerate(predictions)}))
         return result
 
-    def from_lines(self, lines: list[str]) -> list[Question]:
-        """Stdin lines: ``{"question": ..., "context": ...}`` JSON objects, or ``question<TAB>context``."""
+    def from_lines(self, lines: list[tuple[int, str]]) -> list[Question]:
+        """Stdin lines, with their numbers (an id's default): ``{"question": ..., "context": ...}`` JSON
+        objects, or ``question<TAB>context``."""
         examples = []
-        for number, line in enumerate(lines, 1):
+        for number, line in lines:
             if line.lstrip().startswith("{"):
                 try:
                     record = json.loads(line)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwb.errors import BertwbError
+from bertwb.textinput import decode_utf8
 
 TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -47,14 +48,13 @@ def format_of(path: Path, fmt: str, allowed: tuple[str, ...], setting: str) -> s
 def read_text(path: Path) -> str:
     """A whole UTF-8 file; one line naming the file when it is missing, unreadable, not UTF-8 or empty."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise BertwbError(f"{path}: no such file; fix the path in the task's train/dev/test") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise BertwbError(f"{path}:{line}: not UTF-8 text; save the file as UTF-8") from None
     except OSError as exc:
         raise BertwbError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    # Lines end at \n, \r\n or \r, as in a file opened as text: the readers below see \n only.
+    text = decode_utf8(data, str(path), "save the file as UTF-8").replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise BertwbError(f"{path}: the file is empty; it needs at least one example")
     return text

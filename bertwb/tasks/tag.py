@@ -105,9 +105,9 @@ class TagTask:
               label_names: list[str] | None) -> dict[str, Any]:
         return metrics.tagging([e.tags for e in examples], [p["tags"] for p in predictions])
 
-    def from_lines(self, lines: list[str]) -> list[Example]:
-        """Stdin lines: one sentence each, its words separated by whitespace."""
-        return [Example(number, line.split(), None) for number, line in enumerate(lines, 1)]
+    def from_lines(self, lines: list[tuple[int, str]]) -> list[Example]:
+        """Stdin lines, with their numbers: one sentence each, its words separated by whitespace."""
+        return [Example(number, line.split(), None) for number, line in lines]
 
     def recorded(self) -> dict[str, Any]:
         return {}

@@ -20,6 +20,7 @@ finetune/   train and dev files of fine-tuning tasks: .csv/.tsv/.jsonl for class
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import shutil
@@ -155,6 +156,8 @@ def stdin_files() -> dict[str, bytes]:
         "nul.txt": b"the ship [MASK] .\nthe\x00 [MASK] .\n",
         "empty.txt": b"",
         "blank_lines.txt": b"\n  \n\t\n",
+        # blank lines are skipped but counted, \r\n is one line end, and a byte-order mark moves no offset
+        "bom_blank_lines_latin1.txt": codecs.BOM_UTF8 + b"the ship [MASK] .\n\n\r\n \t\nthe caf\xe9 [MASK] .\n",
     }
 
 
