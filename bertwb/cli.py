@@ -11,6 +11,7 @@ import click
 
 from bertwb import __version__, disk, engine, environment, memory, outputs, stages, ui
 from bertwb import sql as sql_module
+from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
 from bertwb.config import Config
 from bertwb.configfile import load_config
@@ -190,7 +191,10 @@ def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str |
     cfg.evaluate.device = device or cfg.evaluate.device
     with ui.tables_to_stderr(as_json):
         ran = engine.run_pipeline(cfg, ws, ["evaluate"], force=force)
-    metrics = ran.get("evaluate") or evaluate_stage.read_metrics(ws)
+    metrics = ran.get("evaluate") or read_results(ws.stage_dir("evaluate"))
+    if metrics is None:  # fresh by its manifest, yet its file does not read
+        raise BertwbError(f"{ws.stage_dir('evaluate') / RESULTS_FILE} is missing or unreadable; "
+                          "run `bertwb evaluate --force`")
     if as_json:
         ui.print_json(metrics)
     elif "evaluate" not in ran:

@@ -35,6 +35,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertwb import engine
+from bertwb.artifacts import weights_file
 from bertwb.config import Config
 from bertwb.data.tokenizer import declared_max_length
 from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
@@ -43,7 +44,7 @@ from bertwb.model.bert import BertConfig
 from bertwb.model.heads import CLASSIFIER_KINDS, MODEL_KINDS, AnyBert, new_model
 from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, from_hf_state_dict, hf_config_of, hf_name,
                                    kind_of, label_names_from_hf_dict, shape_mismatch)
-from bertwb.train.runs import choose_checkpoint, weights_file
+from bertwb.train.runs import choose_checkpoint
 from bertwb.workspace import Workspace
 
 # Names only bertwb's state dict has; Hugging Face names never contain them.

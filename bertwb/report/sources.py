@@ -4,7 +4,7 @@ Training curves come from a run's ``metrics.jsonl``, which the trainer appends o
 every log: a reader racing it sees at most a torn last line, which is skipped, so a run that is still
 going is read as far as it got. The run shown for a stage is the one the current config trains in
 (`bertwb.train.runs.current_run_dir`), else the newest run directory that has metrics, else the
-stage's own copy of them.
+stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
 
 The pairs histograms come from the pairs stage's arrays (what training reads; the same numbers as the
 ``pairs_length_hist`` and ``pairs_mask_kinds`` views), so they draw while another bertwb process holds
@@ -14,7 +14,6 @@ when a writer holds the database it raises `BertwbError` and the report says why
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from bertwb.artifacts import METRICS_FILE, read_metrics, read_results
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.train.runs import METRICS_FILE, current_run_dir, phase_dirs, read_metrics, run_dir_of, run_metrics
+from bertwb.train.runs import current_run_dir, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace
 
-# The finetune stage's file name; its module imports torch, which the report does not need.
-TASK_RESULTS = "metrics.json"
 FERTILITY_SAMPLE = 50_000  # sentences; enough for a stable histogram, quick on any corpus
 _CHUNK = 1 << 22  # array elements per histogram chunk: memory stays flat however many pairs there are
 
@@ -86,12 +84,7 @@ def _last_logged(run_dir: Path) -> int:
 
 def evaluate_metrics(ws: Workspace) -> dict[str, Any] | None:
     """What the last evaluate run wrote, or None."""
-    from bertwb.stages.evaluate import read_metrics  # noqa: PLC0415 - the stage modules load on demand
-
-    try:
-        return read_metrics(ws)
-    except (BertwbError, ValueError):
-        return None
+    return read_results(ws.stage_dir("evaluate"))
 
 
 def task_names(cfg: Config, ws: Workspace) -> list[str]:
@@ -105,11 +98,7 @@ def task_names(cfg: Config, ws: Workspace) -> list[str]:
 
 def task_results(ws: Workspace, task: str) -> dict[str, Any] | None:
     """A fine-tuned task's dev/test metrics (with the labels and a classifier's confusion matrices), or None."""
-    path = ws.stage_dir(f"finetune/{task}") / TASK_RESULTS
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_results(ws.stage_dir(f"finetune/{task}"))
 
 
 @dataclass

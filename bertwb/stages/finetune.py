@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from bertwb import ui
+from bertwb.artifacts import weights_file, weights_identity
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import fingerprint as weights_identity
-from bertwb.train.runs import list_checkpoints, run_dir_of, weights_file
+from bertwb.train.runs import list_checkpoints, run_dir_of
 from bertwb.workspace import Workspace
 
 VIEWS = (

@@ -18,11 +18,12 @@ from typing import Any, Iterator
 import torch
 
 from bertwb import ui
+from bertwb.artifacts import read_task_file
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
-from bertwb.tasks.finetuning import TASK_FILE, TaskObjective, task_type
+from bertwb.tasks.finetuning import TaskObjective, task_type
 from bertwb.tasks.readers import FormatError
 from bertwb.train.device import autocast
 from bertwb.workspace import writing_atomic
@@ -137,7 +138,7 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     """The task's settings (the config's, with what the model directory's task.json says about featurising),
     and what training recorded about its data."""
     settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
-    saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
+    saved = read_task_file(folder)
     if settings.type and saved.get("type") and saved["type"] != settings.type:
         ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
                 f"the model was trained ({saved['type']})")

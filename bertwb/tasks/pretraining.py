@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from bertwb import ui
+from bertwb.artifacts import METRICS_FILE
 from bertwb.config import Config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import KIND_NAMES
@@ -49,7 +50,7 @@ from bertwb.train import checkpoint
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.runs import checkpoint_path
-from bertwb.train.trainer import METRICS_FILE, Trainer
+from bertwb.train.trainer import Trainer
 
 
 class PretrainingObjective(Objective):
