@@ -77,6 +77,10 @@ class Workspace:
         it is fine or missing. A damaged manifest makes its stage stale: the next run rebuilds it."""
         return read_manifest_file(self.manifest_path(stage))[1]
 
+    def has_run(self, stage: str) -> bool:
+        """Whether ``stage`` has run here: its manifest reads and its directory exists."""
+        return self.read_manifest(stage) is not None and self.stage_dir(stage).is_dir()
+
     def write_manifest(self, stage: str, manifest: dict[str, Any]) -> None:
         write_text_atomic(self.manifest_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 

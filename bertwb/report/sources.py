@@ -3,7 +3,7 @@
 Training curves come from a run's ``metrics.jsonl``, which the trainer appends one whole line to at
 every log: a reader racing it sees at most a torn last line, which is skipped, so a run that is still
 going is read as far as it got. The run shown for a stage is the one the current config trains in
-(`bertwb.train.runs.current_run_dir`), else the newest run directory that has metrics, else the
+(`bertwb.engine.current_run_dir`), else the newest run directory that has metrics, else the
 stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
 
 The pairs histograms come from the pairs stage's arrays (what training reads; the same numbers as the
@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from bertwb import engine
 from bertwb.artifacts import METRICS_FILE, read_metrics, read_results
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.train.runs import current_run_dir, phase_dirs, run_dir_of, run_metrics
+from bertwb.train.runs import phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace
 
 FERTILITY_SAMPLE = 50_000  # sentences; enough for a stable histogram, quick on any corpus
@@ -59,7 +60,7 @@ def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
     (a phased pre-training's phases one after another, `bertwb.train.runs.run_metrics`)."""
     try:
-        current = current_run_dir(cfg, ws, stage)
+        current = engine.current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
         current = None
     every_run = run_dir_of(ws, stage, "*")

@@ -28,7 +28,7 @@ from bertwb.artifacts import RESULTS_FILE, weights_file, weights_identity, write
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import choose_checkpoint
+from bertwb.train import model_choice
 from bertwb.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     from bertwb.train.device import resolve_device
 
     started = time.perf_counter()
-    model_dir = modeldir.resolve_checkpoint(cfg, build.workspace, cfg.evaluate.checkpoint)
+    model_dir = modeldir.open_model_dir(_checkpoint(cfg, build.workspace))
     modeldir.check_vocab_matches(model_dir, build.upstream_dir("vocab"))
     pairs, kinds = _valid_pairs(pair_set(build.upstream_dir("pairs")), cfg)  # with phases, the last phase's
     if len(pairs) == 0:
@@ -79,10 +79,18 @@ def _valid_pairs(pairs_dir: Path, cfg: Config) -> tuple[PairArrays, np.ndarray]:
 def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """The identity of the weights ``evaluate.checkpoint`` picks; nothing when there are none yet."""
     try:
-        weights = weights_file(choose_checkpoint(cfg, ws, cfg.evaluate.checkpoint, quiet=True))
+        weights = weights_file(_checkpoint(cfg, ws, quiet=True))
     except BertwbError:
         return []  # `bertwb status` still works; running the stage says what is missing
     return [weights_identity(weights)] if weights is not None else []
+
+
+def _checkpoint(cfg: Config, ws: Workspace, quiet: bool = False) -> Path:
+    """The model directory ``evaluate.checkpoint`` names; ``latest`` and steps are of the current pretrain run."""
+    from bertwb import engine  # noqa: PLC0415 - pretrain's current key is the engine's, and the engine imports this
+
+    return model_choice.checkpoint_dir(cfg, ws, cfg.evaluate.checkpoint,
+                                       lambda: engine.current_run_dir(cfg, ws, "pretrain"), quiet)
 
 
 def report(metrics: dict[str, Any]) -> None:

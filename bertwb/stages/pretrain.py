@@ -57,6 +57,7 @@ from bertwb import ui
 from bertwb.artifacts import METRICS_FILE, PHASES_FILE, weights_file, weights_identity
 from bertwb.config import Config
 from bertwb.stage import Build, Stage
+from bertwb.train.model_choice import user_path
 from bertwb.train.runs import list_checkpoints, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace, write_text_atomic
 
@@ -185,7 +186,7 @@ def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """The identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
     if not cfg.model.init_from:
         return []
-    path = cfg.resolve(cfg.model.init_from)
+    path = user_path(cfg, cfg.model.init_from)
     weights = weights_file(path) if path.is_dir() else None
     if weights is None:
         return [{"path": str(path), "missing": True}]  # `bertwb status` still works; training says what is wrong

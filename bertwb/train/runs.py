@@ -5,7 +5,7 @@ for a task), keyed like the stage, so a changed setting starts a new run while a
 found again; its checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.train.checkpoint`).
 A phased pre-training (``pretrain.phases``) keeps one such folder per phase inside its run, named after
 the phase, and ``phases.json`` lists them in order; each phase counts its own steps. Which run or model
-directory a command uses is picked here (`choose_checkpoint`); the files are read by :mod:`bertwb.artifacts`.
+directory a command uses is :mod:`bertwb.train.model_choice`'s to say; the files are read by :mod:`bertwb.artifacts`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertwb import ui
 from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_phases
-from bertwb.config import Config
-from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
 CHECKPOINT_PREFIX = "step-"
@@ -40,13 +37,6 @@ def step_of(path: Path) -> int:
         return int(path.name[len(CHECKPOINT_PREFIX):])
     except ValueError:
         return -1
-
-
-def current_run_dir(cfg: Config, ws: Workspace, stage: str = "pretrain") -> Path:
-    """The run directory the current config's ``stage`` trains in (it may not exist yet)."""
-    from bertwb import engine  # noqa: PLC0415 - the engine imports every stage, which import this module
-
-    return run_dir_of(ws, stage, engine.current_key(stage, cfg, ws))
 
 
 def run_dir_of(ws: Workspace, stage: str, key: str) -> Path:
@@ -96,35 +86,3 @@ def newest_checkpoints(run_dir: Path) -> tuple[Path, list[Path]]:
         if checkpoints := list_checkpoints(folder):
             return folder, checkpoints
     return folders[0], []
-
-
-def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> Path:
-    """The model directory ``choice`` names: None or "latest" (newest checkpoint of the current run,
-    else the pretrain output), a step number of the current run, or a path to any model directory."""
-    choice = (choice or "latest").strip()
-    if choice == "latest" or choice.isdigit():
-        run_dir, checkpoints = newest_checkpoints(current_run_dir(cfg, ws))
-        if choice.isdigit():
-            wanted = [c for c in checkpoints if step_of(c) == int(choice)]
-            if not wanted:
-                have = ", ".join(str(step_of(c)) for c in checkpoints) or "none"
-                raise BertwbError(f"no checkpoint at step {int(choice)} in {run_dir / 'checkpoints'} "
-                                  f"(kept: {have}); pass one of those or a directory")
-            return wanted[0]
-        if checkpoints:
-            return checkpoints[-1]
-        stage = ws.stage_dir("pretrain")
-        if ws.read_manifest("pretrain") and (stage / "model.safetensors").is_file():
-            if not quiet:
-                ui.warn(f"no checkpoint of the current pretrain settings; using the last trained model in {stage}")
-            return stage
-        runs = current_run_dir(cfg, ws).parent
-        others = sorted([*runs.glob("*/checkpoints/*"), *runs.glob("*/*/checkpoints/*")])
-        hint = (f"; checkpoints of other settings exist, e.g. {others[-1]}, usable with --checkpoint"
-                if others else "")
-        raise BertwbError("no checkpoint of the current settings: run `bertwb pretrain` first, or pass "
-                          "--checkpoint DIR (a checkpoint, an export or a Hugging Face model folder)" + hint)
-    path = cfg.resolve(choice) if not Path(choice).is_absolute() else Path(choice)
-    if not path.exists() and Path(choice).exists():
-        path = Path(choice).resolve()  # relative to where the command runs, as shells expect
-    return path
