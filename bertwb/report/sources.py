@@ -1,8 +1,9 @@
 """What the report reads from a workspace: only files and a read-only database connection, never the lock.
 
 Training curves come from a run's ``metrics.jsonl``, which the trainer appends one whole line to at
-every log: a reader racing it sees at most a torn last line, which is skipped, so a run that is still
-going is read as far as it got. The run shown for a stage is the one the current config trains in
+every log: a reader racing it sees at most a torn last line, so a run that is still going is read as
+far as it got. A line that does not read (torn, or damaged) is skipped and its number kept, for the
+report to say so. The run shown for a stage is the one the current config trains in
 (`bertwb.engine.current_run_dir`), else the newest run directory that has metrics, else the
 stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
 
@@ -22,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from bertwb import engine
-from bertwb.artifacts import METRICS_FILE, read_metrics, read_results
+from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_results
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.train.runs import phase_dirs, run_dir_of, run_metrics
+from bertwb.train.runs import joined_metrics, phase_dirs, run_dir_of, run_logs
 from bertwb.workspace import Workspace
 
 FERTILITY_SAMPLE = 50_000  # sentences; enough for a stable histogram, quick on any corpus
@@ -40,6 +41,7 @@ class TrainingLog:
     path: Path
     lines: list[dict[str, Any]]
     finished: bool  # the stage's manifest records this run, at this last step
+    damaged: list[MetricsLog]  # the run's files with lines skipped (torn or damaged), for a warning
 
     @property
     def last_step(self) -> int:
@@ -58,7 +60,7 @@ class TrainingLog:
 
 def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
-    (a phased pre-training's phases one after another, `bertwb.train.runs.run_metrics`)."""
+    (a phased pre-training's phases one after another, `bertwb.train.runs.joined_metrics`)."""
     try:
         current = engine.current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
@@ -68,12 +70,14 @@ def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     newest_first = sorted(runs, key=_last_logged, reverse=True)
     stage_copy = ws.stage_dir(stage)
     for run_dir in ([current] if current else []) + newest_first + [stage_copy]:
-        lines = run_metrics(run_dir) if run_dir != stage_copy else read_metrics(stage_copy / METRICS_FILE)
+        logs = run_logs(run_dir) if run_dir != stage_copy else {None: read_metrics_log(stage_copy / METRICS_FILE)}
+        lines = joined_metrics(logs)
         if lines:
             manifest = ws.read_manifest(stage) or {}
             done = (manifest.get("summary") or {}).get("steps_done")
             same_run = run_dir == stage_copy or (manifest.get("key") or "")[:16] == run_dir.name
-            return TrainingLog(stage, run_dir, lines, finished=same_run and done == lines[-1]["step"])
+            return TrainingLog(stage, run_dir, lines, finished=same_run and done == lines[-1]["step"],
+                               damaged=[log for log in logs.values() if log.skipped])
     return None
 
 
