@@ -11,11 +11,13 @@ import click
 
 from bertwb import __version__, disk, engine, environment, memory, outputs, stages, ui
 from bertwb import sql as sql_module
+from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
 from bertwb.textinput import input_lines, stdin_lines
+from bertwb.train import model_choice
 from bertwb.workspace import Workspace
 
 
@@ -190,7 +192,10 @@ def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str |
     cfg.evaluate.device = device or cfg.evaluate.device
     with ui.tables_to_stderr(as_json):
         ran = engine.run_pipeline(cfg, ws, ["evaluate"], force=force)
-    metrics = ran.get("evaluate") or evaluate_stage.read_metrics(ws)
+    metrics = ran.get("evaluate") or read_results(ws.stage_dir("evaluate"))
+    if metrics is None:  # fresh by its manifest, yet its file does not read
+        raise BertwbError(f"{ws.stage_dir('evaluate') / RESULTS_FILE} is missing or unreadable; "
+                          "run `bertwb evaluate --force`")
     if as_json:
         ui.print_json(metrics)
     elif "evaluate" not in ran:
@@ -251,14 +256,25 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
     if input_file and not Path(input_file).is_file():  # before the model loads
         raise BertwbError(f"{input_file}: no such file; give a file in the task's format, or lines on stdin")
     if output:
+        model = model_choice.user_path(cfg, checkpoint) if checkpoint else None
         outputs.check_file(output, outputs.protected_paths(cfg, ws, [
-            *outputs.reading(input_file, "the input file"), *outputs.reading(checkpoint, "the model", True)]))
+            *outputs.reading(input_file, "the input file"), *outputs.reading(model, "the model", True)]))
     predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
     examples = predictor.read(Path(input_file)) if input_file else \
         predictor.read(lines=stdin_lines(sys.stdin))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)
     if output:
         ui.info(f"wrote {count:,} predictions to {output}")
+
+
+def _model(cfg: Config, ws: Workspace, checkpoint: str | None) -> tuple[Any, Path]:
+    """The model directory --checkpoint names (``latest``, steps: of the current pretrain run), opened, and
+    its tokenizer's folder."""
+    from bertwb.model import modeldir  # torch loads only for the commands that use a model
+
+    model_dir = modeldir.open_model_dir(model_choice.checkpoint_dir(
+        cfg, ws, checkpoint, lambda: engine.current_run_dir(cfg, ws, "pretrain")))
+    return model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir)
 
 
 def _predictor_options(func: Callable) -> Callable:
@@ -276,11 +292,11 @@ def _predictor_options(func: Callable) -> Callable:
 def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
               device: str, as_json: bool, texts: tuple[str, ...], text_file: str | None, top_k: int) -> None:
     """Predict the tokens at every [MASK] of TEXTS (or --file, or stdin lines)."""
-    from bertwb.inference import Predictor
+    from bertwb.inference import PretrainedModel
 
     cfg, ws = _load(config_path, overrides, workdir)
     inputs = input_lines(texts, text_file, sys.stdin)
-    results = Predictor.load(cfg, ws, checkpoint, device).fill_mask(inputs, top_k)
+    results = PretrainedModel.load(*_model(cfg, ws, checkpoint), device).fill_mask(inputs, top_k)
     if as_json:
         ui.print_json(results)
         return
@@ -297,10 +313,10 @@ def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
         device: str, as_json: bool, sentence_a: str, sentence_b: str) -> None:
     """The probability that SENTENCE_B follows SENTENCE_A (next-sentence prediction)."""
-    from bertwb.inference import Predictor
+    from bertwb.inference import PretrainedModel
 
     cfg, ws = _load(config_path, overrides, workdir)
-    result = Predictor.load(cfg, ws, checkpoint, device).next_sentence(sentence_a, sentence_b)
+    result = PretrainedModel.load(*_model(cfg, ws, checkpoint), device).next_sentence(sentence_a, sentence_b)
     if as_json:
         ui.print_json(result)
         return
@@ -322,8 +338,8 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
     from bertwb.model import hf, modeldir
 
     cfg, ws = _load(config_path, overrides, workdir)
-    model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
-    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, ws), Path(out), force,
+    model_dir, tokenizer_dir = _model(cfg, ws, checkpoint)
+    written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, tokenizer_dir), Path(out), force,
                            outputs.protected_paths(cfg, ws))
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")

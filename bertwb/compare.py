@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bertwb.artifacts import read_manifest_file
 from bertwb.errors import BertwbError
 
 # The results shown per stage: summary key -> column name.
@@ -58,10 +59,9 @@ def _manifests(workdir: Path) -> dict[str, dict[str, Any]]:
     folder = workdir / "manifests"
     found = {}
     for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
-        try:
-            found[path.relative_to(folder).with_suffix("").as_posix()] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # an unreadable manifest is a stale stage: nothing to compare
+        manifest, _ = read_manifest_file(path)
+        if manifest is not None:  # an unreadable manifest is a stale stage: nothing to compare
+            found[path.relative_to(folder).with_suffix("").as_posix()] = manifest
     return found
 
 

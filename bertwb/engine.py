@@ -29,6 +29,7 @@ from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Stage
+from bertwb.train.runs import run_dir_of
 from bertwb.workspace import Workspace
 
 
@@ -72,6 +73,11 @@ def current_key(name: str, cfg: Config, ws: Workspace) -> str:
     key = stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
     behind = [dep for dep in stage.deps if not _manifest_current(stages.get(dep, cfg), cfg, ws)]
     return hashlib.sha256(f"{key} before {behind} rebuild".encode()).hexdigest() if behind else key
+
+
+def current_run_dir(cfg: Config, ws: Workspace, stage: str = "pretrain") -> Path:
+    """The run directory the current config's ``stage`` trains in (it may not exist yet): `current_key`'s."""
+    return run_dir_of(ws, stage, current_key(stage, cfg, ws))
 
 
 def _manifest_current(stage: Stage, cfg: Config, ws: Workspace) -> bool:
@@ -362,10 +368,3 @@ def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
         })
     return rows
 
-
-def stage_path(ws: Workspace, stage: str) -> Path:
-    """A fresh stage's directory; an error naming the fix when the stage has not run."""
-    path = ws.stage_dir(stage)
-    if ws.read_manifest(stage) is None or not path.exists():
-        raise BertwbError(f"{stage} has not run in {ws.root}; run `bertwb {stage}` first")
-    return path

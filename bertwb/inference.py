@@ -1,30 +1,30 @@
 """Ask a pre-trained model directly: ``fill-mask`` (top-k tokens for every ``[MASK]``) and ``nsp``.
 
 Both load any model directory (see :mod:`bertwb.model.modeldir`) with its tokenizer, run on CPU unless told
-otherwise, and return plain dicts the CLI prints as tables or JSON.
+otherwise, and return plain dicts the CLI prints as tables or JSON. Which directory and which tokenizer
+folder is the caller's choice (:mod:`bertwb.train.model_choice`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 
-from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.bert import BertForPreTraining
 from bertwb.train.device import resolve_device
-from bertwb.workspace import Workspace
 
 MASK = "[MASK]"
 
 
 @dataclass
-class Predictor:
-    """A model in eval mode with its tokenizer."""
+class PretrainedModel:
+    """A pre-training model (MLM and NSP heads) in eval mode with its tokenizer."""
 
     model: BertForPreTraining
     tokenizer: Tokenizer
@@ -32,9 +32,9 @@ class Predictor:
     source: str
 
     @classmethod
-    def load(cls, cfg: Config, ws: Workspace, checkpoint: str | None, device: str = "auto") -> Predictor:
-        model_dir = modeldir.resolve_checkpoint(cfg, ws, checkpoint)
-        tokenizer = modeldir.load_tokenizer(model_dir, ws)
+    def load(cls, model_dir: modeldir.ModelDir, tokenizer_dir: Path, device: str = "auto") -> PretrainedModel:
+        """``model_dir``'s model on ``device`` with the tokenizer of ``tokenizer_dir``."""
+        tokenizer = modeldir.load_tokenizer(model_dir, tokenizer_dir)
         torch_device = resolve_device(device, "--device")
         model, _ = modeldir.load_model(model_dir, torch_device, kind="pretraining")
         return cls(model.eval(), tokenizer, torch_device, model_dir.label)

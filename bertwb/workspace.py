@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Iterator, TextIO
 import duckdb
 
 from bertwb import environment, faults
+from bertwb.artifacts import read_manifest_file
 from bertwb.errors import BertwbError
 
 DB_NAME = "bertwb.duckdb"
@@ -51,12 +52,16 @@ class Workspace:
 
     def read_manifest(self, stage: str) -> dict[str, Any] | None:
         """The stage's manifest, or None when missing or damaged (`manifest_damage` says which)."""
-        return _load_manifest(self.manifest_path(stage))[0]
+        return read_manifest_file(self.manifest_path(stage))[0]
 
     def manifest_damage(self, stage: str) -> str | None:
         """Why the stage's manifest file, which exists, cannot be used (torn JSON, another shape); None when
         it is fine or missing. A damaged manifest makes its stage stale: the next run rebuilds it."""
-        return _load_manifest(self.manifest_path(stage))[1]
+        return read_manifest_file(self.manifest_path(stage))[1]
+
+    def has_run(self, stage: str) -> bool:
+        """Whether ``stage`` has run here: its manifest reads and its directory exists."""
+        return self.read_manifest(stage) is not None and self.stage_dir(stage).is_dir()
 
     def write_manifest(self, stage: str, manifest: dict[str, Any]) -> None:
         write_text_atomic(self.manifest_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -69,7 +74,7 @@ class Workspace:
         write_text_atomic(self.pending_path(stage), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
     def read_pending(self, stage: str) -> dict[str, Any] | None:
-        return _load_manifest(self.pending_path(stage))[0]
+        return read_manifest_file(self.pending_path(stage))[0]
 
     def commit_pending(self, stage: str) -> None:
         """Make the pending manifest the stage's manifest (one rename)."""
@@ -167,49 +172,6 @@ def _made_by_a_live_process(path: Path, marker: str) -> bool:
     except OSError:  # another user's process: alive
         return True
     return True
-
-
-# The type of each field a manifest may hold (`bertwb.commit` writes them), and of the outputs' fields.
-_MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "format": int, "stage": str, "key": str, "build": str, "identity": str, "has_files": bool,
-    "config": (str, type(None)), "params": dict, "deps": dict, "inputs": list, "version": int, "outputs": dict,
-    "started_at": str, "finished_at": str, "duration_s": (int, float), "versions": dict, "summary": (dict, type(None)),
-}
-_OUTPUT_FIELDS: dict[str, type] = {"files": dict, "tables": dict, "digests": dict}
-
-
-def _load_manifest(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A manifest file's content and why it is unusable: (manifest, None), (None, None) when there is no
-    file, or (None, reason) when it is not JSON or not a manifest's shape (``[1, 2, 3]`` is valid JSON)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    problem = _manifest_shape_problem(data)
-    return (None, problem) if problem else (data, None)
-
-
-def _manifest_shape_problem(data: Any) -> str | None:
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
-    for name, kind in _MANIFEST_FIELDS.items():
-        if name in data and (not isinstance(data[name], kind) or isinstance(data[name], bool) and kind is int):
-            return f"its {name!r} is {type(data[name]).__name__}"
-    for name, kind in _OUTPUT_FIELDS.items():
-        value = data.get("outputs", {}).get(name, {})
-        if not isinstance(value, kind):
-            return f"its outputs.{name} is {type(value).__name__}"
-    for name in ("files", "tables"):
-        sizes = data.get("outputs", {}).get(name, {}).values()
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
-            return f"its outputs.{name} holds something other than sizes"
-    if not all(isinstance(i, dict) and "path" in i for i in data.get("inputs", [])):
-        return "its inputs are not objects with a path"
-    if not all(isinstance(v, dict) for v in data.get("params", {}).values()):
-        return "its params are not sections"
-    return None
 
 
 def _open_lock_file(path: Path) -> int:

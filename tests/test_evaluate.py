@@ -143,8 +143,7 @@ def test_evaluate_with_dynamic_masking_is_repeatable(copy: Project):
 
 def _model_and_tokenizer(project: Project):
     model_dir = modeldir.open_model_dir(project.workspace / "pretrain")
-    from bertwb.workspace import Workspace
-    tokenizer = modeldir.load_tokenizer(model_dir, Workspace(project.workspace))
+    tokenizer = modeldir.load_tokenizer(model_dir)  # the pretrain output keeps its tokenizer beside it
     model, _ = modeldir.load_model(model_dir)
     return model.eval(), tokenizer
 

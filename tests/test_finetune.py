@@ -293,6 +293,23 @@ def test_predict_into_a_pipe_closed_early_stops_quietly_with_141(finetuned: Proj
     assert process.returncode == 141 and "error" not in stderr, stderr
 
 
+def test_predict_checkpoint_is_relative_to_the_config_folder_first(finetuned: Project, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    """README: relative paths are relative to the config file. `predict --checkpoint` takes a relative path
+    as every model option does (`bertwb.train.model_choice.user_path`): against the config's folder, and
+    against the current directory only when the config's folder has nothing there. Before, predict alone
+    took the current directory's first, so the same path named another model than `export --checkpoint`."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".bertwb" / "finetune" / "sentiment").mkdir(parents=True)  # the same path, and no model in it
+    monkeypatch.chdir(elsewhere)
+    rows = _predict(finetuned, "sentiment", "--checkpoint", ".bertwb/finetune/sentiment", stdin="Lovely soup.\n")
+    assert len(rows) == 1 and rows[0]["label"] in ("positive", "negative")
+
+    monkeypatch.chdir(finetuned.workspace)  # finetune/sentiment is here only, not beside the config
+    assert not (finetuned.root / "finetune" / "sentiment").exists()
+    assert _predict(finetuned, "sentiment", "--checkpoint", "finetune/sentiment", stdin="Lovely soup.\n") == rows
+
+
 def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     straight = Project(tmp_path / "straight")

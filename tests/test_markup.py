@@ -162,7 +162,9 @@ def test_a_warning_about_a_bracketed_file_is_whole(project: Project, said: Calla
 
 def test_fill_mask_prints_a_bracketed_input_whole(project: Project, said: Callable[[Any], str],
                                                   monkeypatch: pytest.MonkeyPatch):
-    """The model is a stand-in: what is under test is how its answer is printed."""
+    """The model is a stand-in (no model directory is looked for): what is under test is how its answer is printed."""
+    import importlib
+
     from bertwb import inference
 
     class StandIn:
@@ -170,7 +172,8 @@ def test_fill_mask_prints_a_bracketed_input_whole(project: Project, said: Callab
             return [{"text": text, "masks": [{"predictions": [
                 {"token": "[/t]", "score": 0.5, "sequence": text.replace("[MASK]", "[/t]")}]}]} for text in texts]
 
-    monkeypatch.setattr(inference.Predictor, "load", classmethod(lambda cls, *args: StandIn()))
+    monkeypatch.setattr(importlib.import_module("bertwb.cli"), "_model", lambda *args: (None, None))
+    monkeypatch.setattr(inference.PretrainedModel, "load", classmethod(lambda cls, *args: StandIn()))
     result = project.run("fill-mask", "the [/quote] [MASK] sat")
     assert "the [/quote] [MASK] sat" in said(result) and "the [/quote] [/t] sat" in said(result)
 

@@ -161,7 +161,7 @@ def test_every_model_loader_hands_out_a_tokenizer_without_padding_or_truncation(
     """fill-mask, nsp (one loader), predict, export and the model-directory loader: all go through
     load_tokenizer, so none sees the published file's padding to `PAD_TO`."""
     from bertwb.configfile import load_config
-    from bertwb.inference import Predictor as PretrainedPredictor
+    from bertwb.inference import PretrainedModel
     from bertwb.model import modeldir
     from bertwb.tasks.prediction import open_predictor
     from bertwb.workspace import Workspace
@@ -169,8 +169,9 @@ def test_every_model_loader_hands_out_a_tokenizer_without_padding_or_truncation(
     published = finetuned[0]
     cfg = load_config(published.config)
     ws = Workspace(published.workspace)
+    hf = modeldir.open_model_dir(published.root / "hf")
     tokenizers = {
-        "fill-mask/nsp": PretrainedPredictor.load(cfg, ws, str(published.root / "hf"), "cpu").tokenizer,
+        "fill-mask/nsp": PretrainedModel.load(hf, hf.tokenizer_dir, "cpu").tokenizer,
         "predict": open_predictor(cfg, ws, "t", None, "cpu", 8).tokenizer,
         "model directory": modeldir.load_tokenizer(modeldir.open_model_dir(published.root / "hf")),
     }

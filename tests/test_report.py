@@ -13,6 +13,7 @@ and a plot whose data changed has them elsewhere.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import random
@@ -164,6 +165,29 @@ def test_a_run_still_going_is_drawn_from_its_partial_log_and_stages_not_run_are_
     assert _data_pixels(loss).sum() > 300
     page = (ws / "report" / "index.html").read_text()
     assert "step 5, running or interrupted" in page and page.count("not run yet") >= 2
+
+
+def test_damaged_lines_of_a_training_log_are_skipped_with_one_warning_naming_the_file_and_lines(project: Project):
+    """A line in the middle of pretrain's log that is not JSON, and a torn last line (a run killed mid-write):
+    the report draws the other lines and says in one line, on stderr and on the page, which file, which lines
+    and how many it left out (`bertwb report` skipped them silently before)."""
+    log = _run_dir(project, "pretrain-runs") / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 12
+    lines[3] = "[bold]not json\x00 {"  # line 4: damage, brackets and all
+    lines[11] = lines[11][:25]  # line 12: torn
+    log.write_text("\n".join(lines))
+
+    result = project.run("report")
+    note = (f"pretrain: skipped 2 damaged lines of {log} (lines 4, 12: not a JSON object with a step); "
+            "the figures leave them out")
+    assert [line for line in result.stderr.splitlines() if line.startswith("warning:")] == [f"warning: {note}"]
+    assert f"wrote {project.workspace / 'report' / 'index.html'} with {len(FIGURES)} figures" in result.output
+    page = (project.workspace / "report" / "index.html").read_text()
+    assert f"<li class='note'>{html.escape(note, quote=True)}</li>" in page
+    assert "step 11, running or interrupted" in page  # steps 1-3 and 5-11 drawn: the last whole line is step 11
+    report = json.loads(project.run("report", "--json").stdout)
+    assert note in report["notes"]
 
 
 # What `bertwb pretrain` holds while it trains: the workspace lock and a read-write database connection;

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwb.artifacts import read_phases
 from bertwb.data.masking import MaskingRules, rules_from_flags
 from bertwb.errors import BertwbError
 
@@ -36,7 +37,6 @@ ARRAYS = {
     "mask_offsets": np.int64,  # [n + 1], like offsets, into the three masked_* arrays
 }
 FLAGS_FILE = "token_flags.npy"
-PHASES_FILE = "phases.json"
 
 
 @dataclass
@@ -114,10 +114,10 @@ def pair_sets(stage_dir: str | Path) -> dict[str | None, Path]:
     """The pair sets of a pairs output, in training order: ``{None: stage_dir}`` for one set, else
     ``{phase: stage_dir/phase}`` in the order of ``pretrain.phases``."""
     stage_dir = Path(stage_dir)
-    listing = stage_dir / PHASES_FILE
-    if not listing.is_file():
+    names = read_phases(stage_dir)
+    if names is None:
         return {None: stage_dir}
-    return {name: stage_dir / name for name in json.loads(listing.read_text())["phases"]}
+    return {name: stage_dir / name for name in names}
 
 
 def pair_set(stage_dir: str | Path, phase: str | None = None) -> Path:

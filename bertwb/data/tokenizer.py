@@ -25,6 +25,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from bertwb.artifacts import write_json
 from bertwb.errors import BertwbError
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -162,8 +163,8 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
     tokenizer.save(str(out / "tokenizer.json"))
     by_id = sorted(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
     (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
-    _write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
-    _write_json(out / "tokenizer_config.json", {
+    write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
+    write_json(out / "tokenizer_config.json", {
         "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, lowercase), "strip_accents": None,
         "tokenize_chinese_chars": True, "model_max_length": model_max_length, **SPECIAL_TOKENS_MAP})
 
@@ -173,7 +174,7 @@ def set_model_max_length(folder: Path, length: int) -> None:
     side = folder / "tokenizer_config.json"
     config = json.loads(side.read_text(encoding="utf-8"))
     if config.get("model_max_length") != length:
-        _write_json(side, {**config, "model_max_length": length})
+        write_json(side, {**config, "model_max_length": length})
 
 
 def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
@@ -188,7 +189,3 @@ def add_bert_template(tokenizer: Tokenizer) -> None:
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -37,7 +37,6 @@ with one line.
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,6 +46,7 @@ import safetensors.torch
 from tokenizers import Tokenizer
 
 from bertwb import outputs
+from bertwb.artifacts import write_json
 from bertwb.data.tokenizer import declared_lengths, write_tokenizer_files
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -72,7 +72,7 @@ def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, for
                     if name not in TIED_HF_KEYS}
         safetensors.torch.save_file(hf_state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         _readable(tmp / "model.safetensors")
-        _write_json(tmp / "config.json", hf_config_of(model))
+        write_json(tmp / "config.json", hf_config_of(model))
         write_tokenizer_files(tokenizer, tmp, modeldir.max_length(model_dir)[0])
     return {"path": str(out), "source": model_dir.label, "architecture": model.hf_architecture,
             "tensors": len(hf_state),
@@ -100,7 +100,7 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
                    "dropped_tensors": report.dropped, "config": _sizes(model),
                    "source_tokenizer": declared_lengths(model_dir.tokenizer_dir)}
-        _write_json(tmp / "import.json", summary)
+        write_json(tmp / "import.json", summary)
     return {"path": str(out), **summary}
 
 
@@ -116,10 +116,6 @@ def _readable(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     path.chmod(0o666 & ~umask)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 @contextmanager

@@ -12,7 +12,7 @@ A *model directory* is any folder with BERT weights and the architecture beside 
 
 The layout of the weights is told from their names, so every command that takes a checkpoint takes
 all of them. Its tokenizer is the directory's own ``tokenizer.json`` / ``vocab.txt`` when it has one,
-else the workspace's vocab stage.
+else a folder the caller passes (the workspace's vocab stage: `bertwb.train.model_choice.tokenizer_dir`).
 
 A directory holds one of four *kinds* of model (``bertwb.model.MODEL_KINDS``): a pre-training BERT
 (MLM + NSP heads) or a fine-tuned sequence classifier, token classifier or question-answering model.
@@ -34,8 +34,7 @@ import safetensors.torch
 import torch
 from tokenizers import Tokenizer
 
-from bertwb import engine
-from bertwb.config import Config
+from bertwb.artifacts import weights_file
 from bertwb.data.tokenizer import declared_max_length
 from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
@@ -43,8 +42,6 @@ from bertwb.model.bert import BertConfig
 from bertwb.model.heads import CLASSIFIER_KINDS, MODEL_KINDS, AnyBert, new_model
 from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, from_hf_state_dict, hf_config_of, hf_name,
                                    kind_of, label_names_from_hf_dict, shape_mismatch)
-from bertwb.train.runs import choose_checkpoint, weights_file
-from bertwb.workspace import Workspace
 
 # Names only bertwb's state dict has; Hugging Face names never contain them.
 _BERTWB_MARKERS = ("bert.layers.", "bert.embeddings.tokens.", "mlm_head.", "nsp_head.", "span_head.")
@@ -322,18 +319,12 @@ def _other_model_error(model_dir: ModelDir, kind: str, label_names: list[str] | 
             "fine-tune one from it")
 
 
-def tokenizer_folder(model_dir: ModelDir, ws: Workspace | None = None) -> Path:
-    """Where a model directory's tokenizer is: its own folder, else the workspace's vocab stage."""
-    if model_dir.tokenizer_dir is not None:
-        return model_dir.tokenizer_dir
-    if ws is None:
+def load_tokenizer(model_dir: ModelDir, folder: Path | None = None) -> Tokenizer:
+    """The model's tokenizer from ``folder`` (the caller's choice: `bertwb.train.model_choice.tokenizer_dir`),
+    else from the directory's own files; it must have the model's size."""
+    folder = folder or model_dir.tokenizer_dir
+    if folder is None:
         raise BertwbError(f"{model_dir.path}: no tokenizer.json or vocab.txt beside the model")
-    return engine.stage_path(ws, "vocab")
-
-
-def load_tokenizer(model_dir: ModelDir, ws: Workspace | None = None, folder: Path | None = None) -> Tokenizer:
-    """The model's tokenizer (from ``folder``, else `tokenizer_folder`); it must have the model's size."""
-    folder = folder or tokenizer_folder(model_dir, ws)
     tokenizer = load_tokenizer_file(folder)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != model_dir.config.vocab_size:
@@ -376,13 +367,6 @@ def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:
             raise BertwbError(f"{model_dir.path}: its vocab.txt differs from the workspace's at id {first} "
                               f"({theirs[first]!r} vs {ours[first]!r}); set vocab.from_file to "
                               f"{model_dir.tokenizer_dir / 'vocab.txt'} and rerun")
-
-
-# --- which checkpoint ----------------------------------------------------------------------------------
-
-def resolve_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> ModelDir:
-    """The model directory ``choice`` names, opened (see `bertwb.checkpoints.choose_checkpoint`)."""
-    return open_model_dir(choose_checkpoint(cfg, ws, choice, quiet))
 
 
 # --- writing ---------------------------------------------------------------------------------------------

@@ -160,6 +160,7 @@ class _Findings:
         if log is None:
             return
         self.logs["pretrain"] = log
+        self.notes += _skipped_lines("pretrain", log)
         state = "finished" if log.finished else "running or interrupted"
         title = f"pretrain, step {log.last_step:,} ({state})"
         shown = {"loss": "loss {:.4f}", "mlm_acc": "MLM acc {:.2%}", "nsp_acc": "NSP acc {:.2%}",
@@ -205,6 +206,7 @@ class _Findings:
         log = sources.training_log(self.cfg, self.ws, stage)
         if log is not None:
             self.logs[stage] = log
+            self.notes += _skipped_lines(stage, log)
             title = f"{stage}, step {log.last_step:,} ({'finished' if log.finished else 'running or interrupted'})"
             self.planned.append(_Planned(
                 f"finetune_{file_name}_curves", section, f"{task}: training", f"From {log.path}: training loss and "
@@ -225,6 +227,18 @@ class _Findings:
                 f"Gold labels (rows) against the final model's predictions (columns) on {split}; the colour is the "
                 "share of the row, so the diagonal is each label's recall.",
                 lambda: figures.confusion(labels, scores["confusion_matrix"], chart)))
+
+
+def _skipped_lines(stage: str, log: sources.TrainingLog) -> list[str]:
+    """One note per metrics file of the run with lines that did not read: which file, which lines, how many."""
+    notes = []
+    for damaged in log.damaged:
+        count, numbers = len(damaged.skipped), ", ".join(map(str, damaged.skipped[:5]))
+        one = count == 1
+        where = f"line {numbers}" if one else f"lines {numbers}{', ...' if count > 5 else ''}"
+        notes.append(f"{stage}: skipped {count} damaged {'line' if one else 'lines'} of {damaged.path} ({where}: "
+                     f"not a JSON object with a step); the figures leave {'it' if one else 'them'} out")
+    return notes
 
 
 def _file_name(task: str) -> str:

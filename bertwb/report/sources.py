@@ -1,10 +1,11 @@
 """What the report reads from a workspace: only files and a read-only database connection, never the lock.
 
 Training curves come from a run's ``metrics.jsonl``, which the trainer appends one whole line to at
-every log: a reader racing it sees at most a torn last line, which is skipped, so a run that is still
-going is read as far as it got. The run shown for a stage is the one the current config trains in
-(`bertwb.train.runs.current_run_dir`), else the newest run directory that has metrics, else the
-stage's own copy of them.
+every log: a reader racing it sees at most a torn last line, so a run that is still going is read as
+far as it got. A line that does not read (torn, or damaged) is skipped and its number kept, for the
+report to say so. The run shown for a stage is the one the current config trains in
+(`bertwb.engine.current_run_dir`), else the newest run directory that has metrics, else the
+stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
 
 The pairs histograms come from the pairs stage's arrays (what training reads; the same numbers as the
 ``pairs_length_hist`` and ``pairs_mask_kinds`` views), so they draw while another bertwb process holds
@@ -14,7 +15,6 @@ when a writer holds the database it raises `BertwbError` and the report says why
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from bertwb import engine
+from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_results
 from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.train.runs import METRICS_FILE, current_run_dir, phase_dirs, read_metrics, run_dir_of, run_metrics
+from bertwb.train.runs import joined_metrics, phase_dirs, run_dir_of, run_logs
 from bertwb.workspace import Workspace
 
-# The finetune stage's file name; its module imports torch, which the report does not need.
-TASK_RESULTS = "metrics.json"
 FERTILITY_SAMPLE = 50_000  # sentences; enough for a stable histogram, quick on any corpus
 _CHUNK = 1 << 22  # array elements per histogram chunk: memory stays flat however many pairs there are
 
@@ -41,6 +41,7 @@ class TrainingLog:
     path: Path
     lines: list[dict[str, Any]]
     finished: bool  # the stage's manifest records this run, at this last step
+    damaged: list[MetricsLog]  # the run's files with lines skipped (torn or damaged), for a warning
 
     @property
     def last_step(self) -> int:
@@ -59,9 +60,9 @@ class TrainingLog:
 
 def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
-    (a phased pre-training's phases one after another, `bertwb.train.runs.run_metrics`)."""
+    (a phased pre-training's phases one after another, `bertwb.train.runs.joined_metrics`)."""
     try:
-        current = current_run_dir(cfg, ws, stage)
+        current = engine.current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
         current = None
     every_run = run_dir_of(ws, stage, "*")
@@ -69,12 +70,14 @@ def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     newest_first = sorted(runs, key=_last_logged, reverse=True)
     stage_copy = ws.stage_dir(stage)
     for run_dir in ([current] if current else []) + newest_first + [stage_copy]:
-        lines = run_metrics(run_dir) if run_dir != stage_copy else read_metrics(stage_copy / METRICS_FILE)
+        logs = run_logs(run_dir) if run_dir != stage_copy else {None: read_metrics_log(stage_copy / METRICS_FILE)}
+        lines = joined_metrics(logs)
         if lines:
             manifest = ws.read_manifest(stage) or {}
             done = (manifest.get("summary") or {}).get("steps_done")
             same_run = run_dir == stage_copy or (manifest.get("key") or "")[:16] == run_dir.name
-            return TrainingLog(stage, run_dir, lines, finished=same_run and done == lines[-1]["step"])
+            return TrainingLog(stage, run_dir, lines, finished=same_run and done == lines[-1]["step"],
+                               damaged=[log for log in logs.values() if log.skipped])
     return None
 
 
@@ -86,12 +89,7 @@ def _last_logged(run_dir: Path) -> int:
 
 def evaluate_metrics(ws: Workspace) -> dict[str, Any] | None:
     """What the last evaluate run wrote, or None."""
-    from bertwb.stages.evaluate import read_metrics  # noqa: PLC0415 - the stage modules load on demand
-
-    try:
-        return read_metrics(ws)
-    except (BertwbError, ValueError):
-        return None
+    return read_results(ws.stage_dir("evaluate"))
 
 
 def task_names(cfg: Config, ws: Workspace) -> list[str]:
@@ -105,11 +103,7 @@ def task_names(cfg: Config, ws: Workspace) -> list[str]:
 
 def task_results(ws: Workspace, task: str) -> dict[str, Any] | None:
     """A fine-tuned task's dev/test metrics (with the labels and a classifier's confusion matrices), or None."""
-    path = ws.stage_dir(f"finetune/{task}") / TASK_RESULTS
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_results(ws.stage_dir(f"finetune/{task}"))
 
 
 @dataclass

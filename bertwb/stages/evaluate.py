@@ -17,7 +17,6 @@ The computation is :func:`bertwb.tasks.pretraining.evaluate_pairs`.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,16 +24,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertwb import faults, ui
+from bertwb.artifacts import RESULTS_FILE, weights_file, weights_identity, write_json
 from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import choose_checkpoint, fingerprint, weights_file
+from bertwb.train import model_choice
 from bertwb.workspace import Workspace
 
 if TYPE_CHECKING:
     from bertwb.data.pair_batches import PairArrays
-
-METRICS_FILE = "metrics.json"
 
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
@@ -45,7 +43,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     from bertwb.train.device import resolve_device
 
     started = time.perf_counter()
-    model_dir = modeldir.resolve_checkpoint(cfg, build.workspace, cfg.evaluate.checkpoint)
+    model_dir = modeldir.open_model_dir(_checkpoint(cfg, build.workspace))
     modeldir.check_vocab_matches(model_dir, build.upstream_dir("vocab"))
     pairs, kinds = _valid_pairs(pair_set(build.upstream_dir("pairs")), cfg)  # with phases, the last phase's
     if len(pairs) == 0:
@@ -59,7 +57,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals,
                "seconds": round(time.perf_counter() - started, 3)}
     faults.point("work")
-    (build.out_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    write_json(build.out_dir / RESULTS_FILE, metrics)
     return metrics
 
 
@@ -81,10 +79,18 @@ def _valid_pairs(pairs_dir: Path, cfg: Config) -> tuple[PairArrays, np.ndarray]:
 def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """The identity of the weights ``evaluate.checkpoint`` picks; nothing when there are none yet."""
     try:
-        weights = weights_file(choose_checkpoint(cfg, ws, cfg.evaluate.checkpoint, quiet=True))
+        weights = weights_file(_checkpoint(cfg, ws, quiet=True))
     except BertwbError:
         return []  # `bertwb status` still works; running the stage says what is missing
-    return [fingerprint(weights)] if weights is not None else []
+    return [weights_identity(weights)] if weights is not None else []
+
+
+def _checkpoint(cfg: Config, ws: Workspace, quiet: bool = False) -> Path:
+    """The model directory ``evaluate.checkpoint`` names; ``latest`` and steps are of the current pretrain run."""
+    from bertwb import engine  # noqa: PLC0415 - pretrain's current key is the engine's, and the engine imports this
+
+    return model_choice.checkpoint_dir(cfg, ws, cfg.evaluate.checkpoint,
+                                       lambda: engine.current_run_dir(cfg, ws, "pretrain"), quiet)
 
 
 def report(metrics: dict[str, Any]) -> None:
@@ -109,10 +115,3 @@ STAGE = Stage(
     fingerprint=evaluated_weights, report=report, headline="MLM accuracy {mlm_acc:.1%}, NSP accuracy {nsp_acc:.1%}",
     help="MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached).")
 
-
-def read_metrics(ws: Workspace) -> dict[str, Any]:
-    """The metrics the last evaluate run wrote."""
-    path = ws.stage_dir("evaluate") / METRICS_FILE
-    if not path.is_file():
-        raise BertwbError(f"{path} is missing; run `bertwb evaluate`")
-    return json.loads(path.read_text())

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from bertwb import ui
+from bertwb.artifacts import weights_file, weights_identity
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import fingerprint as weights_identity
-from bertwb.train.runs import list_checkpoints, run_dir_of, weights_file
+from bertwb.train import model_choice
+from bertwb.train.runs import list_checkpoints, run_dir_of
 from bertwb.workspace import Workspace
 
 VIEWS = (
@@ -57,7 +58,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     source = modeldir.open_model_dir(source_dir(cfg, ws, task),
                                      "finetune.init_from" if inherited else f"finetune.tasks.{task}.init_from")
     plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
-                tokenizer_dir=str(modeldir.tokenizer_folder(source, ws)))
+                tokenizer_dir=str(model_choice.tokenizer_dir(ws, source.tokenizer_dir)))
     session.send_plan(plan)
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
 
@@ -89,16 +90,8 @@ def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
 
 
 def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:
-    """The model directory task ``task`` starts from (``init_from``)."""
-    choice = task_settings(cfg, task).init_from
-    if choice == "pretrain":
-        path = ws.stage_dir("pretrain")
-        if ws.read_manifest("pretrain") is None or not path.is_dir():
-            raise BertwbError(f"finetune.tasks.{task}.init_from is pretrain, but pretrain has not run in {ws.root}; "
-                              "run `bertwb pretrain`, or set init_from to a model directory")
-        return path
-    path = cfg.resolve(choice)
-    return path if path.exists() or not Path(choice).exists() else Path(choice).resolve()
+    """The model directory task ``task`` starts from (``init_from``: `bertwb.train.model_choice.start_dir`)."""
+    return model_choice.start_dir(cfg, ws, task_settings(cfg, task).init_from, f"finetune.tasks.{task}.init_from")
 
 
 def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any]]:

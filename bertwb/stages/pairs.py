@@ -23,11 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bertwb import faults, ui
+from bertwb.artifacts import PHASES_FILE
 from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
 from bertwb.data.ordered_map import map_ordered
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
-from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, PHASES_FILE, SPLITS
+from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 

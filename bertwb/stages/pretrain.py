@@ -54,10 +54,11 @@ from pathlib import Path
 from typing import Any
 
 from bertwb import ui
+from bertwb.artifacts import METRICS_FILE, PHASES_FILE, weights_file, weights_identity
 from bertwb.config import Config
 from bertwb.stage import Build, Stage
-from bertwb.train.runs import (METRICS_FILE, PHASES_FILE, fingerprint, list_checkpoints, phase_dirs, run_dir_of,
-                               run_metrics, weights_file)
+from bertwb.train.model_choice import user_path
+from bertwb.train.runs import list_checkpoints, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace, write_text_atomic
 
 
@@ -128,7 +129,7 @@ def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dic
 
 def _identity(model_dir: Path, run_dir: Path) -> dict[str, Any]:
     """A phase's starting weights by path within the run, size and mtime (the workspace may move)."""
-    identity = fingerprint(weights_file(model_dir))
+    identity = weights_identity(weights_file(model_dir))
     return {**identity, "path": str(Path(identity["path"]).relative_to(run_dir))}
 
 
@@ -185,11 +186,11 @@ def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     """The identity of ``model.init_from``'s weights (so replacing them retrains); none without it."""
     if not cfg.model.init_from:
         return []
-    path = cfg.resolve(cfg.model.init_from)
+    path = user_path(cfg, cfg.model.init_from)
     weights = weights_file(path) if path.is_dir() else None
     if weights is None:
         return [{"path": str(path), "missing": True}]  # `bertwb status` still works; training says what is wrong
-    return [fingerprint(weights)]
+    return [weights_identity(weights)]
 
 
 def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:

@@ -32,6 +32,7 @@ import safetensors.torch
 import torch
 
 from bertwb import ui
+from bertwb.artifacts import RESULTS_FILE, TASK_FILE, write_json
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches, TensorBatch, round_up
 from bertwb.data.tokenizer import write_tokenizer_files
@@ -46,8 +47,6 @@ from bertwb.train.runs import checkpoint_path
 from bertwb.train.trainer import BEST_DIR, METRICS_FILE, Trainer
 
 IGNORE = -100  # a target nothing is predicted for (cross-entropy's ignore_index)
-TASK_FILE = "task.json"
-RESULTS_FILE = "metrics.json"
 
 
 # --- features and batches ---------------------------------------------------------------------------
@@ -332,12 +331,12 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
         checkpoint.link_weights(final, out_dir)
         (out_dir / "config.json").write_text(json.dumps(hf_config_of(trainer.model), indent=2) + "\n")
         write_tokenizer_files(tokenizer, out_dir, modeldir.max_length(source)[0])
-        _write_json(out_dir / TASK_FILE, {"task": plan.task, **task_settings(settings), "recorded": task.recorded()})
-        _write_json(out_dir / RESULTS_FILE, {"task": plan.task, "type": settings.type, "labels": label_names,
-                                             "main_metric": task.main_metric, **results})
+        write_json(out_dir / TASK_FILE, {"task": plan.task, **task_settings(settings), "recorded": task.recorded()})
+        write_json(out_dir / RESULTS_FILE, {"task": plan.task, "type": settings.type, "labels": label_names,
+                                            "main_metric": task.main_metric, **results})
         if (run_dir / METRICS_FILE).exists():
             (out_dir / METRICS_FILE).write_bytes((run_dir / METRICS_FILE).read_bytes())
-        _write_json(out_dir / "training.json", summary)
+        write_json(out_dir / "training.json", summary)
     return summary
 
 
@@ -361,10 +360,6 @@ def task_settings(settings: FinetuneTaskConfig) -> dict[str, Any]:
             "tag_column", "max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "n_best",
             "null_threshold")
     return {key: getattr(settings, key) for key in keys}
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def example_ranges(features: Features, n_examples: int) -> list[np.ndarray]:

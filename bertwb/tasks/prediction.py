@@ -18,19 +18,21 @@ from typing import Any, Iterator
 import torch
 
 from bertwb import ui
+from bertwb.artifacts import read_task_file
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
-from bertwb.tasks.finetuning import TASK_FILE, TaskObjective, task_type
+from bertwb.tasks.finetuning import TaskObjective, task_type
 from bertwb.tasks.readers import FormatError
+from bertwb.train import model_choice
 from bertwb.train.device import autocast
 from bertwb.workspace import writing_atomic
 
 PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
 
 
-class Predictor:
+class TaskPredictor:
     """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
 
     def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
@@ -112,32 +114,28 @@ def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: 
 
 
 def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
-                   batch_size: int) -> Predictor:
-    """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory).
+                   batch_size: int) -> TaskPredictor:
+    """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory,
+    a relative path first against the config's folder, as `bertwb.train.model_choice.user_path` says).
 
     The directory's ``task.json``, when it has one, says how inputs become features, as in training.
     """
     from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
     from bertwb.train.device import resolve_device  # noqa: PLC0415
 
-    if checkpoint:
-        folder = cfg.resolve(checkpoint) if not Path(checkpoint).exists() else Path(checkpoint)
-    else:
+    if not checkpoint:
         task_settings(cfg, task)  # an unknown task is named first
-        folder = ws.stage_dir(f"finetune/{task}")
-        if ws.read_manifest(f"finetune/{task}") is None or not folder.is_dir():
-            raise BertwbError(f"finetune/{task} has not run in {ws.root}; run `bertwb finetune {task}` first, "
-                              "or pass --checkpoint DIR")
+    folder = model_choice.task_dir(cfg, ws, task, checkpoint)
     model_dir = modeldir.open_model_dir(folder, "--checkpoint" if checkpoint else None)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    return Predictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}")
+    return TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}")
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
     """The task's settings (the config's, with what the model directory's task.json says about featurising),
     and what training recorded about its data."""
     settings = cfg.finetune.tasks.get(task) or FinetuneTaskConfig()
-    saved = json.loads((folder / TASK_FILE).read_text(encoding="utf-8")) if (folder / TASK_FILE).is_file() else {}
+    saved = read_task_file(folder)
     if settings.type and saved.get("type") and saved["type"] != settings.type:
         ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
                 f"the model was trained ({saved['type']})")
@@ -176,7 +174,7 @@ def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, An
             yield prefix + name, json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value
 
 
-def write_predictions(predictor: Predictor, examples: list[Any], fmt: str, output: str | None, stdout: Any) -> int:
+def write_predictions(predictor: TaskPredictor, examples: list[Any], fmt: str, output: str | None, stdout: Any) -> int:
     """Predict ``examples`` into ``output`` (whole, via a temporary file; a link, device or pipe in place)
     or, without one, onto ``stdout`` as the rows come; the number of rows."""
     if not output:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from bertwb import ui
+from bertwb.artifacts import METRICS_FILE
 from bertwb.config import Config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import KIND_NAMES
@@ -35,9 +36,10 @@ from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.model.hf_names import hf_config_dict
 from bertwb.train import checkpoint
 from bertwb.train.distributed import Dist
+from bertwb.train.model_choice import user_path
 from bertwb.train.objective import Objective
 from bertwb.train.runs import checkpoint_path
-from bertwb.train.trainer import METRICS_FILE, Trainer
+from bertwb.train.trainer import Trainer
 
 
 class PretrainingObjective(Objective):
@@ -180,7 +182,7 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
     the setting that asks for that many)."""
     if not cfg.model.init_from:
         return BertForPreTraining(build_model_config(cfg, meta["vocab_size"], max(meta["max_seq_length"], positions)))
-    source = modeldir.open_model_dir(cfg.resolve(cfg.model.init_from), "model.init_from")
+    source = modeldir.open_model_dir(user_path(cfg, cfg.model.init_from), "model.init_from")
     modeldir.check_vocab_matches(source, vocab_dir)
     modeldir.check_length(source, max(meta["max_seq_length"], positions), length_key)
     for name in ("hidden_dropout", "attention_dropout"):

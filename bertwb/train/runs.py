@@ -1,32 +1,22 @@
-"""Where training runs and their weights live, found without importing torch (`bertwb status` stays quick).
+"""Where training runs live and what is inside one, found without importing torch (`bertwb status` stays quick).
 
 A training stage's run is ``.bertwb/<stage>-runs/<key[:16]>/`` (``finetune-runs/<task>/<key[:16]>/``
 for a task), keyed like the stage, so a changed setting starts a new run while an interrupted one is
 found again; its checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.train.checkpoint`).
 A phased pre-training (``pretrain.phases``) keeps one such folder per phase inside its run, named after
-the phase, and ``phases.json`` lists them in order; each phase counts its own steps.
-A model directory is any folder with one of `WEIGHT_FILES` (:mod:`bertwb.model.modeldir` opens and
-checks them). This module names those paths and picks the checkpoint a command asks for.
-
-An identity of weights, for stage keys, is the weights file's path, size and modification time:
-replacing the file changes it.
+the phase, and ``phases.json`` lists them in order; each phase counts its own steps. Which run or model
+directory a command uses is :mod:`bertwb.train.model_choice`'s to say; the files are read by :mod:`bertwb.artifacts`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from bertwb import ui
-from bertwb.config import Config
-from bertwb.errors import BertwbError
+from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_phases
 from bertwb.workspace import Workspace
 
 CHECKPOINT_PREFIX = "step-"
-METRICS_FILE = "metrics.jsonl"  # the trainer's log, one JSON line per logging step
-PHASES_FILE = "phases.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -49,24 +39,6 @@ def step_of(path: Path) -> int:
         return -1
 
 
-def weights_file(model_dir: Path) -> Path | None:
-    """The file holding a model directory's weights (the first of `WEIGHT_FILES` present), or None."""
-    return next((model_dir / name for name in WEIGHT_FILES if (model_dir / name).is_file()), None)
-
-
-def fingerprint(weights: Path) -> dict[str, Any]:
-    """Identity of a weights file for a stage key: path, size and modification time."""
-    stat = weights.stat()
-    return {"path": str(weights), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def current_run_dir(cfg: Config, ws: Workspace, stage: str = "pretrain") -> Path:
-    """The run directory the current config's ``stage`` trains in (it may not exist yet)."""
-    from bertwb import engine  # noqa: PLC0415 - the engine imports every stage, which import this module
-
-    return run_dir_of(ws, stage, engine.current_key(stage, cfg, ws))
-
-
 def run_dir_of(ws: Workspace, stage: str, key: str) -> Path:
     """``<stage>-runs/<key[:16]>`` under the workspace; ``finetune-runs/<task>/<key[:16]>`` for an instance."""
     template, _, instance = stage.partition("/")
@@ -75,41 +47,35 @@ def run_dir_of(ws: Workspace, stage: str, key: str) -> Path:
 
 def phase_dirs(run_dir: Path) -> dict[str | None, Path]:
     """The folders a run trains in, in order: ``{None: run_dir}``, or one per phase of a phased run."""
-    listing = run_dir / PHASES_FILE
     try:
-        names = json.loads(listing.read_text())["phases"] if listing.is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):  # TypeError: valid JSON of another shape
-        names = None
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        names = read_phases(run_dir)
+    except (OSError, ValueError):  # a damaged listing: the run is read as one folder
         names = None
     return {None: run_dir} if not names else {name: run_dir / name for name in names}
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a metrics file, sorted by step; a torn line (one being written) is skipped."""
-    lines = []
-    for text in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
-        try:
-            line = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(line, dict) and isinstance(line.get("step"), int):
-            lines.append(line)
-    return sorted(lines, key=lambda line: line["step"])
+def run_logs(run_dir: Path) -> dict[str | None, MetricsLog]:
+    """The metrics log of each folder the run trains in (`phase_dirs`), in order."""
+    return {phase: read_metrics_log(folder / METRICS_FILE) for phase, folder in phase_dirs(run_dir).items()}
+
+
+def joined_metrics(logs: dict[str | None, MetricsLog]) -> list[dict[str, Any]]:
+    """A run's metrics lines from its `run_logs`: a phased run's phases one after another, each line with
+    its ``phase`` and ``phase_step`` and a ``step`` counted from the start of the first phase."""
+    lines: list[dict[str, Any]] = []
+    offset = 0
+    for phase, log in logs.items():
+        if phase is None:
+            return log.lines
+        lines += [{**line, "phase": phase, "phase_step": line["step"], "step": offset + line["step"]}
+                  for line in log.lines]
+        offset += log.lines[-1]["step"] if log.lines else 0
+    return lines
 
 
 def run_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's metrics lines; a phased run's phases one after another, each line with its ``phase`` and
-    ``phase_step`` and a ``step`` counted from the start of the first phase."""
-    lines: list[dict[str, Any]] = []
-    offset = 0
-    for phase, folder in phase_dirs(run_dir).items():
-        own = read_metrics(folder / METRICS_FILE)
-        if phase is None:
-            return own
-        lines += [{**line, "phase": phase, "phase_step": line["step"], "step": offset + line["step"]} for line in own]
-        offset += own[-1]["step"] if own else 0
-    return lines
+    """A run's metrics lines (`joined_metrics` of its `run_logs`)."""
+    return joined_metrics(run_logs(run_dir))
 
 
 def newest_checkpoints(run_dir: Path) -> tuple[Path, list[Path]]:
@@ -120,35 +86,3 @@ def newest_checkpoints(run_dir: Path) -> tuple[Path, list[Path]]:
         if checkpoints := list_checkpoints(folder):
             return folder, checkpoints
     return folders[0], []
-
-
-def choose_checkpoint(cfg: Config, ws: Workspace, choice: str | None, quiet: bool = False) -> Path:
-    """The model directory ``choice`` names: None or "latest" (newest checkpoint of the current run,
-    else the pretrain output), a step number of the current run, or a path to any model directory."""
-    choice = (choice or "latest").strip()
-    if choice == "latest" or choice.isdigit():
-        run_dir, checkpoints = newest_checkpoints(current_run_dir(cfg, ws))
-        if choice.isdigit():
-            wanted = [c for c in checkpoints if step_of(c) == int(choice)]
-            if not wanted:
-                have = ", ".join(str(step_of(c)) for c in checkpoints) or "none"
-                raise BertwbError(f"no checkpoint at step {int(choice)} in {run_dir / 'checkpoints'} "
-                                  f"(kept: {have}); pass one of those or a directory")
-            return wanted[0]
-        if checkpoints:
-            return checkpoints[-1]
-        stage = ws.stage_dir("pretrain")
-        if ws.read_manifest("pretrain") and (stage / "model.safetensors").is_file():
-            if not quiet:
-                ui.warn(f"no checkpoint of the current pretrain settings; using the last trained model in {stage}")
-            return stage
-        runs = current_run_dir(cfg, ws).parent
-        others = sorted([*runs.glob("*/checkpoints/*"), *runs.glob("*/*/checkpoints/*")])
-        hint = (f"; checkpoints of other settings exist, e.g. {others[-1]}, usable with --checkpoint"
-                if others else "")
-        raise BertwbError("no checkpoint of the current settings: run `bertwb pretrain` first, or pass "
-                          "--checkpoint DIR (a checkpoint, an export or a Hugging Face model folder)" + hint)
-    path = cfg.resolve(choice) if not Path(choice).is_absolute() else Path(choice)
-    if not path.exists() and Path(choice).exists():
-        path = Path(choice).resolve()  # relative to where the command runs, as shells expect
-    return path

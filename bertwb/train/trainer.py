@@ -43,6 +43,7 @@ import safetensors.torch
 import torch
 
 from bertwb import fast, faults, ui
+from bertwb.artifacts import METRICS_FILE, read_metrics
 from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
@@ -51,7 +52,7 @@ from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
 from bertwb.train.optim import build_optimizer, schedule_for
-from bertwb.train.runs import METRICS_FILE, checkpoint_path, read_metrics
+from bertwb.train.runs import checkpoint_path
 from bertwb.workspace import building, open_append, write_text_atomic
 
 BEST_DIR = "best"
