@@ -1,11 +1,9 @@
 """Which model directory a command uses: a user's choice, ``pretrain``, a stage's output or a path, as a folder.
 
-A relative path is relative to the config file's folder, as every path of the config is (README,
-"Configuration"); only where nothing is there and something is in the working directory is it that
-one, as a shell's user means a path typed on the command line. ``latest`` and a step name a checkpoint
-of the run the current config trains, which the caller names: only the engine knows the current key.
-A stage's output counts once the stage has run (`bertwb.workspace.Workspace.has_run`). No torch here:
-`bertwb status` keys the model stages with it.
+A relative path is relative to the config file's folder (README, "Configuration"), else to the working
+directory when only that holds it. ``latest`` and a step name a checkpoint of the run the current config
+trains, which the caller names: only the engine knows the current key. A stage's output counts once the
+stage has run (`Workspace.has_run`). No torch here: `bertwb status` keys the model stages with it.
 """
 
 from __future__ import annotations
