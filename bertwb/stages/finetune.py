@@ -129,7 +129,7 @@ def steps_behind(cfg: Config, manifest: dict[str, Any], instance: str) -> str | 
     settings = task_settings(cfg, instance)
     summary = manifest.get("summary") or {}
     done = summary.get("steps_done", 0)
-    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
     if done < wanted:
         return f"finetune.tasks.{instance}: {done} steps done < {wanted} asked; continuing from step {done}"
     return None

@@ -153,7 +153,7 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
         summary = json.loads((model_dir / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
     if weights_file(model_dir) is None or summary.get("steps_done", 0) < wanted:
         return None
     return summary
@@ -198,7 +198,7 @@ def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
     for name, settings, _ in cfg.pretrain_phases():
         done_by = (summary.get("phases") or {}).get(name, {}) if name else summary
         done = done_by.get("steps_done", 0)
-        wanted = settings.steps or settings.epochs * done_by.get("steps_per_epoch", 0)
+        wanted = settings.steps_wanted(done_by.get("steps_per_epoch", 0))
         if done < wanted:
             setting = f"pretrain.phases.{name}.steps" if name else "pretrain.steps"
             return f"{setting} {done} done < {wanted} asked; continuing from step {done}"

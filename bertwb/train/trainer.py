@@ -73,7 +73,7 @@ class Trainer:
         self.dist = dist or Dist(device=settings.device)
         self.device = self.dist.device
         self.run_dir, self.name, self.state = run_dir, name, state or {}
-        self.total_steps = total_steps or settings.steps or settings.epochs * data.steps_per_epoch
+        self.total_steps = total_steps or settings.steps_wanted(data.steps_per_epoch)
         self.keep_best, self.patience = keep_best, patience
         self.model = model.to(self.device)
         if self.device.type == "cpu" and settings.cpu_fast_paths:
