@@ -14,13 +14,14 @@ Each is tested against the plain method it replaces (tests/test_fast_paths.py):
   biggest matmul, which the fused loss :func:`bertwb.fast.mlm.mlm_loss_sum` consumes in place.
 
 The fast pieces give the plain pieces' math; numbers differ only in float rounding and, with dropout,
-in which elements the random draws drop. The trainer installs them on CPU unless
-``cpu_fast_paths: false`` (:mod:`bertwb.train.trainer`); on other devices nothing changes. Where time
-goes and what each piece saves is measured in BENCHMARKS.md.
+in which elements the random draws drop. Whoever builds a model to train it (the pre-training and
+fine-tuning tasks) calls `choose`, which installs them on CPU unless ``cpu_fast_paths: false``; on
+other devices nothing changes. Where time goes and what each piece saves is measured in BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from bertwb.fast.attention import FastSelfAttention
@@ -43,6 +44,15 @@ def install(model: nn.Module, pieces: tuple[str, ...] = tuple(PIECES)) -> nn.Mod
         if fast is not None:
             module.__class__ = fast
     return model
+
+
+def choose(model: nn.Module, device: torch.device, enabled: bool) -> bool:
+    """Install every fast piece on ``model`` when it trains on a CPU and ``enabled`` (``cpu_fast_paths``);
+    whether it did. The one place the choice is made: call it before training, on the model built for it."""
+    if device.type != "cpu" or not enabled:
+        return False
+    install(model)
+    return True
 
 
 def installed(model: nn.Module) -> bool:
