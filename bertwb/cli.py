@@ -166,12 +166,10 @@ for _name in ("ingest", "vocab", "pairs"):
 def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
              device: str | None) -> None:
     """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
-    from bertwb.stages import pretrain as pretrain_stage
-
     cfg, ws = _load(config_path, overrides, workdir)
     if device is not None:
         cfg.pretrain.device = device
-    pretrain_stage.command(cfg, ws, force=force)
+    engine.launch(cfg, ws, "pretrain", force=force)
 
 
 @cli.command()
@@ -219,14 +217,12 @@ def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str)
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
              device: str | None) -> None:
     """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
-    from bertwb.stages import finetune as finetune_stage
-
     cfg, ws = _load(config_path, overrides, workdir)
     if device is not None:
         cfg.finetune.device = device
         for settings in cfg.finetune.tasks.values():
             settings.device = device
-    finetune_stage.command(cfg, ws, task, force=force)
+    engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 
 @cli.command()

@@ -26,7 +26,7 @@ from typing import Any
 from bertwb import ui
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.errors import BertwbError
-from bertwb.stage import Build, Stage
+from bertwb.stage import Build, Stage, Training
 from bertwb.train.runs import fingerprint as weights_identity
 from bertwb.train.runs import list_checkpoints, run_dir_of, weights_file
 from bertwb.workspace import Workspace
@@ -62,21 +62,21 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
 
 
-def command(cfg: Config, ws: Workspace, task: str | None = None, force: bool = False) -> dict[str, Any]:
-    """``bertwb finetune [TASK]``: every task (or one) under the engine on rank 0; training only on other ranks."""
-    from bertwb import engine
-    from bertwb.tasks.finetuning import train
-    from bertwb.train.distributed import launch
+def follow(cfg: Config, plan: Any, dist: Any) -> None:
+    """Train a task's plan that rank 0 sent, on another torchrun rank (`bertwb finetune` under torchrun)."""
+    from bertwb.tasks.finetuning import train  # torch loads only when training
 
+    train(cfg, plan, dist)
+
+
+def command_device(cfg: Config, task: str | None) -> str:
+    """The device ``bertwb finetune [TASK]`` trains on; one line naming the fix when it names no task there is."""
     if task is not None:
-        task_settings(cfg, task)
-    elif not cfg.finetune.tasks:
+        return task_settings(cfg, task).device
+    if not cfg.finetune.tasks:
         raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
                           "(type, train, dev; see the README)")
-    name = f"finetune/{task}" if task else "finetune"
-    device = cfg.finetune.tasks[task].device if task else cfg.finetune.device
-    return launch(lambda session: engine.run_pipeline(cfg, ws, [name], force, runtime=session),
-                  lambda plan, dist: train(cfg, plan, dist), device, "finetune.device")
+    return cfg.finetune.device
 
 
 def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
@@ -149,4 +149,5 @@ STAGE = Stage(
     has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),
+    training=Training(follow=follow, device=command_device, device_setting="finetune.device"),
     help="Fine-tune a model for each task in finetune.tasks (classify, tag, qa); resumes after Ctrl-C.")

@@ -41,9 +41,9 @@ identity of the weights it started from (``started_from.json``). The stage outpu
 model; its ``metrics.jsonl`` holds every phase's lines (`bertwb.train.runs.run_metrics`) and
 ``training.json`` each phase's summary.
 
-**Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`command`): rank 0 runs
-the engine and sends every rank the run's plan (:func:`bertwb.train.distributed.launch`); each rank
-reads its own share of every global batch; rank 0 logs and checkpoints.
+**Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`bertwb.engine.launch`):
+rank 0 runs the engine and sends every rank the run's plan; each rank trains it (`follow` on the others),
+reading its own share of every global batch; rank 0 logs and checkpoints.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any
 
 from bertwb import ui
 from bertwb.config import Config
-from bertwb.stage import Build, Stage
+from bertwb.stage import Build, Stage, Training
 from bertwb.train.runs import (METRICS_FILE, PHASES_FILE, fingerprint, list_checkpoints, phase_dirs, run_dir_of,
                                run_metrics, weights_file)
 from bertwb.workspace import Workspace, write_text_atomic
@@ -171,14 +171,11 @@ def _copy_vocabulary(build: Build, out_dir: Path) -> None:
         set_model_max_length(out_dir, json.loads((out_dir / "config.json").read_text())["max_position_embeddings"])
 
 
-def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:
-    """``bertwb pretrain``: the stage under the engine on rank 0; on other torchrun ranks, training only."""
-    from bertwb import engine
-    from bertwb.tasks.pretraining import train
-    from bertwb.train.distributed import launch
+def follow(cfg: Config, plan: Any, dist: Any) -> None:
+    """Train a plan that rank 0 sent, on another torchrun rank (`bertwb pretrain` under torchrun)."""
+    from bertwb.tasks.pretraining import train  # torch loads only when training
 
-    return launch(lambda session: engine.run_pipeline(cfg, ws, ["pretrain"], force, runtime=session).get("pretrain"),
-                  lambda plan, dist: train(cfg, plan, dist), cfg.pretrain.device, "pretrain.device")
+    train(cfg, plan, dist)
 
 
 def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
@@ -217,5 +214,6 @@ STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
     has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
+    training=Training(follow=follow, device=lambda cfg, _: cfg.pretrain.device, device_setting="pretrain.device"),
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")
