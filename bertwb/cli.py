@@ -15,6 +15,7 @@ from bertwb.cli_paths import PathArg
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
+from bertwb.scaffold import write_project
 from bertwb.textinput import input_lines
 from bertwb.workspace import Workspace
 
@@ -366,8 +367,7 @@ def _after_import(path: str, kind: str) -> str:
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
-    from bertwb.init import init
-    for path in init(Path(directory), list(inputs), force):
+    for path in write_project(Path(directory), list(inputs), force):
         ui.info(f"wrote {path}")
 
 
