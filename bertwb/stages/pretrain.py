@@ -55,6 +55,9 @@ from typing import Any
 
 from bertwb import ui
 from bertwb.config import Config
+from bertwb.data.pairs import pair_set
+from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
+from bertwb.data.tokenizer import set_model_max_length
 from bertwb.stage import Build, Stage, Training
 from bertwb.train.runs import (METRICS_FILE, PHASES_FILE, fingerprint, list_checkpoints, phase_dirs, run_dir_of,
                                run_metrics, weights_file)
@@ -89,8 +92,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
     """Every phase in order, each from the one before; the last one's model is the stage output."""
-    from bertwb.data.pairs import pair_set
-    from bertwb.tasks.pretraining import Plan, train
+    from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
 
     phases = cfg.pretrain_phases()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -162,9 +164,6 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 def _copy_vocabulary(build: Build, out_dir: Path) -> None:
     """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since;
     their ``model_max_length`` is the model's positions (the vocab stage, which knows no model, wrote 512)."""
-    from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
-    from bertwb.data.tokenizer import set_model_max_length
-
     for name in TOKENIZER_FILES:
         shutil.copy2(build.upstream_dir("vocab") / name, out_dir / name)
     if (out_dir / "config.json").is_file():
