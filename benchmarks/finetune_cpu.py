@@ -35,6 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb import fast  # noqa: E402
 from bertwb.config import FinetuneTaskConfig  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.tokenizer import build_tokenizer  # noqa: E402
@@ -83,7 +84,9 @@ class OurSide:
     def __init__(self, model: BertForSequenceClassification, task: ClassifyTask, train, epochs: int):
         s = settings(epochs)
         self.model, self.batches = model, Batches(train, BATCH, s.seed, bucket_batches=s.bucket_batches)
-        self.trainer = Trainer(s, task.objective(model.label_names), model, self.batches, dist=Dist(device="cpu"))
+        objective = task.objective(model.label_names)
+        objective.fast = fast.choose(model, torch.device("cpu"), s.cpu_fast_paths)  # as `bertwb finetune`
+        self.trainer = Trainer(s, objective, model, self.batches, dist=Dist(device="cpu"))
         self.steps, self.pad = self.trainer.total_steps, self.batches.padding_fraction(0)
 
     def step(self, step: int) -> None:

@@ -49,6 +49,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb import fast  # noqa: E402
 from bertwb.config import Config  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
@@ -92,7 +93,9 @@ def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
     cfg.pretrain.batch_size, cfg.pretrain.batch_tokens, cfg.pretrain.lr = BATCH, batch_tokens, 1e-4
     cfg.pretrain.warmup_steps, cfg.pretrain.device = 0, "cpu"
     batches = Batches(pairs, BATCH, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches)
-    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=warmup + steps)
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as `bertwb pretrain`
+    trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=warmup + steps)
     tokens = flops = elapsed = 0.0
     pairs_trained = 0
     for step in range(warmup + steps):

@@ -45,6 +45,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb import fast  # noqa: E402
 from bertwb.config import Config  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import PairArrays  # noqa: E402
@@ -83,7 +84,9 @@ def bench_bertwb(args: argparse.Namespace, config: BertConfig, pairs: PairArrays
     total = args.warmup + args.steps
     batches = Batches(pairs, args.batch, seed=0, batch_tokens=batch_tokens, bucket_batches=p.bucket_batches,
                       pad_multiple=8 if device.type == "cuda" else 1)
-    trainer = Trainer(p, PretrainingObjective(), model, batches, total_steps=total)
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, device, p.cpu_fast_paths)  # as `bertwb pretrain` (on CPU only)
+    trainer = Trainer(p, objective, model, batches, total_steps=total)
     timed = []
     started = 0.0
     for step in range(total):

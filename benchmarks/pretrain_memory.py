@@ -32,6 +32,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertwb import fast  # noqa: E402
 from bertwb.config import Config  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
@@ -75,7 +76,9 @@ def train(pairs_dir: Path, steps: int, keep: bool) -> dict:
     batches = Batches(pairs, BATCH, seed=0, bucket_batches=cfg.pretrain.bucket_batches)
     if not keep:  # the trainer keeps freed memory on CPU; this side measures glibc as it comes
         trainer_module.keep_freed_memory = lambda: False
-    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=steps)
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as `bertwb pretrain`
+    trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=steps)
     readings = []
     started = time.perf_counter()
     for step in range(steps):

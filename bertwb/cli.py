@@ -13,9 +13,12 @@ from bertwb import __version__, disk, engine, environment, memory, outputs, stag
 from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
+from bertwb.compare import compare as compare_runs
 from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
+from bertwb.scaffold import write_project
+from bertwb.stages import evaluate as evaluate_stage
 from bertwb.textinput import input_lines, stdin_lines
 from bertwb.train import model_choice
 from bertwb.workspace import Workspace
@@ -168,12 +171,10 @@ for _name in ("ingest", "vocab", "pairs"):
 def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
              device: str | None) -> None:
     """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
-    from bertwb.stages import pretrain as pretrain_stage
-
     cfg, ws = _load(config_path, overrides, workdir)
     if device is not None:
         cfg.pretrain.device = device
-    pretrain_stage.command(cfg, ws, force=force)
+    engine.launch(cfg, ws, "pretrain", force=force)
 
 
 @cli.command()
@@ -185,8 +186,6 @@ def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
              device: str | None, force: bool, as_json: bool) -> None:
     """MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached)."""
-    from bertwb.stages import evaluate as evaluate_stage
-
     cfg, ws = _load(config_path, overrides, workdir)
     cfg.evaluate.checkpoint = checkpoint or cfg.evaluate.checkpoint
     cfg.evaluate.device = device or cfg.evaluate.device
@@ -224,14 +223,12 @@ def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str)
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
              device: str | None) -> None:
     """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
-    from bertwb.stages import finetune as finetune_stage
-
     cfg, ws = _load(config_path, overrides, workdir)
     if device is not None:
         cfg.finetune.device = device
         for settings in cfg.finetune.tasks.values():
             settings.device = device
-    finetune_stage.command(cfg, ws, task, force=force)
+    engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 
 @cli.command()
@@ -248,7 +245,7 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
             input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
             device: str, batch_size: int) -> None:
     """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
-    from bertwb.tasks.prediction import open_predictor, write_predictions
+    from bertwb.tasks.prediction import open_predictor, write_predictions  # torch loads for this command only
 
     if as_json and fmt == "csv":
         raise click.UsageError("--json means --format jsonl; give one of --json and --format csv")
@@ -292,7 +289,7 @@ def _predictor_options(func: Callable) -> Callable:
 def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
               device: str, as_json: bool, texts: tuple[str, ...], text_file: str | None, top_k: int) -> None:
     """Predict the tokens at every [MASK] of TEXTS (or --file, or stdin lines)."""
-    from bertwb.inference import PretrainedModel
+    from bertwb.inference import PretrainedModel  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     inputs = input_lines(texts, text_file, sys.stdin)
@@ -313,7 +310,7 @@ def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
         device: str, as_json: bool, sentence_a: str, sentence_b: str) -> None:
     """The probability that SENTENCE_B follows SENTENCE_A (next-sentence prediction)."""
-    from bertwb.inference import PretrainedModel
+    from bertwb.inference import PretrainedModel  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     result = PretrainedModel.load(*_model(cfg, ws, checkpoint), device).next_sentence(sentence_a, sentence_b)
@@ -335,7 +332,7 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, out: str, fmt: str,
            checkpoint: str | None, force: bool) -> None:
     """Write a checkpoint and its tokenizer to OUT in Hugging Face format (weights, config, tokenizer)."""
-    from bertwb.model import hf, modeldir
+    from bertwb.model import hf, modeldir  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir, tokenizer_dir = _model(cfg, ws, checkpoint)
@@ -355,7 +352,7 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
               out: str | None, force: bool) -> None:
     """Convert a Hugging Face BERT folder into a bertwb model: BertModel, BertForPreTraining, BertForMaskedLM, or a
     fine-tuned BertForSequenceClassification, BertForTokenClassification or BertForQuestionAnswering (head kept)."""
-    from bertwb.model import hf
+    from bertwb.model import hf  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     target = Path(out) if out else ws.root / "imports" / Path(source).resolve().name
@@ -386,8 +383,7 @@ def _after_import(path: str, kind: str) -> str:
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
 def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
-    from bertwb.init import init
-    for path in init(Path(directory), list(inputs), force):
+    for path in write_project(Path(directory), list(inputs), force):
         ui.info(f"wrote {path}")
 
 
@@ -419,8 +415,6 @@ def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def compare(workdirs: tuple[str, ...], as_json: bool) -> None:
     """One table of several workspaces' differing settings and results (a sweep's runs), from their manifests."""
-    from bertwb.compare import compare as compare_runs
-
     columns, rows = compare_runs([Path(w) for w in workdirs])
     if as_json:
         ui.print_json([dict(zip(columns, row, strict=True)) for row in rows])
@@ -455,7 +449,7 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, output: str | None,
            as_json: bool) -> None:
     """Draw training curves, data histograms and results as PNGs and one self-contained HTML page."""
-    from bertwb import report as report_module
+    from bertwb import report as report_module  # matplotlib loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     written = report_module.write_report(cfg, ws, Path(output) if output else None)

@@ -174,6 +174,10 @@ class TrainingConfig:
                                    "on Ctrl-C/SIGTERM.", min=1, cache=False)
     keep_checkpoints: int = _field(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
 
+    def steps_wanted(self, steps_per_epoch: int) -> int:
+        """The optimizer steps these settings ask for: ``steps``, or ``epochs`` passes of ``steps_per_epoch``."""
+        return self.steps or self.epochs * steps_per_epoch
+
 
 @dataclass
 class PretrainPhase(TrainingConfig):

@@ -1,4 +1,5 @@
-"""The stage engine: keys, freshness, running the pipeline and its status, for any stage (:mod:`bertwb.stage`).
+"""The stage engine: keys, freshness, running the pipeline and its status, for any stage (:mod:`bertwb.stage`);
+and `launch`, which runs a training stage on every torchrun process as its `Training` declares.
 
 A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
 config fields it reads, the *identity* of what each upstream stage built (a digest of its files and
@@ -310,6 +311,22 @@ def run_pipeline(cfg: Config, ws: Workspace, names: list[str], force: bool = Fal
             raise
         raise known from exc
     return ran
+
+
+def launch(cfg: Config, ws: Workspace, name: str, force: bool = False) -> dict[str, Any] | None:
+    """`bertwb pretrain`, `bertwb finetune [TASK]`: run training stage ``name`` (a template: every instance)
+    on every process torchrun started, or on this one alone, as the stage's `Training` declares. Rank 0
+    runs the pipeline with the process group as the builds' runtime and returns its summaries; the other
+    ranks train each plan it sends and return None."""
+    from bertwb.train.distributed import launch as on_every_rank  # torch loads for training commands only
+
+    base, _, instance = name.partition("/")
+    training = stages.template(base).training
+    if training is None:
+        raise ValueError(f"{base} is not a training stage: run it with run_pipeline")
+    device = training.device(cfg, instance or None)
+    return on_every_rank(lambda session: run_pipeline(cfg, ws, [name], force, runtime=session),
+                         lambda plan, dist: training.follow(cfg, plan, dist), device, training.device_setting)
 
 
 def _run_named(stage: Stage, index: int, total: int, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,

@@ -7,6 +7,8 @@ module. Stage modules import nothing heavy at module level (torch loads inside `
 
 A stage can be a *template* with one instance per name (``instances``): ``finetune`` runs once per
 task in ``finetune.tasks``, each instance keyed, cached and shown on its own as ``finetune/<task>``.
+A training stage declares its `Training`: how its command runs on every torchrun process, which the
+engine does (``engine.launch``), so no stage calls the engine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ if TYPE_CHECKING:
 
     from bertwb.config import Config
     from bertwb.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Training:
+    """How `bertwb <stage>` trains on every process: rank 0 runs the stage under the engine, which sends
+    each run's plan to the other ranks; they train it with ``follow`` and never touch the workspace."""
+
+    follow: Callable[[Config, Any, Any], Any]  # (cfg, plan, dist): train one plan on a rank other than 0
+    # (cfg, instance or None): the device the command trains on; a one-line error when it names nothing to train
+    device: Callable[[Config, str | None], str]
+    device_setting: str  # the setting that device comes from, named in its errors ("pretrain.device")
 
 
 @dataclass
@@ -50,6 +63,7 @@ class Stage:
     headline: str = ""  # the summary in one line for `bertwb run`'s table: a format string over its keys
     instances: Callable[[Config], list[str]] | None = None  # a template: the names of its instances
     instance: str | None = None  # this instance's name (None: not an instance)
+    training: Training | None = None  # a training stage: how its command runs under torchrun (engine.launch)
 
     def headline_of(self, summary: dict[str, Any] | None) -> str:
         """``headline`` filled from ``summary``; empty when the summary lacks what it names."""

@@ -130,7 +130,12 @@ def test_verbose_training_says_device_precision_and_threads(tuned: tuple[Project
     shutil.copytree(tuned[0].root, project.root)
     result = _bertwb("pretrain", "-v", "--config", str(project.config), "--force", "--set", "pretrain.steps=1")
     assert result.exit_code == 0, result.output
-    assert re.search(r"^pretrain: device cpu, fp32, \d+ CPU threads", result.stderr, re.M), result.stderr
+    assert re.search(r"^pretrain: device cpu, fp32, \d+ CPU threads, fast CPU paths", result.stderr, re.M), \
+        result.stderr
+    tuned = _bertwb("finetune", "-v", "--config", str(project.config), "--force", "--set", "finetune.steps=1")
+    assert tuned.exit_code == 0, tuned.output
+    assert re.search(r"^finetune/sentiment: device cpu, fp32, \d+ CPU threads, fast CPU paths", tuned.stderr, re.M), \
+        tuned.stderr
     assert "pretrain: step 1/1" in result.stderr  # the plain training line of normal verbosity, kept
 
 

@@ -7,6 +7,7 @@
 * the MLM loss (`fast.mlm.VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy, ties
   included, and the gradients it hands to the head;
 * `fast.install` keeps parameters, ties and state-dict names, and leaves evaluation outputs as they were;
+* `fast.choose` installs them on CPU only, and only when asked; the trainer trains a model as it comes;
 * one whole training step of the trainer with the fast pieces against the reference step (plain
   attention, `F.cross_entropy`, the per-tensor AdamW), from the same weights and dropout seed.
 """
@@ -27,6 +28,7 @@ from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks.pretraining import PretrainingObjective
 from bertwb.train.trainer import Trainer
+from conftest import stand_in_pairs
 
 VOCAB = 1000
 
@@ -180,6 +182,22 @@ def test_install_keeps_parameters_ties_and_names_and_evaluation_outputs():
     torch.testing.assert_close(a.nsp_logits, b.nsp_logits)
 
 
+def test_choose_installs_on_cpu_when_asked_and_the_trainer_installs_nothing():
+    def model() -> BertForPreTraining:
+        return BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
+                                             intermediate_size=64))
+
+    for device, enabled, expected in (("cpu", True, True), ("cpu", False, False), ("cuda", True, False)):
+        built = model()
+        assert fast.choose(built, torch.device(device), enabled) is expected
+        assert fast.installed(built) is expected
+    cfg = Config()
+    cfg.pretrain.device = "cpu"
+    plain = model()
+    trainer = Trainer(cfg.pretrain, PretrainingObjective(), plain, Batches(stand_in_pairs(16), 4, seed=0))
+    assert not fast.installed(plain) and not trainer.objective.fast  # the model's owner chooses, not the trainer
+
+
 class _OneBatch:
     """Examples that always collate into the same micro-batch, to drive one trainer step."""
 
@@ -195,9 +213,11 @@ def _fast_step(model, batch) -> torch.Tensor:
     cfg = Config()
     cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.pretrain.warmup_steps = len(batch.nsp_labels), 1e-3, 0
     cfg.pretrain.device = "cpu"
-    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, Batches(_OneBatch(batch), len(batch.nsp_labels), 0),
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as pre-training does
+    trainer = Trainer(cfg.pretrain, objective, model, Batches(_OneBatch(batch), len(batch.nsp_labels), 0),
                       total_steps=10)
-    assert fast.installed(model)
+    assert fast.installed(model) and objective.fast
     torch.manual_seed(3)  # the same dropout draws on both sides (the trainer seeded its own)
     trainer.train_step(0)  # lr at step 0 of 10 without warm-up: 1e-3
     totals = trainer.window_totals()

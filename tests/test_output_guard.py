@@ -199,7 +199,7 @@ def test_a_report_from_before_markers_in_the_workspace_is_replaced(built: Projec
 
 # Commands that write a user-named path with a guard of their own, and the tests that prove it.
 GUARDED_ELSEWHERE = {"init": "test_init_never_writes_into_a_workspace_or_a_folder_another_command_made and the "
-                             "init tests below it (bertwb.init: a new project's folder, its own files only)"}
+                             "init tests below it (bertwb.scaffold: a new project's folder, its own files only)"}
 
 
 def test_every_command_that_writes_a_user_named_path_is_guarded_here():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bertwb import fast
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.model.bert import BertConfig, BertForPreTraining
@@ -28,8 +29,9 @@ def _train(*settings: str, steps: int = STEPS) -> tuple[list[float], list[torch.
                                           intermediate_size=64, hidden_dropout=0.0, attention_dropout=0.0))
     cfg = load_config(None, ["pretrain.device=cpu", "pretrain.batch_size=8", "pretrain.lr=2e-3",
                              "pretrain.warmup_steps=0", *settings])
-    trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, Batches(stand_in_pairs(64), 8, seed=0),
-                      total_steps=steps)
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as pre-training does
+    trainer = Trainer(cfg.pretrain, objective, model, Batches(stand_in_pairs(64), 8, seed=0), total_steps=steps)
     losses = []
     for step in range(steps):
         trainer.train_step(step)

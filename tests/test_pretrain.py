@@ -21,7 +21,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from bertwb import memory
+from bertwb import fast, memory
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import rules_from_flags
@@ -204,7 +204,9 @@ def test_a_token_budget_step_is_the_gradient_of_its_whole_batch_however_it_is_sp
         batches = Batches(pairs, 0, seed=0, batch_tokens=budget, grad_accum=grad_accum)
         step = next(i for i in range(batches.steps_per_epoch) if batches.examples_in_batch(0, i) == 5)
         assert [len(b.nsp_labels) for b in batches.micro_batches(0, step)] == ([5] if grad_accum == 1 else [3, 2])
-        trainer = Trainer(cfg.pretrain, PretrainingObjective(), model, batches, total_steps=step + 10)
+        objective = PretrainingObjective()
+        objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as pre-training does
+        trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=step + 10)
         trainer.train_step(step)
         return before, [t.detach().clone() for t in model.parameters()]
 

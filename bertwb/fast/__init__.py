@@ -5,10 +5,12 @@ Each is a subclass of a plain module of :mod:`bertwb.model.bert` (`PackedDropout
 the class in place: parameters, ties and state-dict names stay, and a model trained fast loads anywhere.
 They compute the plain math (numbers differ in float rounding and, with dropout, in which elements are
 dropped), are tested against it (tests/test_fast_paths.py), and BENCHMARKS.md measures what each saves.
+Whoever builds a model to train it calls `choose`: on CPU unless ``cpu_fast_paths: false``.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from bertwb.fast.attention import FastSelfAttention
@@ -31,6 +33,15 @@ def install(model: nn.Module, pieces: tuple[str, ...] = tuple(PIECES)) -> nn.Mod
         if fast is not None:
             module.__class__ = fast
     return model
+
+
+def choose(model: nn.Module, device: torch.device, enabled: bool) -> bool:
+    """Install every fast piece on ``model`` when it trains on a CPU and ``enabled`` (``cpu_fast_paths``);
+    whether it did. The one place the choice is made: call it before training, on the model built for it."""
+    if device.type != "cpu" or not enabled:
+        return False
+    install(model)
+    return True
 
 
 def installed(model: nn.Module) -> bool:

@@ -46,6 +46,14 @@ def names() -> list[str]:
     return [stage.name for stage in templates()]
 
 
+def template(name: str) -> Stage:
+    """The stage or template called ``name`` as its module declares it (``finetune``, never ``finetune/sst``)."""
+    found = next((stage for stage in templates() if stage.name == name), None)
+    if found is None:
+        raise BertwbError(_unknown(name))
+    return found
+
+
 def get(name: str, cfg: Config) -> Stage:
     """The stage (or instance, ``finetune/sst``) called ``name``; a one-line error naming the known ones."""
     for stage in pipeline(cfg):

@@ -26,6 +26,7 @@ import numpy as np
 from bertwb import faults, ui
 from bertwb.artifacts import RESULTS_FILE, weights_file, weights_identity, write_json
 from bertwb.config import Config
+from bertwb.data.pairs import load_pairs, pair_set
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 from bertwb.train import model_choice
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
-    from bertwb.data.pairs import pair_set
     from bertwb.model import modeldir  # torch loads only when the stage runs
     from bertwb.tasks.pretraining import evaluate_pairs
     from bertwb.train.device import resolve_device
@@ -67,8 +67,7 @@ def _valid_pairs(pairs_dir: Path, cfg: Config) -> tuple[PairArrays, np.ndarray]:
     Pairs stored unmasked (``pairs.masking: dynamic``) are masked once, with the loader's function and a
     generator seeded by ``pairs.seed``: the same masks every time.
     """
-    from bertwb.data.pair_batches import load_split
-    from bertwb.data.pairs import load_pairs
+    from bertwb.data.pair_batches import load_split  # torch loads only when the stage runs
 
     pairs, _ = load_split(pairs_dir, "valid")
     if pairs.static:

@@ -27,7 +27,7 @@ from bertwb import ui
 from bertwb.artifacts import weights_file, weights_identity
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.errors import BertwbError
-from bertwb.stage import Build, Stage
+from bertwb.stage import Build, Stage, Training
 from bertwb.train import model_choice
 from bertwb.train.runs import list_checkpoints, run_dir_of
 from bertwb.workspace import Workspace
@@ -63,21 +63,21 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
 
 
-def command(cfg: Config, ws: Workspace, task: str | None = None, force: bool = False) -> dict[str, Any]:
-    """``bertwb finetune [TASK]``: every task (or one) under the engine on rank 0; training only on other ranks."""
-    from bertwb import engine
-    from bertwb.tasks.finetuning import train
-    from bertwb.train.distributed import launch
+def follow(cfg: Config, plan: Any, dist: Any) -> None:
+    """Train a task's plan that rank 0 sent, on another torchrun rank (`bertwb finetune` under torchrun)."""
+    from bertwb.tasks.finetuning import train  # torch loads only when training
 
+    train(cfg, plan, dist)
+
+
+def command_device(cfg: Config, task: str | None) -> str:
+    """The device ``bertwb finetune [TASK]`` trains on; one line naming the fix when it names no task there is."""
     if task is not None:
-        task_settings(cfg, task)
-    elif not cfg.finetune.tasks:
+        return task_settings(cfg, task).device
+    if not cfg.finetune.tasks:
         raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
                           "(type, train, dev; see the README)")
-    name = f"finetune/{task}" if task else "finetune"
-    device = cfg.finetune.tasks[task].device if task else cfg.finetune.device
-    return launch(lambda session: engine.run_pipeline(cfg, ws, [name], force, runtime=session),
-                  lambda plan, dist: train(cfg, plan, dist), device, "finetune.device")
+    return cfg.finetune.device
 
 
 def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
@@ -122,7 +122,7 @@ def steps_behind(cfg: Config, manifest: dict[str, Any], instance: str) -> str | 
     settings = task_settings(cfg, instance)
     summary = manifest.get("summary") or {}
     done = summary.get("steps_done", 0)
-    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
     if done < wanted:
         return f"finetune.tasks.{instance}: {done} steps done < {wanted} asked; continuing from step {done}"
     return None
@@ -142,4 +142,5 @@ STAGE = Stage(
     has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),
+    training=Training(follow=follow, device=command_device, device_setting="finetune.device"),
     help="Fine-tune a model for each task in finetune.tasks (classify, tag, qa); resumes after Ctrl-C.")

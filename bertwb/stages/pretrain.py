@@ -41,9 +41,9 @@ identity of the weights it started from (``started_from.json``). The stage outpu
 model; its ``metrics.jsonl`` holds every phase's lines (`bertwb.train.runs.run_metrics`) and
 ``training.json`` each phase's summary.
 
-**Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`command`): rank 0 runs
-the engine and sends every rank the run's plan (:func:`bertwb.train.distributed.launch`); each rank
-reads its own share of every global batch; rank 0 logs and checkpoints.
+**Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`bertwb.engine.launch`):
+rank 0 runs the engine and sends every rank the run's plan; each rank trains it (`follow` on the others),
+reading its own share of every global batch; rank 0 logs and checkpoints.
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ from typing import Any
 from bertwb import ui
 from bertwb.artifacts import METRICS_FILE, PHASES_FILE, weights_file, weights_identity
 from bertwb.config import Config
-from bertwb.stage import Build, Stage
+from bertwb.data.pairs import pair_set
+from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
+from bertwb.data.tokenizer import set_model_max_length
+from bertwb.stage import Build, Stage, Training
 from bertwb.train.model_choice import user_path
 from bertwb.train.runs import list_checkpoints, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace, write_text_atomic
@@ -90,8 +93,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
     """Every phase in order, each from the one before; the last one's model is the stage output."""
-    from bertwb.data.pairs import pair_set
-    from bertwb.tasks.pretraining import Plan, train
+    from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
 
     phases = cfg.pretrain_phases()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -154,7 +156,7 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
         summary = json.loads((model_dir / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    wanted = settings.steps or settings.epochs * summary.get("steps_per_epoch", 0)
+    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
     if weights_file(model_dir) is None or summary.get("steps_done", 0) < wanted:
         return None
     return summary
@@ -163,23 +165,17 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 def _copy_vocabulary(build: Build, out_dir: Path) -> None:
     """The tokenizer files beside the weights, so a model is never paired with a vocabulary rebuilt since;
     their ``model_max_length`` is the model's positions (the vocab stage, which knows no model, wrote 512)."""
-    from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
-    from bertwb.data.tokenizer import set_model_max_length
-
     for name in TOKENIZER_FILES:
         shutil.copy2(build.upstream_dir("vocab") / name, out_dir / name)
     if (out_dir / "config.json").is_file():
         set_model_max_length(out_dir, json.loads((out_dir / "config.json").read_text())["max_position_embeddings"])
 
 
-def command(cfg: Config, ws: Workspace, force: bool = False) -> dict[str, Any] | None:
-    """``bertwb pretrain``: the stage under the engine on rank 0; on other torchrun ranks, training only."""
-    from bertwb import engine
-    from bertwb.tasks.pretraining import train
-    from bertwb.train.distributed import launch
+def follow(cfg: Config, plan: Any, dist: Any) -> None:
+    """Train a plan that rank 0 sent, on another torchrun rank (`bertwb pretrain` under torchrun)."""
+    from bertwb.tasks.pretraining import train  # torch loads only when training
 
-    return launch(lambda session: engine.run_pipeline(cfg, ws, ["pretrain"], force, runtime=session).get("pretrain"),
-                  lambda plan, dist: train(cfg, plan, dist), cfg.pretrain.device, "pretrain.device")
+    train(cfg, plan, dist)
 
 
 def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
@@ -199,7 +195,7 @@ def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
     for name, settings, _ in cfg.pretrain_phases():
         done_by = (summary.get("phases") or {}).get(name, {}) if name else summary
         done = done_by.get("steps_done", 0)
-        wanted = settings.steps or settings.epochs * done_by.get("steps_per_epoch", 0)
+        wanted = settings.steps_wanted(done_by.get("steps_per_epoch", 0))
         if done < wanted:
             setting = f"pretrain.phases.{name}.steps" if name else "pretrain.steps"
             return f"{setting} {done} done < {wanted} asked; continuing from step {done}"
@@ -218,5 +214,6 @@ STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
     has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
+    training=Training(follow=follow, device=lambda cfg, _: cfg.pretrain.device, device_setting="pretrain.device"),
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")

@@ -31,7 +31,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from bertwb import ui
+from bertwb import fast, ui
 from bertwb.artifacts import RESULTS_FILE, TASK_FILE, write_json
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches, TensorBatch, round_up
@@ -298,6 +298,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
         new = f"; new {', '.join(report.initialised_heads)}" if report.initialised_heads else ""
         ui.stage_line(f"finetune/{plan.task}", f"starting from {source.label} ({report.layout} layout{new})")
     objective = task.objective(label_names)
+    objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)  # this task built the model
     objective.dev = (dev.examples, dev.features) if dev else None
     run_dir = Path(plan.run_dir)
     trainer = Trainer(settings, objective, model, training.batches, valid=dev.batches if dev else None, dist=dist,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertwb import ui
+from bertwb import fast, ui
 from bertwb.artifacts import METRICS_FILE
 from bertwb.config import Config
 from bertwb.data.batching import Batches
@@ -146,8 +146,10 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     torch.manual_seed(p.seed)
     model = build_model(cfg, meta, Path(plan.vocab_dir), announce=dist.rank == 0, positions=longest,
                         length_key=length_key)
+    objective = PretrainingObjective()
+    objective.fast = fast.choose(model, device, p.cpu_fast_paths)  # this task built the model: it picks its pieces
     name = f"pretrain {plan.phase}" if plan.phase else "pretrain"
-    trainer = Trainer(p, PretrainingObjective(), model, batches, valid=valid, dist=dist, run_dir=run_dir,
+    trainer = Trainer(p, objective, model, batches, valid=valid, dist=dist, run_dir=run_dir,
                       name=name, state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
     last = trainer.fit()
     total_steps = trainer.total_steps

@@ -24,7 +24,7 @@ class Objective:
     counts: tuple[str, ...] = ()
     main_metric: str | None = None  # the validation metric that picks the best checkpoint, without "valid_"
     higher_is_better: bool = True
-    fast: bool = False  # set by the trainer when the model runs bertwb.fast's pieces
+    fast: bool = False  # set by whoever built the model (`bertwb.fast.choose`): it runs bertwb.fast's pieces
 
     def count(self, batch: Any) -> list[float]:
         """The host-side ``counts`` of one micro-batch."""

@@ -21,10 +21,11 @@ states, and never re-reads data it has seen: the data position is the step numbe
 settings a resumed run ends with bit-identical parameters on CPU. Asking for more steps after a
 finished run continues it; the linear decay is re-planned over the new total.
 
-**Devices.** On CPU the model runs `bertwb.fast`'s pieces unless ``cpu_fast_paths`` is off, and glibc
-keeps freed memory for the next step (:mod:`bertwb.memory`); on CUDA matmuls may use TF32 and
-batches go over from pinned memory. ``precision`` picks fp32 or bf16 autocast (bf16 by default on
-CUDA), ``compile`` wraps the model in ``torch.compile``, and under torchrun in DDP.
+**Devices.** The model trains as its owner built it, with `bertwb.fast`'s pieces or without
+(``objective.fast`` says which). On CPU glibc keeps freed memory for the next step
+(:mod:`bertwb.memory`); on CUDA matmuls may use TF32 and batches go over from pinned memory.
+``precision`` picks fp32 or bf16 autocast (bf16 by default on CUDA), ``compile`` wraps the model in
+``torch.compile``, and under torchrun in DDP.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any, Iterator
 import safetensors.torch
 import torch
 
-from bertwb import fast, faults, ui
+from bertwb import faults, ui
 from bertwb.artifacts import METRICS_FILE, read_metrics
 from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
@@ -74,12 +75,9 @@ class Trainer:
         self.dist = dist or Dist(device=settings.device)
         self.device = self.dist.device
         self.run_dir, self.name, self.state = run_dir, name, state or {}
-        self.total_steps = total_steps or settings.steps or settings.epochs * data.steps_per_epoch
+        self.total_steps = total_steps or settings.steps_wanted(data.steps_per_epoch)
         self.keep_best, self.patience = keep_best, patience
         self.model = model.to(self.device)
-        if self.device.type == "cpu" and settings.cpu_fast_paths:
-            fast.install(self.model)  # the one place the fast CPU pieces are chosen
-            objective.fast = True
         self.optimizer = build_optimizer(settings, self.model)
         self.schedule = schedule_for(settings, self.total_steps)
         self.stats = (*objective.sums, *objective.counts, "n_tokens")
@@ -297,7 +295,7 @@ class Trainer:
         """What this run computes on and how, in words (for -v): the device, precision, threads and the rest."""
         parts = [f"device {self.device}", "bf16 autocast" if uses_bf16(self.p.precision, self.device) else "fp32",
                  f"{torch.get_num_threads()} CPU threads"]
-        if self.device.type == "cpu" and self.p.cpu_fast_paths:
+        if self.objective.fast:
             parts.append("fast CPU paths")
         if self.p.compile:
             parts.append("torch.compile")

@@ -104,7 +104,7 @@ def render_config(inputs: list[str]) -> str:
     return "\n".join(lines)
 
 
-def init(directory: Path, inputs: list[str], force: bool = False) -> list[Path]:
+def write_project(directory: Path, inputs: list[str], force: bool = False) -> list[Path]:
     """Write ``bertwb.yaml``, ``Makefile`` and ``corpus/README.md`` under ``directory``; return the paths written.
 
     Nothing is written when any of them exists, unless ``force`` and init wrote it (see the module doc).

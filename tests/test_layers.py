@@ -1,0 +1,262 @@
+"""bertwb's layers: no module imports one above it, and every function-level import has a reason.
+
+`LAYERS` places every module bottom up, with why; a module imports its own layer and those below.
+Every import counts (module level, inside a function, under TYPE_CHECKING), read with ast, nothing run.
+An import inside a function is allowed only to keep a heavy library (`HEAVY`) out of light commands such
+as `bertwb status`: the module it imports loads one that the importing module does not, and a comment
+at the head of its block of imports says so. `KNOWN_UPWARD` and `KNOWN_NEEDLESS` list what still breaks
+these rules, each with the branch that removes it; an entry that no longer occurs fails too.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import REPO
+
+# Bottom up. A name covers the module or the package of that name (the longest name that matches wins).
+LAYERS: list[tuple[str, dict[str, str]]] = [
+    ("foundation", {
+        "bertwb": "the package's face: its version, and the parent every module loads",
+        "bertwb.errors": "the one user-error type and the exit codes",
+        "bertwb.ui": "all terminal output; knows no stage, model or file",
+        "bertwb.config": "the typed sections of bertwb.yaml: what every part reads its settings from",
+        "bertwb.configfile": "reading bertwb.yaml and --set into config, with file-and-line errors",
+        "bertwb.faults": "the test-only fault hook that every writer calls",
+        "bertwb.memory": "glibc's allocator settings, set before torch loads",
+        "bertwb.environment": "disk, permission and memory failures as one line, for any writer",
+    }),
+    ("workspace", {
+        "bertwb.workspace": "paths, the lock and atomic writes: the ground every writer stands on",
+        "bertwb.outputs": "which paths a command may not write over: the workspace's and the config's",
+    }),
+    ("data", {
+        "bertwb.data": "corpus readers, pairs, masking, batching and tokenizers; knows no model",
+    }),
+    ("model", {
+        "bertwb.model": "the plain BERT, its heads, Hugging Face names and model directories",
+        "bertwb.fast": "faster CPU subclasses of the model's pieces, installed by whoever trains a model",
+    }),
+    ("train", {
+        "bertwb.train": "the one trainer and its parts, for any objective; knows no task",
+    }),
+    ("tasks", {
+        "bertwb.tasks": "what is learned: pre-training's and each fine-tuning type's objective, data and prediction",
+    }),
+    ("stages", {
+        "bertwb.stage": "the contract a stage declares and the engine reads",
+        "bertwb.stages": "one module per stage: a task's training or a data step, keyed and cached",
+    }),
+    ("engine", {
+        "bertwb.engine": "keys, freshness, running, launching and status of any stage",
+        "bertwb.commit": "the engine's atomic commit of a stage's tables, directory and manifest",
+        "bertwb.disk": "the bytes each stage's outputs take, for status",
+    }),
+    ("commands", {
+        "bertwb.sql": "`bertwb sql`: queries over the workspace's database",
+        "bertwb.inference": "`bertwb fill-mask` and `nsp` on a pre-trained model",
+        "bertwb.report": "`bertwb report`: figures and a page from every stage's artifacts",
+        "bertwb.compare": "`bertwb compare`: several workspaces' manifests side by side",
+        "bertwb.scaffold": "`bertwb init`: a new project's starting files",
+        "bertwb.textinput": "the text inputs of fill-mask and predict, as the command line gives them",
+    }),
+    ("cli", {
+        "bertwb.cli": "the commands: parse, load the config, call one function, print",
+        "bertwb.cli_paths": "the command line's path arguments",
+        "bertwb.__main__": "python -m bertwb",
+    }),
+]
+
+# What light commands never load; a function-level import is there to keep one of these out.
+HEAVY = ("torch", "safetensors", "transformers", "matplotlib", "scipy", "sklearn", "seqeval")
+
+# Imports that still go up on this branch: (importer, imported) -> the branch that removes them.
+# The lead empties this list as those branches merge; an entry that no longer occurs fails the test.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("bertwb.model.modeldir", "bertwb.engine"): "modeldir: model/ receives a tokenizer folder",
+    ("bertwb.model.modeldir", "bertwb.train.runs"): "modeldir: model/ no longer reads a run's layout",
+    ("bertwb.train.runs", "bertwb.engine"): "modeldir: runs.py only names paths in a run",
+    ("bertwb.tasks.prediction", "bertwb.stages.finetune"): "modeldir: prediction no longer reaches into a stage",
+}
+
+# Function-level imports of bertwb that keep nothing heavy out, or lack their comment: -> the branch fixing them.
+KNOWN_NEEDLESS: dict[tuple[str, str], str] = {
+    ("bertwb.report.sources", "bertwb.stages.evaluate"): "modeldir: the report reads metrics without a stage",
+    ("bertwb.report.sources", "bertwb.data.pairs"): "modeldir: owns report/ on this round",
+    ("bertwb.tasks.prediction", "bertwb.stages.finetune"): "modeldir: prediction no longer reaches into a stage",
+    ("bertwb.tasks.prediction", "bertwb.train.device"): "modeldir: owns tasks/prediction.py on this round",
+    ("bertwb.train.runs", "bertwb.engine"): "modeldir: runs.py only names paths in a run",
+    ("bertwb.tasks.finetuning", "bertwb.tasks.classify"): "ftpkg: a task registry without an import circle",
+    ("bertwb.tasks.finetuning", "bertwb.tasks.tag"): "ftpkg: a task registry without an import circle",
+    ("bertwb.tasks.finetuning", "bertwb.tasks.qa"): "ftpkg: a task registry without an import circle",
+    # no branch: fingerprint in stages/finetune.py is modeldir's to rewrite; then this import goes to module level
+    # (tokenizers loads for `bertwb status` anyway, through the vocab stage)
+    ("bertwb.stages.finetune", "bertwb.data.tokenizer"): "lead, after modeldir",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str  # a bertwb module
+    line: int
+    where: str  # "module", "function" or "typing" (under TYPE_CHECKING, at module level)
+    commented: bool  # a comment on the first line of its block of imports (function-level imports)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((REPO / "bertwb").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _module_of(name: str) -> str:
+    """The bertwb module an imported name lives in: ``bertwb.engine`` for ``bertwb.engine.run_pipeline``."""
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _statements(module: str, tree: ast.Module):
+    """(statement, where, commented) of every import statement: module, function or typing, and whether the
+    first line of its block of consecutive imports carries a comment."""
+    lines = MODULES[module].read_text(encoding="utf-8").splitlines()
+
+    def visit(body: list[ast.stmt], where: str):
+        commented = None  # the block's comment, while in a block of imports
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if commented is None:
+                    commented = "#" in lines[node.lineno - 1]
+                yield node, where, commented
+                continue
+            commented = None
+            inner_where = where
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner_where = "function"
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) and where == "module":
+                inner_where = "typing"
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.AST):
+                    yield from visit([s for h in inner for s in h.body] if field == "handlers" else inner, inner_where)
+
+    yield from visit(tree.body, "module")
+
+
+def _imports(module: str) -> tuple[list[Import], list[str]]:
+    """The bertwb imports of ``module``, and the other top-level packages it loads at module level."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found, loads = [], []
+    for node, where, commented in _statements(module, ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], *filter(None, [base])])
+            names = [f"{base}.{alias.name}" for alias in node.names] if base.startswith("bertwb") else [base]
+        for name in names:
+            if name == "bertwb" or name.startswith("bertwb."):
+                found.append(Import(module, _module_of(name), node.lineno, where, commented))
+            elif where == "module":
+                loads.append(name.split(".")[0])
+    return found, loads
+
+
+IMPORTS = {module: _imports(module) for module in MODULES}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest placed name that is ``module`` or a package holding it."""
+    best = None
+    for index, (_, places) in enumerate(LAYERS):
+        for name in places:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > len(best[1])):
+                best = (index, name)
+    assert best is not None, f"{module} is in no layer: place it in LAYERS with a one-line reason"
+    return best[0]
+
+
+def upward(imports: list[Import]) -> list[Import]:
+    """The imports among ``imports`` from a higher layer."""
+    return [i for i in imports if layer_of(i.imported) > layer_of(i.importer)]
+
+
+def heavy_loads(module: str) -> set[str]:
+    """The HEAVY libraries that importing ``module`` loads (its packages' and its imports', at module level)."""
+    heavy, todo, seen = set(), [module], set()
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for prefix in (".".join(parts[:n]) for n in range(1, len(parts) + 1)):
+            if prefix in seen or prefix not in MODULES:
+                continue
+            seen.add(prefix)
+            imports, loads = IMPORTS[prefix]
+            heavy.update(lib for lib in loads if lib in HEAVY)
+            todo.extend(i.imported for i in imports if i.where == "module")
+    return heavy
+
+
+def needless(imports: list[Import]) -> list[Import]:
+    """Function-level imports among ``imports`` that load nothing heavy their module has not, or lack their comment."""
+    return [i for i in imports if i.where == "function" and i.imported != i.importer
+            and (not heavy_loads(i.imported) - heavy_loads(i.importer) or not i.commented)]
+
+
+def _all() -> list[Import]:
+    return [i for imports, _ in IMPORTS.values() for i in imports]
+
+
+def _unknown_and_stale(found: list[Import], known: dict[tuple[str, str], str]) -> tuple[dict, set]:
+    """The pairs ``found`` that ``known`` lacks (with their lines), and the ``known`` pairs no longer found."""
+    new: dict[tuple[str, str], list[int]] = {}
+    for i in found:
+        if (i.importer, i.imported) not in known:
+            new.setdefault((i.importer, i.imported), []).append(i.line)
+    return new, set(known) - {(i.importer, i.imported) for i in found}
+
+
+def test_every_module_has_a_layer_and_every_placed_name_exists():
+    for module in MODULES:
+        layer_of(module)
+    for _, places in LAYERS:
+        for name in places:
+            assert name in MODULES, f"LAYERS places {name}, which is no module or package of bertwb"
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    new, stale = _unknown_and_stale(upward(_all()), KNOWN_UPWARD)
+    assert not new, f"imports that go up the layers (importer, imported: lines): {new}; LAYERS gives the order"
+    assert not stale, f"no longer found, remove from KNOWN_UPWARD: {stale}"
+
+
+def test_a_function_level_import_keeps_something_heavy_out_and_says_so():
+    new, stale = _unknown_and_stale(needless(_all()), KNOWN_NEEDLESS)
+    assert not new, (f"function-level imports that keep nothing of {HEAVY} out, or whose block of imports does not "
+                     f"say what it keeps out (importer, imported: lines): {new}; import them at module level, "
+                     "or add the comment")
+    assert not stale, f"no longer found, remove from KNOWN_NEEDLESS: {stale}"
+
+
+def test_the_checks_catch_what_they_look_for():
+    """A planted upward import and a planted needless one are found; the real ones above are not made up."""
+    planted = Import("bertwb.data.pairs", "bertwb.engine", 1, "function", True)
+    assert upward([planted]) == [planted]
+    assert not upward([Import("bertwb.engine", "bertwb.data.pairs", 1, "module", False)])
+    assert needless([Import("bertwb.engine", "bertwb.errors", 1, "function", True)])  # loads nothing heavy
+    assert needless([Import("bertwb.engine", "bertwb.train.trainer", 1, "function", False)])  # no comment
+    assert not needless([Import("bertwb.engine", "bertwb.train.trainer", 1, "function", True)])  # torch, said so
+    assert "torch" in heavy_loads("bertwb.train.trainer") and not heavy_loads("bertwb.engine")
+    found = {(i.importer, i.imported, i.where) for i in _all()}
+    assert ("bertwb.engine", "bertwb.train.distributed", "function") in found  # function-level imports are read
+    assert ("bertwb.stage", "bertwb.workspace", "typing") in found  # and TYPE_CHECKING ones
