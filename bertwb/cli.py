@@ -9,7 +9,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, disk, engine, environment, memory, outputs, stages, ui
+from bertwb import __version__, disk, engine, environment, keys, memory, outputs, stages, ui
 from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
@@ -270,7 +270,7 @@ def _model(cfg: Config, ws: Workspace, checkpoint: str | None) -> tuple[Any, Pat
     from bertwb.model import modeldir  # torch loads only for the commands that use a model
 
     model_dir = modeldir.open_model_dir(model_choice.checkpoint_dir(
-        cfg, ws, checkpoint, lambda: engine.current_run_dir(cfg, ws, "pretrain")))
+        cfg, ws, checkpoint, lambda: keys.current_run_dir(cfg, ws, "pretrain")))
     return model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir)
 
 

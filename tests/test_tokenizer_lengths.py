@@ -159,13 +159,13 @@ def test_a_workspace_built_before_the_fix_is_stale(published: Project):
     manifest_path = published.workspace / "manifests" / "vocab.json"
     manifest = json.loads(manifest_path.read_text())
     assert manifest["inputs"][0]["tokenizer"]
-    from bertwb import engine, stages
+    from bertwb import keys, stages
     from bertwb.configfile import load_config
     from bertwb.workspace import Workspace
 
     cfg = load_config(published.config)
     stage = stages.get("vocab", cfg)
-    old_key, old_parts = engine.stage_key(stage, cfg, Workspace(published.workspace), [])  # no fingerprint hook
+    old_key, old_parts = keys.stage_key(stage, cfg, Workspace(published.workspace), [])  # no fingerprint hook
     manifest_path.write_text(json.dumps({**manifest, "key": old_key, "inputs": old_parts["inputs"]}))
 
     rows = _status(published)

@@ -4,7 +4,7 @@ Training curves come from a run's ``metrics.jsonl``, which the trainer appends o
 every log: a reader racing it sees at most a torn last line, so a run that is still going is read as
 far as it got. A line that does not read (torn, or damaged) is skipped and its number kept, for the
 report to say so. The run shown for a stage is the one the current config trains in
-(`bertwb.engine.current_run_dir`), else the newest run directory that has metrics, else the
+(`bertwb.keys.current_run_dir`), else the newest run directory that has metrics, else the
 stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
 
 The pairs histograms come from the pairs stage's arrays (what training reads; the same numbers as the
@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from bertwb import engine
+from bertwb import keys
 from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_results
 from bertwb.config import Config
+from bertwb.data.pairs import SPLITS, load_pairs, pair_sets
 from bertwb.errors import BertwbError
 from bertwb.train.runs import joined_metrics, phase_dirs, run_dir_of, run_logs
 from bertwb.workspace import Workspace
@@ -62,7 +63,7 @@ def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
     (a phased pre-training's phases one after another, `bertwb.train.runs.joined_metrics`)."""
     try:
-        current = engine.current_run_dir(cfg, ws, stage)
+        current = keys.current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
         current = None
     every_run = run_dir_of(ws, stage, "*")
@@ -118,8 +119,6 @@ class PairStats:
 def pair_stats(ws: Workspace) -> PairStats | None:
     """Length and mask-kind counts of the pairs stage's arrays, in chunks; None when pairs has not run.
     Each split of each pair set counts apart (``train``, or ``seq128 train`` with phases)."""
-    from bertwb.data.pairs import SPLITS, load_pairs, pair_sets  # noqa: PLC0415
-
     stage_dir = ws.stage_dir("pairs")
     sets = pair_sets(stage_dir)
     if ws.read_manifest("pairs") is None or not all((folder / "meta.json").is_file() for folder in sets.values()):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertwb import faults, ui
+from bertwb import faults, keys, ui
 from bertwb.artifacts import RESULTS_FILE, weights_file, weights_identity, write_json
 from bertwb.config import Config
 from bertwb.data.pairs import load_pairs, pair_set
@@ -86,10 +86,8 @@ def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
 
 def _checkpoint(cfg: Config, ws: Workspace, quiet: bool = False) -> Path:
     """The model directory ``evaluate.checkpoint`` names; ``latest`` and steps are of the current pretrain run."""
-    from bertwb import engine  # noqa: PLC0415 - pretrain's current key is the engine's, and the engine imports this
-
     return model_choice.checkpoint_dir(cfg, ws, cfg.evaluate.checkpoint,
-                                       lambda: engine.current_run_dir(cfg, ws, "pretrain"), quiet)
+                                       lambda: keys.current_run_dir(cfg, ws, "pretrain"), quiet)
 
 
 def report(metrics: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from bertwb import ui
 from bertwb.artifacts import weights_file, weights_identity
 from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.data.tokenizer import tokenizer_identity
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage, Training
 from bertwb.train import model_choice
@@ -98,8 +99,6 @@ def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any
     """Identities of the task's data files, the weights it starts from and their tokenizer: the tokenizer's
     content as loaded (padding and truncation off), so features built through another tokenizer, or
     through one whose file padded them, are stale."""
-    from bertwb.data.tokenizer import tokenizer_identity  # noqa: PLC0415 - status stays light
-
     settings = task_settings(cfg, instance)
     paths = [cfg.resolve(p) for p in (settings.train, settings.dev, settings.test) if p]
     tokenizer = []
