@@ -1,14 +1,10 @@
 """``bertwb init [DIR]``: a commented ``bertwb.yaml``, a ``Makefile`` and a ``corpus/`` folder to start from.
 
-The config holds every key at its default with its one-line doc (BERT's own recipe: 15% masking, 20
-predictions, dropout 0.1, fine-tuning at lr 5e-5), the Makefile chains the stages with their
-manifests as targets, and ``corpus/README.md`` says what to put where ``ingest.inputs`` looks.
-
-**What init may replace.** Nothing it did not write: DIRECTORY must be a folder (or a new one) outside
-any bertwb workspace and any folder another command made (an export, a report: their markers); an
-existing file of the three is refused, and with ``--force`` replaced only when its first line is the one
-init writes (a user's own Makefile is never replaced); a link there is never written through. All is
-checked before anything is written, and each file is written whole (`write_text_atomic`).
+The config holds every key at its default with its one-line doc (BERT's own recipe); the Makefile
+chains the stages with their manifests as targets. Init replaces nothing it did not write: the folder
+must be outside any workspace or folder another command made, an existing file is replaced only with
+``--force`` and only when its first line is init's own, links are never written through, everything
+is checked before anything is written, and each file is written whole (`write_text_atomic`).
 """
 
 from __future__ import annotations

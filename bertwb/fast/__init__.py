@@ -3,9 +3,8 @@
 Each is a subclass of a plain module of :mod:`bertwb.model.bert` (`PackedDropout` for ``nn.Dropout``,
 `FastSelfAttention`, `TransposedMLMHead`) that overrides one method and adds no state, so switching changes
 the class in place: parameters, ties and state-dict names stay, and a model trained fast loads anywhere.
-They compute the plain math (numbers differ in float rounding and, with dropout, in which elements are
-dropped), are tested against it (tests/test_fast_paths.py), and BENCHMARKS.md measures what each saves.
-Whoever builds a model to train it calls `choose`: on CPU unless ``cpu_fast_paths: false``.
+They compute the plain math up to float rounding and dropout draws (tests/test_fast_paths.py); whoever
+builds a model to train it calls `choose`, which installs them on CPU unless ``cpu_fast_paths: false``.
 """
 
 from __future__ import annotations
