@@ -42,8 +42,9 @@ from bertwb.memory import reexec_with_malloc_tunables  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import BertForSequenceClassification  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
-from bertwb.tasks.classify import ClassifyTask  # noqa: E402
-from bertwb.tasks.finetuning import collate  # noqa: E402
+from bertwb.tasks.finetune.classify import ClassifyTask  # noqa: E402
+from bertwb.tasks.finetune.batches import collate  # noqa: E402
+from bertwb.tasks.finetune.objectives import objective_for  # noqa: E402
 from bertwb.train.distributed import Dist  # noqa: E402
 from bertwb.train.optim import schedule_for  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
@@ -83,7 +84,7 @@ class OurSide:
     def __init__(self, model: BertForSequenceClassification, task: ClassifyTask, train, epochs: int):
         s = settings(epochs)
         self.model, self.batches = model, Batches(train, BATCH, s.seed, bucket_batches=s.bucket_batches)
-        self.trainer = Trainer(s, task.objective(model.label_names), model, self.batches, dist=Dist(device="cpu"))
+        self.trainer = Trainer(s, objective_for(task, model.label_names), model, self.batches, dist=Dist(device="cpu"))
         self.steps, self.pad = self.trainer.total_steps, self.batches.padding_fraction(0)
 
     def step(self, step: int) -> None:

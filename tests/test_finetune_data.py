@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from bertwb.config import FinetuneTaskConfig
-from bertwb.tasks.qa import QATask, scoring_version
-from bertwb.tasks.tag import TagTask
+from bertwb.tasks.finetune.qa import QATask, scoring_version
+from bertwb.tasks.finetune.tag import TagTask
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))

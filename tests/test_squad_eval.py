@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from bertwb.config import FinetuneTaskConfig
 from bertwb.tasks import squad_eval
-from bertwb.tasks.qa import QATask
+from bertwb.tasks.finetune.qa import QATask
 from bertwb.tasks.readers import Question
 
 

@@ -26,10 +26,10 @@ from tokenizers import Tokenizer
 from bertwb.config import FinetuneTaskConfig
 from bertwb.data.pairs import load_pairs
 from bertwb.data.tokenizer import declared_lengths, load_tokenizer, tokenizer_digest
-from bertwb.tasks.classify import Example as TextExample
-from bertwb.tasks.finetuning import task_type
-from bertwb.tasks.qa import Question
-from bertwb.tasks.tag import Example as TagExample
+from bertwb.tasks.finetune.classify import Example as TextExample
+from bertwb.tasks.finetune.tasktypes import task_type
+from bertwb.tasks.readers import Question
+from bertwb.tasks.finetune.tag import Example as TagExample
 from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 from publishedkit import PAD_ID, pad_tokenizer_files, plain_tokenizer, tiny_published_model, word_tokenizer
 

@@ -8,7 +8,7 @@ model (``.bertwb/pretrain``, with the vocab stage's tokenizer); a path starts fr
 — a checkpoint, an export, an ``import-hf`` result, or a Hugging Face BERT folder with its own
 tokenizer — so a published BERT is fine-tuned without pre-training anything.
 
-The training is :func:`bertwb.tasks.finetuning.train` on the one trainer: resumable after Ctrl-C
+The training is :func:`bertwb.tasks.finetune.training.train` on the one trainer: resumable after Ctrl-C
 (runs in ``.bertwb/finetune-runs/<task>/<key[:16]>/``), under torchrun as pretrain is, evaluated on dev
 every epoch (or ``eval_every`` steps) with the best weights kept. The stage directory
 ``.bertwb/finetune/<task>/`` is a complete model directory: weights, ``config.json`` with the labels,
@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from bertwb import ui
-from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
+from bertwb.tasks.finetune.tasktypes import task_settings
 from bertwb.train.runs import fingerprint as weights_identity
 from bertwb.train.runs import list_checkpoints, run_dir_of, weights_file
 from bertwb.workspace import Workspace
@@ -42,7 +43,7 @@ VIEWS = (
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Fine-tune one task (or resume it) on rank 0 under the engine; return the summary."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
-    from bertwb.tasks.finetuning import Plan, train
+    from bertwb.tasks.finetune.training import Plan, train
     from bertwb.train.distributed import Session
 
     task, ws = build.stage.instance, build.workspace
@@ -65,7 +66,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 def command(cfg: Config, ws: Workspace, task: str | None = None, force: bool = False) -> dict[str, Any]:
     """``bertwb finetune [TASK]``: every task (or one) under the engine on rank 0; training only on other ranks."""
     from bertwb import engine
-    from bertwb.tasks.finetuning import train
+    from bertwb.tasks.finetune.training import train
     from bertwb.train.distributed import launch
 
     if task is not None:
@@ -77,15 +78,6 @@ def command(cfg: Config, ws: Workspace, task: str | None = None, force: bool = F
     device = cfg.finetune.tasks[task].device if task else cfg.finetune.device
     return launch(lambda session: engine.run_pipeline(cfg, ws, [name], force, runtime=session),
                   lambda plan, dist: train(cfg, plan, dist), device, "finetune.device")
-
-
-def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
-    """The settings of task ``task``; one line naming the tasks there are when it is not one of them."""
-    if task not in cfg.finetune.tasks:
-        known = ", ".join(cfg.finetune.tasks) or "none"
-        raise BertwbError(f"no task {task!r} in finetune.tasks of {cfg.path or 'the config'} (tasks: {known}); "
-                          "add it there or pick one of those")
-    return cfg.finetune.tasks[task]
 
 
 def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:

@@ -1,6 +1,6 @@
 """``bertwb predict``: a fine-tuned model directory answering new inputs, and the rows it writes.
 
-The directory is what :func:`bertwb.tasks.finetuning.train` wrote (or any fine-tuned BERT with a
+The directory is what :func:`bertwb.tasks.finetune.training.train` wrote (or any fine-tuned BERT with a
 ``task.json``, or one the task's config describes): weights, labels, tokenizer and how the task turns
 inputs into features. Inputs are read whole, then featurised, predicted and written a chunk
 (`PREDICT_CHUNK` examples) at a time, so the features and outputs in memory stay one chunk's and output
@@ -22,7 +22,10 @@ from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
-from bertwb.tasks.finetuning import TASK_FILE, TaskObjective, task_type
+from bertwb.tasks.finetune.evaluation import TaskObjective
+from bertwb.tasks.finetune.objectives import objective_for
+from bertwb.tasks.finetune.tasktypes import task_settings, task_type
+from bertwb.tasks.finetune.training import TASK_FILE
 from bertwb.tasks.readers import FormatError
 from bertwb.train.device import autocast
 from bertwb.workspace import writing_atomic
@@ -74,7 +77,7 @@ class Predictor:
         """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
         features = self.task.featurize(examples, self.tokenizer, None)
         batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
-        objective = self.task.objective(self.label_names)
+        objective = objective_for(self.task, self.label_names)
         outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
                                    _ExampleCounter(bar, len(examples), len(features)))
         return self.task.decode(examples, features, outputs, self.label_names)
@@ -117,7 +120,6 @@ def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, devi
 
     The directory's ``task.json``, when it has one, says how inputs become features, as in training.
     """
-    from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
     from bertwb.train.device import resolve_device  # noqa: PLC0415
 
     if checkpoint:
