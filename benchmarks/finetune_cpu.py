@@ -35,14 +35,13 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bertwb.config import FinetuneTaskConfig  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.tokenizer import build_tokenizer  # noqa: E402
 from bertwb.memory import reexec_with_malloc_tunables  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import BertForSequenceClassification  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
-from bertwb.tasks.finetune.classify import ClassifyTask  # noqa: E402
+from bertwb.tasks.finetune.classify import ClassifySettings, ClassifyTask  # noqa: E402
 from bertwb.tasks.finetune.batches import collate  # noqa: E402
 from bertwb.tasks.finetune.objectives import objective_for  # noqa: E402
 from bertwb.train.distributed import Dist  # noqa: E402
@@ -71,9 +70,9 @@ def tokenizer_for(texts: list[str]):
     return tokenizer
 
 
-def settings(epochs: int) -> FinetuneTaskConfig:
-    s = FinetuneTaskConfig(type="classify", train=str(DATA / "sentiment_train.csv"),
-                           dev=str(DATA / "sentiment_dev.csv"))
+def settings(epochs: int) -> ClassifySettings:
+    s = ClassifySettings(type="classify", train=str(DATA / "sentiment_train.csv"),
+                         dev=str(DATA / "sentiment_dev.csv"))
     s.epochs, s.batch_size, s.lr, s.device, s.log_every = epochs, BATCH, LR, "cpu", 10_000
     return s
 

@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 import yaml
 
-from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, is_subsections
+from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, FinetuneTaskConfig, is_subsections
 from bertwb.errors import BertwbError
+from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class
 
 Lines = dict[tuple[str, ...], int]  # key path -> line in the YAML file; 0 = given by --set
 
@@ -169,7 +170,9 @@ def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lin
         key_path = path + (str(key),)
         prefix = _locate(where, lines, key_path)
         if key not in fields:
-            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}{_suggest(str(key), fields)}")
+            hint = _other_types_key(cls, str(key), path) if issubclass(cls, FinetuneTaskConfig) else None
+            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}"
+                              f"{hint or _suggest(str(key), fields)}")
         hint = hints[key]
         if is_subsections(hint):
             kwargs[key] = _build_named(hint, values, key, key_path, where, lines, fields[key], cls)
@@ -199,8 +202,32 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
             raise BertwbError(_locate(where, lines, path + (str(name),)) + f"{_quoted(name)} is not a usable name "
                               f"under {'.'.join(path)}; use letters, digits, - and _")
-        built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
+        cls = _task_class(values, path + (name,), where, lines) if entry_cls is FinetuneTaskConfig else entry_cls
+        built[name] = _build(cls, values or {}, path + (name,), where, lines, shared)
     return built
+
+
+def _task_class(values: Any, path: tuple[str, ...], where: str, lines: Lines) -> type[FinetuneTaskConfig]:
+    """The settings class of the task at ``path``: its type's, which adds the type's own options."""
+    type_name = values.get("type") if isinstance(values, dict) else None
+    if type_name is not None and (not isinstance(type_name, str) or type_name not in TASK_TYPES):
+        key = ".".join(path + ("type",))
+        raise BertwbError(_locate(where, lines, path + ("type",))
+                          + f"{key} must be one of {', '.join(TASK_TYPES)}, got {type_name!r}")
+    return settings_class(type_name)
+
+
+def _other_types_key(cls: type, key: str, path: tuple[str, ...]) -> str | None:
+    """For a task key unknown to its type but another type's option: which types have it, and the fix."""
+    owners = [name for name, task in TASK_TYPES.items()
+              if key in {f.name for f in dataclasses.fields(task.settings_class)}]
+    if not owners:
+        return None
+    of = f"; it is an option of {' and '.join(owners)} tasks"
+    if cls is FinetuneTaskConfig:
+        return f"{of}: set {'.'.join(path)}.type"
+    own = next(name for name, task in TASK_TYPES.items() if task.settings_class is cls)
+    return f"{of}, and this task is {own}"
 
 
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,7 +24,7 @@ from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
 from bertwb.tasks.finetune.evaluation import TaskObjective
 from bertwb.tasks.finetune.objectives import objective_for
-from bertwb.tasks.finetune.tasktypes import task_settings, task_type
+from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class, task_settings, task_type
 from bertwb.tasks.finetune.training import TASK_FILE
 from bertwb.tasks.readers import FormatError
 from bertwb.train.device import autocast
@@ -143,8 +143,13 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     if settings.type and saved.get("type") and saved["type"] != settings.type:
         ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
                 f"the model was trained ({saved['type']})")
-    known = {f for f in asdict(settings)}
-    settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
+    type_name = saved.get("type") or settings.type
+    if type_name is not None and type_name not in TASK_TYPES:
+        raise BertwbError(f"{folder / TASK_FILE}: task type {type_name!r} is not one this bertwb has "
+                          f"({', '.join(TASK_TYPES)}); predict with the bertwb that trained it")
+    cls = settings_class(type_name)  # the config's values where the type has the key, then the model's own
+    known = {f.name for f in fields(cls)}
+    settings = cls(**{k: v for k, v in {**asdict(settings), **saved}.items() if k in known})
     if settings.type is None:
         raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
                           "unknown; add the task to the config")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
 from bertwb.tasks.finetune.features import Features
@@ -34,6 +34,18 @@ REGRESSION_LABEL = "score"  # the one output of a regressor
 
 
 @dataclass
+class ClassifySettings(FinetuneTaskConfig):
+    """A classify task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = option(
+        "auto", "File format; auto picks by extension (.csv .tsv .jsonl .parquet).")
+    text_column: str = option("text", "The column (or JSONL key) holding the text.")
+    text_pair_column: str | None = option(None, "The column of the second text of a pair, if any.")
+    label_column: str = option("label", "The column of the label (a number with regression).")
+    regression: bool = option(False, "Predict a number (mean squared error; Pearson and Spearman).")
+
+
+@dataclass
 class Example:
     line: int
     text: str
@@ -42,9 +54,10 @@ class Example:
 
 
 class ClassifyTask:
+    settings_class = ClassifySettings
     model_kind = "sequence_classification"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
+    def __init__(self, settings: ClassifySettings, setting: str, recorded: dict[str, Any]):
         self.settings, self.setting = settings, setting
         self.main_metric = "pearson" if settings.regression else "accuracy"
 

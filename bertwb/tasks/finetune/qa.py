@@ -36,11 +36,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import squad_eval
 from bertwb.tasks.finetune.features import Features, example_ranges
@@ -53,6 +53,19 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class QASettings(FinetuneTaskConfig):
+    """A qa task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "squad"] = option("auto", "File format; auto reads .json files as SQuAD.")
+    doc_stride: int = option(128, "Tokens between the starts of two windows over a long context.", min=1)
+    max_query_length: int = option(64, "Longest question in tokens; longer ones are cut.", min=1)
+    max_answer_length: int = option(30, "Longest answer span in tokens.", min=1)
+    n_best: int = option(20, "Start and end candidates searched per window.", min=1, max=1000)
+    null_threshold: float = option(0.0, "SQuAD v2.0: no answer when no_answer_score is above this (metrics' "
+                                   "best_f1_thresh is the best value on dev).", min=-1000.0, max=1000.0)
+
+
+@dataclass
 class Window:
     """Where a feature's context window sits: its first token in the feature, and its tokens' character spans."""
 
@@ -61,10 +74,11 @@ class Window:
 
 
 class QATask:
+    settings_class = QASettings
     model_kind = "question_answering"
     main_metric = "f1"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
+    def __init__(self, settings: QASettings, setting: str, recorded: dict[str, Any]):
         self.settings, self.setting = settings, setting
         self.version_2 = bool(recorded.get("version_2", False))
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
 from bertwb.tasks.finetune.features import IGNORE, Features
@@ -32,6 +32,15 @@ _BIO = re.compile(r"O|[BI]-\S+")
 
 
 @dataclass
+class TagSettings(FinetuneTaskConfig):
+    """A tag task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "conll"] = option("auto", "File format; auto reads .conll and .txt files as CoNLL.")
+    token_column: int = option(0, "The CoNLL column of the token (0 = first).", min=-64, max=64)
+    tag_column: int = option(-1, "The CoNLL column of the tag (-1 = last).", min=-64, max=64)
+
+
+@dataclass
 class Example:
     line: int
     words: list[str]
@@ -39,10 +48,11 @@ class Example:
 
 
 class TagTask:
+    settings_class = TagSettings
     model_kind = "token_classification"
     main_metric = "f1"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
+    def __init__(self, settings: TagSettings, setting: str, recorded: dict[str, Any]):
         self.settings, self.setting = settings, setting
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:

@@ -1,8 +1,9 @@
 """The task types: what one provides (`TaskType`), and the one table of them by name (`TASK_TYPES`).
 
 A task's ``type`` is a key of `TASK_TYPES`; adding a type is one module beside classify.py, tag.py and
-qa.py, and one line here. A type module imports no torch (the config loader reads this table, and
-``bertwb status`` must stay light): its loss comes with its ``model_kind``
+qa.py, and one line here. A type declares its own options as a dataclass (``settings_class``), which
+the config loader builds ``finetune.tasks.<name>`` as. A type module imports no torch (the loader reads
+this table, and ``bertwb status`` must stay light): its loss comes with its ``model_kind``
 (:mod:`bertwb.tasks.finetune.objectives`), and its outputs are taken from tensors by their methods.
 """
 
@@ -33,6 +34,7 @@ class TaskType(Protocol):
     featurizes, decodes and writes rows.
     """
 
+    settings_class: type[FinetuneTaskConfig]  # the task's settings: every task's and this type's own options
     model_kind: str  # a key of bertwb.model.heads.MODEL_KINDS: the head, and with it the loss
     main_metric: str  # the dev metric that picks the best checkpoint (higher is better)
 
@@ -88,6 +90,11 @@ def task_type(settings: FinetuneTaskConfig, setting: str, recorded: dict[str, An
         *others, last = TASK_TYPES
         raise BertwbError(f"{setting}.type is not set; give {', '.join(others)} or {last}")
     return TASK_TYPES[settings.type](settings, setting, recorded or {})
+
+
+def settings_class(type_name: str | None) -> type[FinetuneTaskConfig]:
+    """The settings dataclass of tasks of type ``type_name`` (the shared settings alone when it is None)."""
+    return FinetuneTaskConfig if type_name is None else TASK_TYPES[type_name].settings_class
 
 
 def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:

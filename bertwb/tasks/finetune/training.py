@@ -9,6 +9,7 @@ Nothing is written before training ends; the stage commits the directory.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -189,11 +190,11 @@ def _write_model_dir(out_dir: Path, plan: Plan, settings: FinetuneTaskConfig, ta
 
 
 def featurizing_settings(settings: FinetuneTaskConfig) -> dict[str, Any]:
-    """What predicting needs to know about a task besides its model: how its inputs become features."""
-    keys = ("type", "format", "text_column", "text_pair_column", "label_column", "regression", "token_column",
-            "tag_column", "max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "n_best",
-            "null_threshold")
-    return {key: getattr(settings, key) for key in keys}
+    """What predicting needs to know about a task besides its model: its type, the type's own options (how
+    inputs become features and predictions) and the longest input."""
+    shared = {f.name for f in dataclasses.fields(FinetuneTaskConfig)}
+    own = [f.name for f in dataclasses.fields(settings) if f.name not in shared]
+    return {key: getattr(settings, key) for key in ("type", *own, "max_seq_length")}
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
