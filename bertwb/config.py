@@ -265,6 +265,38 @@ SECTIONS: dict[str, type] = {
 }
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where a config value was given, for an error that blames it: ``key``, the dotted key that gave it (a
+    named sub-section's own, or its section's that the sub-section inherited), and ``place``, the file and
+    line or ``--set``, None for a default. It prints as a load error begins: ``bertwb.yaml line 4:
+    finetune.lr``, ``--set finetune.lr`` or ``finetune.lr``."""
+
+    key: str
+    place: str | None = None
+
+    def __str__(self) -> str:
+        if self.place is None:
+            return self.key
+        return f"--set {self.key}" if self.place == "--set" else f"{self.place}: {self.key}"
+
+
+class Provenance:
+    """Where every value of a loaded config came from (`Config.origin`); filled by the loader."""
+
+    def __init__(self, where: str = "config", lines: dict[tuple[str, ...], int] | None = None,
+                 inherited: dict[tuple[str, ...], tuple[str, ...]] | None = None):
+        self.where = where  # the config file as named in messages
+        self.lines = lines or {}  # key path -> its line in the file; 0 = given by --set
+        self.inherited = inherited or {}  # a named sub-section's key path -> its section's, where it gave the value
+
+    def of(self, key: str) -> Origin:
+        source = self.inherited.get(tuple(key.split(".")), tuple(key.split(".")))
+        line = self.lines.get(source)
+        place = None if line is None else "--set" if line == 0 else f"{self.where} line {line}"
+        return Origin(".".join(source), place)
+
+
 @dataclass
 class Config:
     """The whole validated configuration plus where it came from."""
@@ -279,6 +311,12 @@ class Config:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
+    provenance: Provenance = field(default_factory=Provenance)  # where each value was given
+
+    def origin(self, key: str) -> Origin:
+        """Where the value at dotted ``key`` was given: ``finetune.tasks.sst.lr`` is ``finetune.lr``'s line
+        when the task inherited it. What an error about a value names."""
+        return self.provenance.of(key)
 
     def section(self, path: str) -> Any:
         """The section at a dotted path: ``"pairs"``, or a named sub-section ``"finetune.tasks.sst"``."""

@@ -87,6 +87,21 @@ def test_a_task_is_its_types_settings_with_its_own_options_only(tmp_path):
     assert {"tag_column", "format", "lr"} <= set(ner_key) and not {"text_column", "doc_stride"} & set(ner_key)
 
 
+def test_each_task_value_knows_the_key_and_line_that_gave_it(tmp_path):
+    """A task's value is its own key's, or the finetune section's it inherited (its line, its --set, or a
+    default, which has no place): what an error about the value names."""
+    (tmp_path / "bertwb.yaml").write_text(NESTED)
+    cfg = load_config(tmp_path / "bertwb.yaml", ["finetune.tasks.ner.epochs=5", "finetune.batch_size=8"])
+    where = str(tmp_path / "bertwb.yaml")
+    assert str(cfg.origin("finetune.tasks.sst.lr")) == f"{where} line 9: finetune.tasks.sst.lr"
+    assert str(cfg.origin("finetune.tasks.ner.lr")) == f"{where} line 3: finetune.lr"
+    assert str(cfg.origin("finetune.tasks.sst.epochs")) == f"{where} line 4: finetune.epochs"
+    assert str(cfg.origin("finetune.tasks.ner.epochs")) == "--set finetune.tasks.ner.epochs"
+    assert str(cfg.origin("finetune.tasks.sst.batch_size")) == "--set finetune.batch_size"
+    assert str(cfg.origin("finetune.tasks.sst.seed")) == "finetune.seed"
+    assert str(cfg.origin("finetune.tasks.sst.text_column")) == "finetune.tasks.sst.text_column"
+
+
 @pytest.mark.parametrize("text, overrides, message", [
     (NESTED.replace("      lr: 1.0e-4", "      lrr: 1.0e-4"), [],
      "bertwb.yaml line 9: unknown key 'finetune.tasks.sst.lrr'; did you mean 'lr'?"),

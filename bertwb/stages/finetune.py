@@ -48,15 +48,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
     task, ws = build.stage.instance, build.workspace
     settings = task_settings(cfg, task)
-    session = Session.of(build.runtime, settings.device, f"finetune.tasks.{task}.device")
+    session = Session.of(build.runtime, settings.device, str(cfg.origin(f"finetune.tasks.{task}.device")))
     run_dir = run_dir_of(ws, build.stage.name, build.key)
     if build.forced and run_dir.exists():
         checkpoints = len(list_checkpoints(run_dir))
         shutil.rmtree(run_dir)
         ui.stage_line(build.stage.name, f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
-    inherited = settings.init_from == cfg.finetune.init_from  # most likely set in the finetune section
-    source = modeldir.open_model_dir(source_dir(cfg, ws, task),
-                                     "finetune.init_from" if inherited else f"finetune.tasks.{task}.init_from")
+    source = modeldir.open_model_dir(source_dir(cfg, ws, task), str(cfg.origin(f"finetune.tasks.{task}.init_from")))
     plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
                 tokenizer_dir=str(modeldir.tokenizer_folder(source, ws)))
     session.send_plan(plan)

@@ -75,7 +75,7 @@ def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> d
     check_paths(cfg, plan.task)
     source = modeldir.open_model_dir(Path(plan.model_dir))
     tokenizer = modeldir.load_tokenizer(source, folder=Path(plan.tokenizer_dir))
-    modeldir.check_length(source, settings.max_seq_length, f"{setting}.max_seq_length")
+    modeldir.check_length(source, settings.max_seq_length, str(cfg.origin(f"{setting}.max_seq_length")))
     data = _read_data(cfg, task, settings, setting, tokenizer, dist)
     trainer = _fit(plan, settings, task, source, data, dist)
     final = _kept_weights(trainer, plan, dist)
@@ -131,13 +131,13 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
         training = {"batch_tokens": settings.batch_tokens, "grad_accum": settings.grad_accum} if drop_last else {}
         batches = Batches(features, settings.batch_size, settings.seed, bucket_batches=settings.bucket_batches,
                           world_size=dist.world_size, rank=dist.rank, pad_multiple=pad_multiple, drop_last=drop_last,
-                          setting=setting, **training)
+                          origin=lambda name: cfg.origin(f"{setting}.{name}"), **training)
         return _Split(examples, features, batches)
 
     training = split(settings.train, drop_last=True)
     if training.batches.steps_per_epoch == 0:
-        raise BertwbError(f"{setting}.batch_size {settings.batch_size} is more than the {len(training.features)} "
-                          f"training features of {settings.train}; lower it")
+        raise BertwbError(f"{cfg.origin(f'{setting}.batch_size')} {settings.batch_size} is more than the "
+                          f"{len(training.features)} training features of {settings.train}; lower it")
     dev = split(settings.dev, drop_last=False) if settings.dev else None
     test = split(settings.test, drop_last=False) if settings.test else None
     return _Data(label_names, training, dev, test)
