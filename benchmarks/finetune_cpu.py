@@ -36,15 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bertwb import fast  # noqa: E402
-from bertwb.config import FinetuneTaskConfig  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.tokenizer import build_tokenizer  # noqa: E402
 from bertwb.memory import reexec_with_malloc_tunables  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import BertForSequenceClassification  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
-from bertwb.tasks.classify import ClassifyTask  # noqa: E402
-from bertwb.tasks.finetuning import collate  # noqa: E402
+from bertwb.tasks.finetune.classify import ClassifySettings, ClassifyTask  # noqa: E402
+from bertwb.tasks.finetune.batches import collate  # noqa: E402
+from bertwb.tasks.finetune.objectives import objective_for  # noqa: E402
 from bertwb.train.distributed import Dist  # noqa: E402
 from bertwb.train.optim import schedule_for  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
@@ -71,9 +71,9 @@ def tokenizer_for(texts: list[str]):
     return tokenizer
 
 
-def settings(epochs: int) -> FinetuneTaskConfig:
-    s = FinetuneTaskConfig(type="classify", train=str(DATA / "sentiment_train.csv"),
-                           dev=str(DATA / "sentiment_dev.csv"))
+def settings(epochs: int) -> ClassifySettings:
+    s = ClassifySettings(type="classify", train=str(DATA / "sentiment_train.csv"),
+                         dev=str(DATA / "sentiment_dev.csv"))
     s.epochs, s.batch_size, s.lr, s.device, s.log_every = epochs, BATCH, LR, "cpu", 10_000
     return s
 
@@ -84,7 +84,7 @@ class OurSide:
     def __init__(self, model: BertForSequenceClassification, task: ClassifyTask, train, epochs: int):
         s = settings(epochs)
         self.model, self.batches = model, Batches(train, BATCH, s.seed, bucket_batches=s.bucket_batches)
-        objective = task.objective(model.label_names)
+        objective = objective_for(task, model.label_names)
         objective.fast = fast.choose(model, torch.device("cpu"), s.cpu_fast_paths)  # as `bertwb finetune`
         self.trainer = Trainer(s, objective, model, self.batches, dist=Dist(device="cpu"))
         self.steps, self.pad = self.trainer.total_steps, self.batches.padding_fraction(0)

@@ -24,7 +24,7 @@ DEFAULT_CONFIG_NAME = "bertwb.yaml"
 SEED_MAX = 2**32 - 1  # what every seed reaches (numpy, torch with a rank added, DuckDB's hashes) takes
 
 
-def _field(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
+def option(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
            cache: bool = True, inherit: bool = False) -> Any:
     """A config field with its doc, range and whether it belongs in the stage key."""
     meta = {"doc": doc, "min": min, "max": max, "cache": cache, "inherit": inherit}
@@ -36,94 +36,94 @@ def _field(default: Any, doc: str, *, min: float | None = None, max: float | Non
 def _redefault(section: type, name: str, default: Any) -> Any:
     """``section``'s field ``name`` (doc, range, cache) with another default, for a section that shares it."""
     meta = next(f for f in dataclasses.fields(section) if f.name == name).metadata
-    return _field(default, meta["doc"], min=meta["min"], max=meta["max"], cache=meta["cache"])
+    return option(default, meta["doc"], min=meta["min"], max=meta["max"], cache=meta["cache"])
 
 
 @dataclass
 class WorkspaceConfig:
-    dir: str = _field(".bertwb", "Where every artifact goes, relative to the config file.")
-    memory_limit: str = _field("256MB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
+    dir: str = option(".bertwb", "Where every artifact goes, relative to the config file.")
+    memory_limit: str = option("256MB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
                                cache=False)
 
 
 @dataclass
 class IngestConfig:
-    inputs: list[str] = _field([], "Files, directories or globs to read, relative to the config file.")
-    format: Literal["auto", "bert", "paragraphs", "jsonl", "csv", "parquet"] = _field(
+    inputs: list[str] = option([], "Files, directories or globs to read, relative to the config file.")
+    format: Literal["auto", "bert", "paragraphs", "jsonl", "csv", "parquet"] = option(
         "auto", "Input format; auto picks by extension (.jsonl, .csv/.tsv, .parquet, else bert).")
-    text_field: str = _field("text", "The JSONL key or CSV/Parquet column that holds the text.")
-    valid_fraction: float = _field(0.05, "Share of documents held out for validation.", min=0.0, max=0.5)
-    seed: int = _field(12345, "Seed of the deterministic train/valid split.", min=0, max=SEED_MAX)
-    min_sentence_chars: int = _field(1, "Drop sentences shorter than this after clean-up.", min=1)
-    max_sentence_chars: int = _field(2000, "Split longer sentences at whitespace (about 512 tokens, the most of "
+    text_field: str = option("text", "The JSONL key or CSV/Parquet column that holds the text.")
+    valid_fraction: float = option(0.05, "Share of documents held out for validation.", min=0.0, max=0.5)
+    seed: int = option(12345, "Seed of the deterministic train/valid split.", min=0, max=SEED_MAX)
+    min_sentence_chars: int = option(1, "Drop sentences shorter than this after clean-up.", min=1)
+    max_sentence_chars: int = option(2000, "Split longer sentences at whitespace (about 512 tokens, the most of "
                                      "one segment BERT sees), so memory stays bounded on pathological lines.",
                                      min=100, max=10_000_000)
-    dedupe: bool = _field(True, "Remove exact duplicate documents.")
-    content_hash: bool = _field(False, "Fingerprint inputs by content hash instead of modification time.")
-    workers: int = _field(0, "Processes reading files and byte ranges of large files (1 = in the main process; "
+    dedupe: bool = option(True, "Remove exact duplicate documents.")
+    content_hash: bool = option(False, "Fingerprint inputs by content hash instead of modification time.")
+    workers: int = option(0, "Processes reading files and byte ranges of large files (1 = in the main process; "
                           "0 = one per core, in the main process for a corpus under range_bytes); never changes "
                           "the output.", min=0, cache=False)
-    range_bytes: int = _field(16 * 2**20, "A plain BERT, paragraphs or JSONL file larger than this is read by several "
+    range_bytes: int = option(16 * 2**20, "A plain BERT, paragraphs or JSONL file larger than this is read by several "
                               "workers, in byte ranges of about this size cut on document boundaries; never changes "
                               "the output.", min=1, cache=False)
 
 
 @dataclass
 class VocabConfig:
-    vocab_size: int = _field(8192, "Target WordPiece vocabulary size (padded to pad_to_multiple).",
+    vocab_size: int = option(8192, "Target WordPiece vocabulary size (padded to pad_to_multiple).",
                              min=64, max=1_000_000)
-    min_frequency: int = _field(2, "Minimum count for a merge to enter the vocabulary.", min=1)
-    limit_alphabet: int = _field(1000, "Most distinct characters kept in the initial alphabet.", min=1)
-    lowercase: bool = _field(True, "Uncased model: lowercase and strip accents.")
-    pad_to_multiple: int = _field(64, "Pad a trained vocabulary with [unusedN] tokens to a multiple of this "
+    min_frequency: int = option(2, "Minimum count for a merge to enter the vocabulary.", min=1)
+    limit_alphabet: int = option(1000, "Most distinct characters kept in the initial alphabet.", min=1)
+    lowercase: bool = option(True, "Uncased model: lowercase and strip accents.")
+    pad_to_multiple: int = option(64, "Pad a trained vocabulary with [unusedN] tokens to a multiple of this "
                                   "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)
-    from_file: str | None = _field(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
-    batch_size: int = _field(8192, "Sentences per tokenisation batch (DuckDB reads 16 batches at a time).",
+    from_file: str | None = option(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
+    batch_size: int = option(8192, "Sentences per tokenisation batch (DuckDB reads 16 batches at a time).",
                              min=1, cache=False)
-    train_sentences: int | None = _field(10_000_000, "Train on a deterministic sample of about this many training "
+    train_sentences: int | None = option(10_000_000, "Train on a deterministic sample of about this many training "
                                          "sentences (0 or null: all of them); every sentence is still tokenised.",
                                          min=0)
-    seed: int = _field(12345, "Seed of the training sample; same corpus and seed, same vocabulary.", min=0,
+    seed: int = option(12345, "Seed of the training sample; same corpus and seed, same vocabulary.", min=0,
                        max=SEED_MAX)
 
 
 @dataclass
 class PairsConfig:
-    max_seq_length: int = _field(128, "Longest instance in tokens, [CLS] and both [SEP] included.",
+    max_seq_length: int = option(128, "Longest instance in tokens, [CLS] and both [SEP] included.",
                                  min=5, max=32767)
-    max_predictions_per_seq: int = _field(20, "Most masked positions per instance.", min=1, max=32767)
-    masked_lm_prob: float = _field(0.15, "Share of an instance's tokens to mask.", min=0.0, max=1.0)
-    short_seq_prob: float = _field(0.1, "Chance that a document aims for a random shorter length.",
+    max_predictions_per_seq: int = option(20, "Most masked positions per instance.", min=1, max=32767)
+    masked_lm_prob: float = option(0.15, "Share of an instance's tokens to mask.", min=0.0, max=1.0)
+    short_seq_prob: float = option(0.1, "Chance that a document aims for a random shorter length.",
                                    min=0.0, max=1.0)
-    dupe_factor: int = _field(5, "Passes over the corpus, each with new pairs and masks.", min=1, max=1000)
-    one_sentence_chunk: Literal["split", "random_next"] = _field(
+    dupe_factor: int = option(5, "Passes over the corpus, each with new pairs and masks.", min=1, max=1000)
+    one_sentence_chunk: Literal["split", "random_next"] = option(
         "split", "A chunk of one sentence: split (A and B are its two parts when the coin says actual next, "
         "so NSP stays 50/50) or random_next (always a random B, as the original script).")
-    whole_word_mask: bool = _field(False, "Mask whole words (all their ## pieces) together.")
-    masking: Literal["static", "dynamic"] = _field(
+    whole_word_mask: bool = option(False, "Mask whole words (all their ## pieces) together.")
+    masking: Literal["static", "dynamic"] = option(
         "static", "static: masks stored with the pairs; dynamic: the loader masks anew each epoch.")
-    seed: int = _field(12345, "Seed of pairs and masks; same seed, same instances.", min=0, max=SEED_MAX)
-    shard_tokens: int = _field(1_000_000, "Tokens per shard: memory per worker, and the window a random "
+    seed: int = option(12345, "Seed of pairs and masks; same seed, same instances.", min=0, max=SEED_MAX)
+    shard_tokens: int = option(1_000_000, "Tokens per shard: memory per worker, and the window a random "
                                "next is drawn from.", min=1000)
-    workers: int = _field(0, "Processes building shards (1 = in the main process; 0 = all cores but the "
+    workers: int = option(0, "Processes building shards (1 = in the main process; 0 = all cores but the "
                           "two that read and write); never changes the output.", min=0, cache=False)
 
 
 @dataclass
 class ModelConfig:
-    preset: Literal["tiny", "mini", "small", "medium", "base", "large"] = _field(
+    preset: Literal["tiny", "mini", "small", "medium", "base", "large"] = option(
         "tiny", "Model size: tiny/mini/small/medium (Turc et al. 2019) or base/large (Devlin et al. 2019).")
-    num_layers: int | None = _field(None, "Override the preset's number of encoder blocks (L).", min=1, max=128)
-    hidden_size: int | None = _field(None, "Override the preset's hidden width (H).", min=8, max=16384)
-    num_heads: int | None = _field(None, "Override the preset's attention heads (A); must divide hidden_size.",
+    num_layers: int | None = option(None, "Override the preset's number of encoder blocks (L).", min=1, max=128)
+    hidden_size: int | None = option(None, "Override the preset's hidden width (H).", min=8, max=16384)
+    num_heads: int | None = option(None, "Override the preset's attention heads (A); must divide hidden_size.",
                                    min=1, max=256)
-    intermediate_size: int | None = _field(None, "Override the feed-forward width (default 4H).", min=8)
-    hidden_dropout: float | None = _field(None, "Override dropout on embeddings and residual branches (0.1).",
+    intermediate_size: int | None = option(None, "Override the feed-forward width (default 4H).", min=8)
+    hidden_dropout: float | None = option(None, "Override dropout on embeddings and residual branches (0.1).",
                                           min=0.0, max=0.9)
-    attention_dropout: float | None = _field(None, "Override dropout on attention probabilities (0.1).",
+    attention_dropout: float | None = option(None, "Override dropout on attention probabilities (0.1).",
                                              min=0.0, max=0.9)
-    init_from: str | None = _field(None, "Start pre-training from this model directory (a Hugging Face BERT, an "
+    init_from: str | None = option(None, "Start pre-training from this model directory (a Hugging Face BERT, an "
                                    "import-hf or export result, a checkpoint); its config.json sets the sizes.")
 
 
@@ -131,48 +131,48 @@ class ModelConfig:
 class TrainingConfig:
     """What every training stage shares: the loop, the optimizer and schedule, batching, checkpoints."""
 
-    steps: int = _field(300, "Optimizer steps to train; 0 = `epochs` passes over the training data. "
+    steps: int = option(300, "Optimizer steps to train; 0 = `epochs` passes over the training data. "
                         "Raising it continues a finished run.", min=0, cache=False)
-    epochs: int = _field(1, "Passes over the training data when steps is 0.", min=1, cache=False)
-    batch_size: int = _field(32, "Examples per optimizer step, over all GPUs and accumulation steps (and per "
+    epochs: int = option(1, "Passes over the training data when steps is 0.", min=1, cache=False)
+    batch_size: int = option(32, "Examples per optimizer step, over all GPUs and accumulation steps (and per "
                              "validation batch); batch_tokens, when set, sizes training steps instead.",
                              min=1, max=1_000_000)
-    batch_tokens: int = _field(0, "Token budget of a step instead of a fixed example count: as many examples of "
+    batch_tokens: int = option(0, "Token budget of a step instead of a fixed example count: as many examples of "
                                "about the same length as fit in this many padded tokens (short ones make bigger "
                                "batches, so every step does about the same work); 0 = batch_size examples.",
                                min=0, max=100_000_000)
-    grad_accum: int = _field(1, "Micro-batches per optimizer step on each process (saves memory).",
+    grad_accum: int = option(1, "Micro-batches per optimizer step on each process (saves memory).",
                              min=1, max=4096)
-    optimizer: Literal["adamw", "lamb"] = _field("adamw", "adamw (decoupled decay) or lamb (You et al. 2019).")
-    lr: float = _field(1e-3, "Peak learning rate, reached at the end of the warm-up.", min=0.0, max=1.0)
-    warmup_steps: int = _field(30, "Steps of linear warm-up from 0 to lr (0: warmup_fraction decides).", min=0)
-    warmup_fraction: float = _field(0.0, "Warm-up as a share of all steps, when warmup_steps is 0.",
+    optimizer: Literal["adamw", "lamb"] = option("adamw", "adamw (decoupled decay) or lamb (You et al. 2019).")
+    lr: float = option(1e-3, "Peak learning rate, reached at the end of the warm-up.", min=0.0, max=1.0)
+    warmup_steps: int = option(30, "Steps of linear warm-up from 0 to lr (0: warmup_fraction decides).", min=0)
+    warmup_fraction: float = option(0.0, "Warm-up as a share of all steps, when warmup_steps is 0.",
                                     min=0.0, max=1.0)
-    weight_decay: float = _field(0.01, "Decoupled weight decay; never on biases and LayerNorm.", min=0.0, max=1.0)
-    adam_beta1: float = _field(0.9, "First-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
-    adam_beta2: float = _field(0.999, "Second-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
-    adam_eps: float = _field(1e-6, "Epsilon of AdamW/LAMB.", min=0.0, max=1.0)
-    max_grad_norm: float = _field(1.0, "Clip the global gradient norm to this; 0 disables clipping.",
+    weight_decay: float = option(0.01, "Decoupled weight decay; never on biases and LayerNorm.", min=0.0, max=1.0)
+    adam_beta1: float = option(0.9, "First-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
+    adam_beta2: float = option(0.999, "Second-moment decay of AdamW/LAMB.", min=0.0, max=0.99999)
+    adam_eps: float = option(1e-6, "Epsilon of AdamW/LAMB.", min=0.0, max=1.0)
+    max_grad_norm: float = option(1.0, "Clip the global gradient norm to this; 0 disables clipping.",
                                   min=0.0, max=1e6)
-    bucket_batches: int = _field(50, "Length bucketing: sort this many batches' worth of examples by length, "
+    bucket_batches: int = option(50, "Length bucketing: sort this many batches' worth of examples by length, "
                                  "so each batch pads little; 1 = no bucketing.", min=1, max=100_000)
-    seed: int = _field(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0, max=SEED_MAX)
-    device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
-    precision: Literal["auto", "fp32", "bf16"] = _field(
+    seed: int = option(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0, max=SEED_MAX)
+    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+    precision: Literal["auto", "fp32", "bf16"] = option(
         "auto", "Matmul precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, or bf16 autocast on any "
         "device.", cache=False)
-    compile: bool = _field(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
+    compile: bool = option(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
                            "slower on CPU).", cache=False)
-    cpu_fast_paths: bool = _field(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
+    cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
                                   "(the same math, faster; BENCHMARKS.md); false: plain PyTorch.", cache=False)
-    log_every: int = _field(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
-    eval_every: int = _field(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
+    log_every: int = option(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
+    eval_every: int = option(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
                              min=0, cache=False)
-    eval_batches: int = _field(20, "Validation batches per pass (0 = the whole validation split).", min=0,
+    eval_batches: int = option(20, "Validation batches per pass (0 = the whole validation split).", min=0,
                                cache=False)
-    checkpoint_every: int = _field(100, "Steps between checkpoints; one is also written at the end and "
+    checkpoint_every: int = option(100, "Steps between checkpoints; one is also written at the end and "
                                    "on Ctrl-C/SIGTERM.", min=1, cache=False)
-    keep_checkpoints: int = _field(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
+    keep_checkpoints: int = option(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
 
     def steps_wanted(self, steps_per_epoch: int) -> int:
         """The optimizer steps these settings ask for: ``steps``, or ``epochs`` passes of ``steps_per_epoch``."""
@@ -185,9 +185,9 @@ class PretrainPhase(TrainingConfig):
     where it says nothing, and pairs of its own length (BERT trained 90% of its steps at 128 tokens,
     then 10% at 512, to learn the long positions cheaply)."""
 
-    max_seq_length: int | None = _field(None, "This phase's pairs: longest instance in tokens (default: "
+    max_seq_length: int | None = option(None, "This phase's pairs: longest instance in tokens (default: "
                                         "pairs.max_seq_length).", min=5, max=32767)
-    max_predictions_per_seq: int | None = _field(None, "This phase's pairs: most masked positions per instance "
+    max_predictions_per_seq: int | None = option(None, "This phase's pairs: most masked positions per instance "
                                                  "(default: pairs.max_predictions_per_seq).", min=1, max=32767)
 
 
@@ -195,7 +195,7 @@ class PretrainPhase(TrainingConfig):
 class PretrainConfig(TrainingConfig):
     """pretrain: the shared training settings at their pre-training defaults, and optional phases."""
 
-    phases: dict[str, PretrainPhase] = _field(
+    phases: dict[str, PretrainPhase] = option(
         {}, "Named phases trained in order, each from the previous one's weights with its own pairs and "
         "schedule; each starts from this section's settings. None: one run.", inherit=True)
 
@@ -213,56 +213,46 @@ class FinetuneTraining(TrainingConfig):
     eval_every: int = _redefault(TrainingConfig, "eval_every", 0)
     eval_batches: int = _redefault(TrainingConfig, "eval_batches", 0)
     checkpoint_every: int = _redefault(TrainingConfig, "checkpoint_every", 500)
-    init_from: str = _field("pretrain", "pretrain (this workspace's pre-trained model) or a model directory: "
+    init_from: str = option("pretrain", "pretrain (this workspace's pre-trained model) or a model directory: "
                             "a checkpoint, an export, an import-hf result or a Hugging Face BERT folder.")
-    max_seq_length: int = _field(128, "Longest input in tokens, [CLS] and [SEP] included.", min=8, max=32767)
-    keep_best: bool = _field(True, "Keep the weights of the best dev evaluation (the task's main metric), "
+    max_seq_length: int = option(128, "Longest input in tokens, [CLS] and [SEP] included.", min=8, max=32767)
+    keep_best: bool = option(True, "Keep the weights of the best dev evaluation (the task's main metric), "
                              "not the last.", cache=False)
-    patience: int = _field(0, "Stop after this many dev evaluations without a better main metric; 0 = never.",
+    patience: int = option(0, "Stop after this many dev evaluations without a better main metric; 0 = never.",
                            min=0, cache=False)
 
 
 @dataclass
 class FinetuneTaskConfig(FinetuneTraining):
-    """One fine-tuning task: its data and, where it differs from the finetune section, its training."""
+    """One fine-tuning task: its type and data and, where it differs from the finetune section, its training.
 
-    type: Literal["classify", "tag", "qa"] | None = _field(
-        None, "classify (a text or a text pair -> a label, or a number with regression), tag (CoNLL tokens -> "
-        "BIO tags) or qa (SQuAD v1.1/v2.0 answer spans).")
-    train: str | None = _field(None, "Training file: CSV, TSV, JSONL or Parquet (classify), CoNLL (tag), "
+    Each task type adds its own options in a subclass (`bertwb.tasks.finetune.tasktypes.TaskType`'s
+    ``settings_class``); the loader builds a task as its type's class, so a key of another type is unknown.
+    """
+
+    type: str | None = option(None, "The task type, a name of bertwb/tasks/finetune/tasktypes.py's TASK_TYPES: "
+                              "classify (a text or a text pair -> a label, or a number with regression), tag "
+                              "(CoNLL tokens -> BIO tags), qa (SQuAD v1.1/v2.0 answer spans).")
+    train: str | None = option(None, "Training file: CSV, TSV, JSONL or Parquet (classify), CoNLL (tag), "
                                "SQuAD JSON (qa).")
-    dev: str | None = _field(None, "Dev file in the same format: evaluated every epoch (or eval_every steps).")
-    test: str | None = _field(None, "Optional test file, evaluated once with the final model.")
-    format: Literal["auto", "csv", "tsv", "jsonl", "parquet", "conll", "squad"] = _field(
-        "auto", "File format; auto picks by extension (.csv .tsv .jsonl .parquet .conll .json).")
-    text_column: str = _field("text", "classify: the column (or JSONL key) holding the text.")
-    text_pair_column: str | None = _field(None, "classify: the column of the second text of a pair, if any.")
-    label_column: str = _field("label", "classify: the column of the label (a number with regression).")
-    regression: bool = _field(False, "classify: predict a number (mean squared error; Pearson and Spearman).")
-    token_column: int = _field(0, "tag: the CoNLL column of the token (0 = first).", min=-64, max=64)
-    tag_column: int = _field(-1, "tag: the CoNLL column of the tag (-1 = last).", min=-64, max=64)
-    doc_stride: int = _field(128, "qa: tokens between the starts of two windows over a long context.", min=1)
-    max_query_length: int = _field(64, "qa: longest question in tokens; longer ones are cut.", min=1)
-    max_answer_length: int = _field(30, "qa: longest answer span in tokens.", min=1)
-    n_best: int = _field(20, "qa: start and end candidates searched per window.", min=1, max=1000)
-    null_threshold: float = _field(0.0, "qa (SQuAD v2.0): no answer when no_answer_score is above this "
-                                   "(metrics' best_f1_thresh is the best value on dev).", min=-1000.0, max=1000.0)
+    dev: str | None = option(None, "Dev file in the same format: evaluated every epoch (or eval_every steps).")
+    test: str | None = option(None, "Optional test file, evaluated once with the final model.")
 
 
 @dataclass
 class FinetuneConfig(FinetuneTraining):
     """finetune: the settings every task shares, and the tasks."""
 
-    tasks: dict[str, FinetuneTaskConfig] = _field(
+    tasks: dict[str, FinetuneTaskConfig] = option(
         {}, "Named tasks; each starts from this section's settings and overrides what it needs.", inherit=True)
 
 
 @dataclass
 class EvaluateConfig:
-    checkpoint: str = _field("latest", "latest (newest checkpoint of the current run), a step number, or a model "
+    checkpoint: str = option("latest", "latest (newest checkpoint of the current run), a step number, or a model "
                              "directory (checkpoint, export, Hugging Face folder).")
-    batch_size: int = _field(64, "Pairs per evaluation batch.", min=1, max=1_000_000, cache=False)
-    device: str = _field("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+    batch_size: int = option(64, "Pairs per evaluation batch.", min=1, max=1_000_000, cache=False)
+    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
 
 
 PHASE_PAIRS_KEYS = ("max_seq_length", "max_predictions_per_seq")  # what a phase may change in its pairs
@@ -279,6 +269,38 @@ SECTIONS: dict[str, type] = {
 }
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where a config value was given, for an error that blames it: ``key``, the dotted key that gave it (a
+    named sub-section's own, or its section's that the sub-section inherited), and ``place``, the file and
+    line or ``--set``, None for a default. It prints as a load error begins: ``bertwb.yaml line 4:
+    finetune.lr``, ``--set finetune.lr`` or ``finetune.lr``."""
+
+    key: str
+    place: str | None = None
+
+    def __str__(self) -> str:
+        if self.place is None:
+            return self.key
+        return f"--set {self.key}" if self.place == "--set" else f"{self.place}: {self.key}"
+
+
+class Provenance:
+    """Where every value of a loaded config came from (`Config.origin`); filled by the loader."""
+
+    def __init__(self, where: str = "config", lines: dict[tuple[str, ...], int] | None = None,
+                 inherited: dict[tuple[str, ...], tuple[str, ...]] | None = None):
+        self.where = where  # the config file as named in messages
+        self.lines = lines or {}  # key path -> its line in the file; 0 = given by --set
+        self.inherited = inherited or {}  # a named sub-section's key path -> its section's, where it gave the value
+
+    def of(self, key: str) -> Origin:
+        source = self.inherited.get(tuple(key.split(".")), tuple(key.split(".")))
+        line = self.lines.get(source)
+        place = None if line is None else "--set" if line == 0 else f"{self.where} line {line}"
+        return Origin(".".join(source), place)
+
+
 @dataclass
 class Config:
     """The whole validated configuration plus where it came from."""
@@ -293,6 +315,12 @@ class Config:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     path: Path | None = None  # the YAML file read, or None for built-in defaults
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths resolve against this
+    provenance: Provenance = field(default_factory=Provenance)  # where each value was given
+
+    def origin(self, key: str) -> Origin:
+        """Where the value at dotted ``key`` was given: ``finetune.tasks.sst.lr`` is ``finetune.lr``'s line
+        when the task inherited it. What an error about a value names."""
+        return self.provenance.of(key)
 
     def section(self, path: str) -> Any:
         """The section at a dotted path: ``"pairs"``, or a named sub-section ``"finetune.tasks.sst"``."""

@@ -2,11 +2,12 @@
 
 `load_config` parses the YAML (refusing a key given twice, which PyYAML would silently keep the last
 of), applies every ``--set a.b.c=value`` on top, and builds each section's dataclass field by field,
-named sub-sections (``finetune.tasks.<name>``) included, each starting from its parent's values where
-the field says ``inherit``. It remembers the line of every key at every depth, so that an unknown key
-(with a "did you mean"), a wrong type, an out-of-range value, NaN or an infinity raises one
-``BertwbError`` naming the file and line, or the ``--set`` that gave the value. What the sections are,
-their fields, docs and ranges, is :mod:`bertwb.config`; this module only reads and checks against it.
+named sub-sections (``finetune.tasks.<name>``, as its task type's class) included, each starting from
+its parent's values where the field says ``inherit``. It remembers the line of every key at every depth,
+so that an unknown key (with a "did you mean"), a wrong type, an out-of-range value, NaN or an infinity
+raises one ``BertwbError`` naming the file and line, or the ``--set`` that gave the value; and which
+values a sub-section inherited, so that an error at run time names the key that really gave one
+(`Config.origin`). What the sections are, their fields, docs and ranges, is :mod:`bertwb.config`.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any, Literal
 
 import yaml
 
-from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, is_subsections
+from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, FinetuneTaskConfig, Provenance, is_subsections
 from bertwb.errors import BertwbError
+from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class
 
 Lines = dict[tuple[str, ...], int]  # key path -> line in the YAML file; 0 = given by --set
+Inherited = dict[tuple[str, ...], tuple[str, ...]]  # a named sub-section's key path -> its section's that gave it
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (), workdir: str | None = None) -> Config:
@@ -48,15 +51,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
     for item in overrides:
         _apply_override(raw, lines, item, where)
 
+    provenance = Provenance(where, lines)
     cfg = Config(path=cfg_path.resolve() if cfg_path else None,
-                 base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd())
+                 base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd(), provenance=provenance)
     for section_name, values in raw.items():
         if section_name not in SECTIONS:
             raise BertwbError(_locate(where, lines, (section_name,))
                               + f"unknown section {_quoted(section_name)}{_suggest(section_name, SECTIONS)}")
         if values is None:
             continue
-        setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines))
+        setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines,
+                                          inherited=provenance.inherited))
     if workdir is not None:
         cfg.workspace.dir = str(Path(workdir).resolve())
     return cfg
@@ -157,29 +162,32 @@ def _suggest(name: str, choices: typing.Iterable[str]) -> str:
 
 
 def _build(cls: type, values: Any, path: tuple[str, ...], where: str, lines: Lines,
-           inherited: dict[str, Any] | None = None) -> Any:
-    """The section dataclass ``cls`` from a raw mapping found at ``path``."""
+           inherited: Inherited, shared: dict[str, Any] | None = None) -> Any:
+    """The section dataclass ``cls`` from a raw mapping found at ``path``, starting from ``shared`` values;
+    which keys of a named sub-section come from its section goes into ``inherited``."""
     name = ".".join(path)
     if not isinstance(values, dict):
         raise BertwbError(_locate(where, lines, path) + f"section {_quoted(name)} must be a mapping of key: value")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
-    kwargs = dict(inherited or {})
+    kwargs = dict(shared or {})
     for key, value in values.items():
         key_path = path + (str(key),)
         prefix = _locate(where, lines, key_path)
         if key not in fields:
-            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}{_suggest(str(key), fields)}")
+            hint = _other_types_key(cls, str(key), path) if issubclass(cls, FinetuneTaskConfig) else None
+            raise BertwbError(prefix + f"unknown key {_quoted('.'.join(key_path))}"
+                              f"{hint or _suggest(str(key), fields)}")
         hint = hints[key]
         if is_subsections(hint):
-            kwargs[key] = _build_named(hint, values, key, key_path, where, lines, fields[key], cls)
+            kwargs[key] = _build_named(hint, values, key, key_path, where, lines, inherited, fields[key], cls)
         else:
             kwargs[key] = _coerce(value, hint, fields[key], ".".join(key_path), prefix)
     return cls(**kwargs)
 
 
 def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple[str, ...], where: str,
-                 lines: Lines, f: dataclasses.Field, owner: type) -> dict[str, Any]:
+                 lines: Lines, inherited: Inherited, f: dataclasses.Field, owner: type) -> dict[str, Any]:
     """Named sub-sections (``finetune.tasks.<name>``), each starting from its parent's shared values."""
     entries = parent_values[key]
     if entries is None:
@@ -191,7 +199,7 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
     shared: dict[str, Any] = {}
     if f.metadata.get("inherit"):
         entry_fields = {g.name for g in dataclasses.fields(entry_cls)}
-        parent = _build(owner, {k: v for k, v in parent_values.items() if k != key}, path[:-1], where, lines)
+        parent = _build(owner, {k: v for k, v in parent_values.items() if k != key}, path[:-1], where, lines, {})
         shared = {g.name: getattr(parent, g.name) for g in dataclasses.fields(owner)
                   if g.name in entry_fields and g.name != key}
     built = {}
@@ -199,8 +207,34 @@ def _build_named(hint: Any, parent_values: dict[str, Any], key: str, path: tuple
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
             raise BertwbError(_locate(where, lines, path + (str(name),)) + f"{_quoted(name)} is not a usable name "
                               f"under {'.'.join(path)}; use letters, digits, - and _")
-        built[name] = _build(entry_cls, values or {}, path + (name,), where, lines, shared)
+        cls = _task_class(values, path + (name,), where, lines) if entry_cls is FinetuneTaskConfig else entry_cls
+        built[name] = _build(cls, values or {}, path + (name,), where, lines, inherited, shared)
+        own = values if isinstance(values, dict) else {}
+        inherited.update({path + (name, field): path[:-1] + (field,) for field in shared if field not in own})
     return built
+
+
+def _task_class(values: Any, path: tuple[str, ...], where: str, lines: Lines) -> type[FinetuneTaskConfig]:
+    """The settings class of the task at ``path``: its type's, which adds the type's own options."""
+    type_name = values.get("type") if isinstance(values, dict) else None
+    if type_name is not None and (not isinstance(type_name, str) or type_name not in TASK_TYPES):
+        key = ".".join(path + ("type",))
+        raise BertwbError(_locate(where, lines, path + ("type",))
+                          + f"{key} must be one of {', '.join(TASK_TYPES)}, got {type_name!r}")
+    return settings_class(type_name)
+
+
+def _other_types_key(cls: type, key: str, path: tuple[str, ...]) -> str | None:
+    """For a task key unknown to its type but another type's option: which types have it, and the fix."""
+    owners = [name for name, task in TASK_TYPES.items()
+              if key in {f.name for f in dataclasses.fields(task.settings_class)}]
+    if not owners:
+        return None
+    of = f"; it is an option of {' and '.join(owners)} tasks"
+    if cls is FinetuneTaskConfig:
+        return f"{of}: set {'.'.join(path)}.type"
+    own = next(name for name, task in TASK_TYPES.items() if task.settings_class is cls)
+    return f"{of}, and this task is {own}"
 
 
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:

@@ -169,6 +169,48 @@ def test_a_phase_longer_than_the_init_from_model_fails_before_the_first_phase_tr
     assert "pretrain short: step" not in result.output
 
 
+# --- a task's setting is blamed where it was given: the task's key, the finetune section's it inherits, --set --
+
+PROVENANCE = """\
+finetune:
+  steps: 2
+  init_from: model
+  {section}
+  tasks:
+    topic:
+      type: classify
+      train: train.csv
+      {task}
+"""  # the section's setting on line 4, the task's on line 9
+
+
+@pytest.mark.parametrize("section, task, args, line", [
+    # checked on load
+    ("lr: 2.0", "", [], "bertwb.yaml line 4: finetune.lr must be between 0.0 and 1.0, got 2.0"),
+    ("lr: 1.0e-4", "lr: 2.0", [], "bertwb.yaml line 9: finetune.tasks.topic.lr must be between 0.0 and 1.0"),
+    ("", "", ["--set", "finetune.lr=2"], "--set finetune.lr: finetune.lr must be between 0.0 and 1.0"),
+    # checked once the task runs: the task inherited the section's value, or set its own
+    ("batch_size: 64", "", [], "bertwb.yaml line 4: finetune.batch_size 64 is more than the 8 training features"),
+    ("batch_size: 2", "batch_size: 64", [], "bertwb.yaml line 9: finetune.tasks.topic.batch_size 64 is more than"),
+    ("", "", ["--set", "finetune.batch_size=64"], "--set finetune.batch_size 64 is more than the 8 training"),
+    ("", "", ["--set", "finetune.tasks.topic.batch_size=64"], "--set finetune.tasks.topic.batch_size 64 is more"),
+    ("max_seq_length: 200", "", [], "bertwb.yaml line 4: finetune.max_seq_length 200 is more than the 128"),
+    ("batch_tokens: 4", "", [], "bertwb.yaml line 4: finetune.batch_tokens 4 holds 0 of the longest examples"),
+    ("device: gpu", "", ["run", "--only", "finetune/topic"],
+     "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),
+])
+def test_a_tasks_setting_is_blamed_where_it_was_given(tmp_path: Path, section: str, task: str, args: list[str],
+                                                      line: str):
+    """Issue #25: a value a task inherits from the finetune section was blamed on finetune.tasks.NAME.key."""
+    tiny_model_dir(tmp_path / "model", max_positions=128)
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"the ship {i},{'ab'[i % 2]}\n" for i in range(8)))
+    project = Project(tmp_path)
+    project.write_config(PROVENANCE.format(section=section, task=task))
+    command = args if args[:1] == ["run"] else ["finetune", "topic", *args]
+    assert_one_line_error(_invoke(project, command), line)
+    assert not (project.workspace / "finetune" / "topic").exists()
+
+
 # --- seeds: a number past what numpy, torch and DuckDB take was an internal error at the stage ---------------
 
 @pytest.mark.parametrize("key", ["ingest.seed", "vocab.seed", "pairs.seed", "pretrain.seed", "finetune.seed",

@@ -71,6 +71,37 @@ def test_named_sub_sections_start_from_their_section_and_override_it(tmp_path):
     assert "tasks" not in cfg.cache_params("finetune")  # each task is keyed on its own
 
 
+def test_a_task_is_its_types_settings_with_its_own_options_only(tmp_path):
+    """Each type declares its options (a dataclass the loader builds the task as); a task's key holds its
+    type's options and every task's settings, not the options of the other types."""
+    from bertwb.tasks.finetune.classify import ClassifySettings
+    from bertwb.tasks.finetune.tag import TagSettings
+
+    (tmp_path / "bertwb.yaml").write_text(NESTED)
+    cfg = load_config(tmp_path / "bertwb.yaml", ["finetune.tasks.ner.tag_column=2", "finetune.tasks.untyped.lr=1"])
+    sst, ner, untyped = (cfg.finetune.tasks[name] for name in ("sst", "ner", "untyped"))
+    assert type(sst) is ClassifySettings and type(ner) is TagSettings and untyped.type is None
+    assert (ner.tag_column, ner.token_column, ner.lr, sst.text_column) == (2, 0, 3e-5, "text")
+    sst_key, ner_key = cfg.cache_params("finetune.tasks.sst"), cfg.cache_params("finetune.tasks.ner")
+    assert {"text_column", "regression", "format", "lr"} <= set(sst_key) and "tag_column" not in sst_key
+    assert {"tag_column", "format", "lr"} <= set(ner_key) and not {"text_column", "doc_stride"} & set(ner_key)
+
+
+def test_each_task_value_knows_the_key_and_line_that_gave_it(tmp_path):
+    """A task's value is its own key's, or the finetune section's it inherited (its line, its --set, or a
+    default, which has no place): what an error about the value names."""
+    (tmp_path / "bertwb.yaml").write_text(NESTED)
+    cfg = load_config(tmp_path / "bertwb.yaml", ["finetune.tasks.ner.epochs=5", "finetune.batch_size=8"])
+    where = str(tmp_path / "bertwb.yaml")
+    assert str(cfg.origin("finetune.tasks.sst.lr")) == f"{where} line 9: finetune.tasks.sst.lr"
+    assert str(cfg.origin("finetune.tasks.ner.lr")) == f"{where} line 3: finetune.lr"
+    assert str(cfg.origin("finetune.tasks.sst.epochs")) == f"{where} line 4: finetune.epochs"
+    assert str(cfg.origin("finetune.tasks.ner.epochs")) == "--set finetune.tasks.ner.epochs"
+    assert str(cfg.origin("finetune.tasks.sst.batch_size")) == "--set finetune.batch_size"
+    assert str(cfg.origin("finetune.tasks.sst.seed")) == "finetune.seed"
+    assert str(cfg.origin("finetune.tasks.sst.text_column")) == "finetune.tasks.sst.text_column"
+
+
 @pytest.mark.parametrize("text, overrides, message", [
     (NESTED.replace("      lr: 1.0e-4", "      lrr: 1.0e-4"), [],
      "bertwb.yaml line 9: unknown key 'finetune.tasks.sst.lrr'; did you mean 'lr'?"),
@@ -92,6 +123,17 @@ def test_named_sub_sections_start_from_their_section_and_override_it(tmp_path):
      "of key: value, so --set 'vocab.vocab_size=128' has no key to set; fix the one that is wrong"),
     (NESTED, ["finetune.tasks.sst.lr.x=1"], "bertwb.yaml line 9: 'finetune.tasks.sst.lr' is 0.0001, not a mapping "
      "of key: value, so --set 'finetune.tasks.sst.lr.x=1' has no key to set; fix the one that is wrong"),
+
+    # Each task type validates its own options: another type's key is named as such, a format as the type's.
+    (NESTED.replace("      train: ner.conll", "      train: ner.conll\n      text_column: words"), [],
+     "bertwb.yaml line 13: unknown key 'finetune.tasks.ner.text_column'; it is an option of classify tasks, "
+     "and this task is tag"),
+    (NESTED, ["finetune.tasks.x.doc_stride=64"], "--set finetune.tasks.x.doc_stride: unknown key "
+     "'finetune.tasks.x.doc_stride'; it is an option of qa tasks: set finetune.tasks.x.type"),
+    (NESTED, ["finetune.tasks.ner.format=csv"], "--set finetune.tasks.ner.format: finetune.tasks.ner.format must be "
+     "one of auto, conll, got 'csv'"),
+    (NESTED, ["finetune.tasks.ner.token_colum=1"], "--set finetune.tasks.ner.token_colum: unknown key "
+     "'finetune.tasks.ner.token_colum'; did you mean 'token_column'?"),
 ])
 def test_bad_values_name_their_key_and_line_at_every_depth(tmp_path, text, overrides, message):
     (tmp_path / "bertwb.yaml").write_text(text)

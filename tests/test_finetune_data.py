@@ -8,9 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from bertwb.config import FinetuneTaskConfig
-from bertwb.tasks.qa import QATask, scoring_version
-from bertwb.tasks.tag import TagTask
+from bertwb.tasks.finetune.qa import QASettings, QATask, scoring_version
+from bertwb.tasks.finetune.tag import TagSettings, TagTask
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -43,7 +42,7 @@ def test_the_builder_writes_squad_and_conll_that_bertwb_reads(tmp_path: Path):
     assert counts["squad_train_answerable"] > 0 and counts["squad_dev_answerable"] > 0
     assert counts["squad_train_impossible"] > 0 and counts["tags_train_sentences"] > 0
 
-    qa = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {})
+    qa = QATask(QASettings(type="qa"), "finetune.tasks.qa", {})
     for split in ("train", "dev"):
         v1 = qa.read(tmp_path / f"squad1_{split}.json")  # the reader checks every answer_start
         v2 = qa.read(tmp_path / f"squad2_{split}.json")
@@ -60,7 +59,7 @@ def test_the_builder_writes_squad_and_conll_that_bertwb_reads(tmp_path: Path):
             assert question.question.rstrip("?") not in question.context
         assert "skipped" not in json.dumps([q.context for q in v2])  # code, lists and headings are not prose
 
-    tag = TagTask(FinetuneTaskConfig(type="tag"), "finetune.tasks.tag", {})
+    tag = TagTask(TagSettings(type="tag"), "finetune.tasks.tag", {})
     train = tag.read(tmp_path / "tags_train.conll")
     labels = tag.label_names(train, tmp_path / "tags_train.conll")  # every tag is BIO
     assert {"B-NAME", "B-NUM", "B-TERM", "O"} <= set(labels)

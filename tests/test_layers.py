@@ -4,8 +4,7 @@
 Every import counts (module level, inside a function, under TYPE_CHECKING), read with ast, nothing run.
 An import inside a function is allowed only to keep a heavy library (`HEAVY`) out of light commands such
 as `bertwb status`: the module it imports loads one that the importing module does not, and a comment
-at the head of its block of imports says so. `KNOWN_UPWARD` and `KNOWN_NEEDLESS` list what still breaks
-these rules, each with the branch that removes it; an entry that no longer occurs fails too.
+at the head of its block of imports says so. There are no exceptions.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.errors": "the one user-error type and the exit codes",
         "bertwb.ui": "all terminal output; knows no stage, model or file",
         "bertwb.config": "the typed sections of bertwb.yaml: what every part reads its settings from",
-        "bertwb.configfile": "reading bertwb.yaml and --set into config, with file-and-line errors",
         "bertwb.faults": "the test-only fault hook that every writer calls",
         "bertwb.memory": "glibc's allocator settings, set before torch loads",
         "bertwb.environment": "disk, permission and memory failures as one line, for any writer",
@@ -67,27 +65,13 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
     ("cli", {
         "bertwb.cli": "the commands: parse, load the config, call one function, print",
         "bertwb.cli_paths": "the command line's path arguments",
+        "bertwb.configfile": "bertwb.yaml and --set read into config: each task type declares its options (tasks/)",
         "bertwb.__main__": "python -m bertwb",
     }),
 ]
 
 # What light commands never load; a function-level import is there to keep one of these out.
 HEAVY = ("torch", "safetensors", "transformers", "matplotlib", "scipy", "sklearn", "seqeval")
-
-# Imports that still go up on this branch: (importer, imported) -> the branch that removes them.
-# The lead empties this list as those branches merge; an entry that no longer occurs fails the test.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("bertwb.tasks.prediction", "bertwb.stages.finetune"): "modeldir: prediction no longer reaches into a stage",
-}
-
-# Function-level imports of bertwb that keep nothing heavy out, or lack their comment: -> the branch fixing them.
-KNOWN_NEEDLESS: dict[tuple[str, str], str] = {
-    ("bertwb.tasks.prediction", "bertwb.stages.finetune"): "modeldir: prediction no longer reaches into a stage",
-    ("bertwb.tasks.prediction", "bertwb.train.device"): "modeldir: owns tasks/prediction.py on this round",
-    ("bertwb.tasks.finetuning", "bertwb.tasks.classify"): "ftpkg: a task registry without an import circle",
-    ("bertwb.tasks.finetuning", "bertwb.tasks.tag"): "ftpkg: a task registry without an import circle",
-    ("bertwb.tasks.finetuning", "bertwb.tasks.qa"): "ftpkg: a task registry without an import circle",
-}
 
 
 @dataclass(frozen=True)
@@ -210,15 +194,6 @@ def _all() -> list[Import]:
     return [i for imports, _ in IMPORTS.values() for i in imports]
 
 
-def _unknown_and_stale(found: list[Import], known: dict[tuple[str, str], str]) -> tuple[dict, set]:
-    """The pairs ``found`` that ``known`` lacks (with their lines), and the ``known`` pairs no longer found."""
-    new: dict[tuple[str, str], list[int]] = {}
-    for i in found:
-        if (i.importer, i.imported) not in known:
-            new.setdefault((i.importer, i.imported), []).append(i.line)
-    return new, set(known) - {(i.importer, i.imported) for i in found}
-
-
 def test_every_module_has_a_layer_and_every_placed_name_exists():
     for module in MODULES:
         layer_of(module)
@@ -228,17 +203,15 @@ def test_every_module_has_a_layer_and_every_placed_name_exists():
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
-    new, stale = _unknown_and_stale(upward(_all()), KNOWN_UPWARD)
-    assert not new, f"imports that go up the layers (importer, imported: lines): {new}; LAYERS gives the order"
-    assert not stale, f"no longer found, remove from KNOWN_UPWARD: {stale}"
+    found = [(i.importer, i.imported, i.line) for i in upward(_all())]
+    assert not found, f"imports that go up the layers (importer, imported, line): {found}; LAYERS gives the order"
 
 
 def test_a_function_level_import_keeps_something_heavy_out_and_says_so():
-    new, stale = _unknown_and_stale(needless(_all()), KNOWN_NEEDLESS)
-    assert not new, (f"function-level imports that keep nothing of {HEAVY} out, or whose block of imports does not "
-                     f"say what it keeps out (importer, imported: lines): {new}; import them at module level, "
-                     "or add the comment")
-    assert not stale, f"no longer found, remove from KNOWN_NEEDLESS: {stale}"
+    found = [(i.importer, i.imported, i.line) for i in needless(_all())]
+    assert not found, (f"function-level imports that keep nothing of {HEAVY} out, or whose block of imports does "
+                       f"not say what it keeps out (importer, imported, line): {found}; import them at module "
+                       "level, or add the comment")
 
 
 def test_the_checks_catch_what_they_look_for():

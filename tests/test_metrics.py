@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bertwb.tasks import metrics, squad_eval
-from bertwb.tasks.tag import entities
+from bertwb.tasks.finetune.tag import entities
 
 
 @pytest.mark.parametrize("text, normalised", [

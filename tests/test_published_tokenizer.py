@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertwb.tasks.classify import ClassifyTask
+from bertwb.tasks.finetune.classify import ClassifyTask
 from conftest import REPO, Project, make_documents, write_bert_format
 from publishedkit import PAD_ID, plain_tokenizer, tiny_published_model
 

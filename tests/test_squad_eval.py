@@ -17,9 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertwb.config import FinetuneTaskConfig
 from bertwb.tasks import squad_eval
-from bertwb.tasks.qa import QATask
+from bertwb.tasks.finetune.qa import QASettings, QATask
 from bertwb.tasks.readers import Question
 
 
@@ -222,7 +221,7 @@ def _question(qid: str, answers: list[str], version: str | None = "v2.0") -> Que
 
 
 def test_qa_scores_each_file_with_its_own_version():
-    task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {"version_2": True})
+    task = QATask(QASettings(type="qa"), "finetune.tasks.qa", {"version_2": True})
     prediction = {"answer": "", "start": None, "end": None, "score": 0.5}
     for version, expected in (("1.1", "1.1"), ("v2.0", "2.0"), ("2.0", "2.0"), (None, "2.0")):
         result = task.score([_question("q", ["the", "Oslo"], version)], [prediction], None)
@@ -230,14 +229,14 @@ def test_qa_scores_each_file_with_its_own_version():
     assert "exact_match" in task.score([_question("q", ["Oslo"], "1.1")], [prediction], None)
     # an unanswerable question is v2.0 whatever the file says; a v1.1-trained task on an undeclared file is v1.1
     assert task.score([_question("q", [], "1.1")], [prediction], None)["squad_version"] == "2.0"
-    v1_task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {})
+    v1_task = QATask(QASettings(type="qa"), "finetune.tasks.qa", {})
     assert v1_task.score([_question("q", ["Oslo"], None)], [prediction], None)["squad_version"] == "1.1"
 
 
 def test_qa_searches_the_threshold_over_its_best_spans_not_its_withheld_answers():
     """Questions the null_threshold in force made empty still count with their best span in the search, so
     best_f1_thresh is right above that threshold too."""
-    task = QATask(FinetuneTaskConfig(type="qa"), "finetune.tasks.qa", {"version_2": True})
+    task = QATask(QASettings(type="qa"), "finetune.tasks.qa", {"version_2": True})
     questions = [_question("a", ["Oslo"]), _question("b", []), _question("c", ["train"])]
     predictions = [{"answer": "", "best_span": "Oslo", "no_answer_score": 0.3},  # withheld at null_threshold 0
                    {"answer": "", "best_span": "Anna", "no_answer_score": 0.5},

@@ -23,13 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from bertwb.config import FinetuneTaskConfig
 from bertwb.data.pairs import load_pairs
 from bertwb.data.tokenizer import declared_lengths, load_tokenizer, tokenizer_digest
-from bertwb.tasks.classify import Example as TextExample
-from bertwb.tasks.finetuning import task_type
-from bertwb.tasks.qa import Question
-from bertwb.tasks.tag import Example as TagExample
+from bertwb.tasks.finetune.classify import Example as TextExample
+from bertwb.tasks.finetune.tasktypes import settings_class, task_type
+from bertwb.tasks.finetune.tag import Example as TagExample
+from bertwb.tasks.readers import Question
 from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
 from publishedkit import PAD_ID, pad_tokenizer_files, plain_tokenizer, tiny_published_model, word_tokenizer
 
@@ -203,19 +202,19 @@ def test_features_of_every_task_type_hold_no_pad_and_respect_max_seq_length(tmp_
     plain = plain_tokenizer(tmp_path)
     short, long = "the ship .", LONG
 
-    classify = task_type(FinetuneTaskConfig(type="classify", max_seq_length=max_seq_length), "t")
+    classify = task_type(settings_class("classify")(type="classify", max_seq_length=max_seq_length), "t")
     features = classify.featurize([TextExample(1, short, None, "a"), TextExample(2, long, None, "b"),
                                    TextExample(3, short, long, "a")], tokenizer, ["a", "b"])
     assert features.lengths[0] == len(plain.encode(short).ids) == 5
     assert list(features.lengths[1:]) == [max_seq_length, max_seq_length]  # cut at ours, not the file's PAD_TO
 
-    tag = task_type(FinetuneTaskConfig(type="tag", max_seq_length=max_seq_length), "t")
+    tag = task_type(settings_class("tag")(type="tag", max_seq_length=max_seq_length), "t")
     words = LONG.split()
     features_tag = tag.featurize([TagExample(1, ["the", "ship"], ["O", "O"]), TagExample(2, words, ["O"] * len(words))],
                                  tokenizer, ["O"])
     assert list(features_tag.lengths) == [4, max_seq_length]
 
-    qa = task_type(FinetuneTaskConfig(type="qa", max_seq_length=max_seq_length, doc_stride=8, max_query_length=6),
+    qa = task_type(settings_class("qa")(type="qa", max_seq_length=max_seq_length, doc_stride=8, max_query_length=6),
                    "t")
     question = Question(1, "q1", "where did the ship sail ?", LONG,
                         answers=[{"text": "harbour", "answer_start": LONG.index("harbour")}])

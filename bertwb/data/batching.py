@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Protocol
 import numpy as np
 import torch
 
+from bertwb.config import Origin
 from bertwb.errors import BertwbError
 from bertwb.data.ragged import ranges
 
@@ -73,7 +74,9 @@ class Batches:
 
     def __init__(self, examples: Examples, batch_size: int, seed: int, *, batch_tokens: int = 0,
                  bucket_batches: int = 50, world_size: int = 1, rank: int = 0, grad_accum: int = 1,
-                 pad_multiple: int = 1, drop_last: bool = True, setting: str = "pretrain"):
+                 pad_multiple: int = 1, drop_last: bool = True, origin: Callable[[str], Origin] | None = None):
+        """``origin`` names where a setting (``batch_size``) was given, for errors; default ``pretrain.<name>``."""
+        origin = origin or (lambda name: Origin(f"pretrain.{name}"))
         self.examples, self.batch_size, self.batch_tokens, self.seed = examples, batch_size, batch_tokens, seed
         self.bucket_batches, self.world_size, self.rank = bucket_batches, world_size, rank
         self.grad_accum, self.pad_multiple, self.drop_last = grad_accum, pad_multiple, drop_last
@@ -84,14 +87,14 @@ class Batches:
             longest = int(self._lengths.max()) if len(self._lengths) else 1
             width = round_up(longest, pad_multiple)
             if batch_tokens // width < parts:
-                needed = (f", fewer than processes × {setting}.grad_accum = {world_size} × {grad_accum}"
+                needed = (f", fewer than processes × {origin('grad_accum').key} = {world_size} × {grad_accum}"
                           if parts > 1 else "")
-                raise BertwbError(f"{setting}.batch_tokens {batch_tokens} holds {batch_tokens // width} of the "
+                raise BertwbError(f"{origin('batch_tokens')} {batch_tokens} holds {batch_tokens // width} of the "
                                   f"longest examples ({longest} tokens){needed}; raise it to at least {parts * width}")
             self._cuts = self._token_cuts()
         elif batch_size % parts:
-            raise BertwbError(f"{setting}.batch_size {batch_size} is not divisible by processes × "
-                              f"{setting}.grad_accum = {world_size} × {grad_accum}; pick a multiple")
+            raise BertwbError(f"{origin('batch_size')} {batch_size} is not divisible by processes × "
+                              f"{origin('grad_accum').key} = {world_size} × {grad_accum}; pick a multiple")
 
     def __len__(self) -> int:
         return len(self._lengths)

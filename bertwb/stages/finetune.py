@@ -8,7 +8,7 @@ model (``.bertwb/pretrain``, with the vocab stage's tokenizer); a path starts fr
 — a checkpoint, an export, an ``import-hf`` result, or a Hugging Face BERT folder with its own
 tokenizer — so a published BERT is fine-tuned without pre-training anything.
 
-The training is :func:`bertwb.tasks.finetuning.train` on the one trainer: resumable after Ctrl-C
+The training is :func:`bertwb.tasks.finetune.training.train` on the one trainer: resumable after Ctrl-C
 (runs in ``.bertwb/finetune-runs/<task>/<key[:16]>/``), under torchrun as pretrain is, evaluated on dev
 every epoch (or ``eval_every`` steps) with the best weights kept. The stage directory
 ``.bertwb/finetune/<task>/`` is a complete model directory: weights, ``config.json`` with the labels,
@@ -25,10 +25,11 @@ from typing import Any
 
 from bertwb import ui
 from bertwb.artifacts import weights_file, weights_identity
-from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.config import Config
 from bertwb.data.tokenizer import tokenizer_identity
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage, Training
+from bertwb.tasks.finetune.tasktypes import task_settings
 from bertwb.train import model_choice
 from bertwb.train.runs import list_checkpoints, run_dir_of
 from bertwb.workspace import Workspace
@@ -44,20 +45,18 @@ VIEWS = (
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Fine-tune one task (or resume it) on rank 0 under the engine; return the summary."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
-    from bertwb.tasks.finetuning import Plan, train
+    from bertwb.tasks.finetune.training import Plan, train
     from bertwb.train.distributed import Session
 
     task, ws = build.stage.instance, build.workspace
     settings = task_settings(cfg, task)
-    session = Session.of(build.runtime, settings.device, f"finetune.tasks.{task}.device")
+    session = Session.of(build.runtime, settings.device, str(cfg.origin(f"finetune.tasks.{task}.device")))
     run_dir = run_dir_of(ws, build.stage.name, build.key)
     if build.forced and run_dir.exists():
         checkpoints = len(list_checkpoints(run_dir))
         shutil.rmtree(run_dir)
         ui.stage_line(build.stage.name, f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
-    inherited = settings.init_from == cfg.finetune.init_from  # most likely set in the finetune section
-    source = modeldir.open_model_dir(source_dir(cfg, ws, task),
-                                     "finetune.init_from" if inherited else f"finetune.tasks.{task}.init_from")
+    source = modeldir.open_model_dir(source_dir(cfg, ws, task), str(cfg.origin(f"finetune.tasks.{task}.init_from")))
     plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
                 tokenizer_dir=str(model_choice.tokenizer_dir(ws, source.tokenizer_dir)))
     session.send_plan(plan)
@@ -66,7 +65,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 def follow(cfg: Config, plan: Any, dist: Any) -> None:
     """Train a task's plan that rank 0 sent, on another torchrun rank (`bertwb finetune` under torchrun)."""
-    from bertwb.tasks.finetuning import train  # torch loads only when training
+    from bertwb.tasks.finetune.training import train  # torch loads only when training
 
     train(cfg, plan, dist)
 
@@ -79,15 +78,6 @@ def command_device(cfg: Config, task: str | None) -> str:
         raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
                           "(type, train, dev; see the README)")
     return cfg.finetune.device
-
-
-def task_settings(cfg: Config, task: str) -> FinetuneTaskConfig:
-    """The settings of task ``task``; one line naming the tasks there are when it is not one of them."""
-    if task not in cfg.finetune.tasks:
-        known = ", ".join(cfg.finetune.tasks) or "none"
-        raise BertwbError(f"no task {task!r} in finetune.tasks of {cfg.path or 'the config'} (tasks: {known}); "
-                          "add it there or pick one of those")
-    return cfg.finetune.tasks[task]
 
 
 def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:
@@ -137,7 +127,7 @@ def report(summary: dict[str, Any]) -> None:
 
 
 STAGE = Stage(
-    "finetune", version=1, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
+    "finetune", version=2, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
     has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),

@@ -1,7 +1,7 @@
 """Training tasks: what is learned, as objectives the one trainer runs, and what surrounds a run.
 
-* :mod:`bertwb.tasks.pretraining` — masked-LM + next-sentence prediction on the pairs.
-
-A task module owns its objective (loss and metrics, :class:`bertwb.train.objective.Objective`), builds
-its model and data for the trainer, and writes what its stage keeps.
+* :mod:`bertwb.tasks.pretraining` — masked-LM + next-sentence prediction on the pairs;
+* :mod:`bertwb.tasks.finetune` — fine-tuning: the task types, their losses, evaluation and a task's run;
+  :mod:`bertwb.tasks.prediction` answers new inputs with a fine-tuned model (``bertwb predict``);
+* `readers`, `metrics` and `squad_eval` — the files the fine-tuning types read and the metrics they report.
 """

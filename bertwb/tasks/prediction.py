@@ -1,6 +1,6 @@
 """``bertwb predict``: a fine-tuned model directory answering new inputs, and the rows it writes.
 
-The directory is what :func:`bertwb.tasks.finetuning.train` wrote (or any fine-tuned BERT with a
+The directory is what :func:`bertwb.tasks.finetune.training.train` wrote (or any fine-tuned BERT with a
 ``task.json``, or one the task's config describes): weights, labels, tokenizer and how the task turns
 inputs into features. Inputs are read whole, then featurised, predicted and written a chunk
 (`PREDICT_CHUNK` examples) at a time, so the features and outputs in memory stay one chunk's and output
@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
 from bertwb import ui
-from bertwb.artifacts import read_task_file
+from bertwb.artifacts import TASK_FILE, read_task_file
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
-from bertwb.tasks.finetuning import TaskObjective, task_type
+from bertwb.tasks.finetune.evaluation import TaskObjective
+from bertwb.tasks.finetune.objectives import objective_for
+from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class, task_settings, task_type
 from bertwb.tasks.readers import FormatError
 from bertwb.train import model_choice
-from bertwb.train.device import autocast
+from bertwb.train.device import autocast, resolve_device
 from bertwb.workspace import writing_atomic
 
 PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
@@ -76,7 +78,7 @@ class TaskPredictor:
         """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
         features = self.task.featurize(examples, self.tokenizer, None)
         batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
-        objective = self.task.objective(self.label_names)
+        objective = objective_for(self.task, self.label_names)
         outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
                                    _ExampleCounter(bar, len(examples), len(features)))
         return self.task.decode(examples, features, outputs, self.label_names)
@@ -120,9 +122,6 @@ def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, devi
 
     The directory's ``task.json``, when it has one, says how inputs become features, as in training.
     """
-    from bertwb.stages.finetune import task_settings  # noqa: PLC0415 - the stage imports this module lazily
-    from bertwb.train.device import resolve_device  # noqa: PLC0415
-
     if not checkpoint:
         task_settings(cfg, task)  # an unknown task is named first
     folder = model_choice.task_dir(cfg, ws, task, checkpoint)
@@ -139,8 +138,13 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
     if settings.type and saved.get("type") and saved["type"] != settings.type:
         ui.warn(f"{folder} is a {saved['type']} model, but finetune.tasks.{task} is {settings.type}: predicting as "
                 f"the model was trained ({saved['type']})")
-    known = {f for f in asdict(settings)}
-    settings = FinetuneTaskConfig(**{**asdict(settings), **{k: v for k, v in saved.items() if k in known}})
+    type_name = saved.get("type") or settings.type
+    if type_name is not None and type_name not in TASK_TYPES:
+        raise BertwbError(f"{folder / TASK_FILE}: task type {type_name!r} is not one this bertwb has "
+                          f"({', '.join(TASK_TYPES)}); predict with the bertwb that trained it")
+    cls = settings_class(type_name)  # the config's values where the type has the key, then the model's own
+    known = {f.name for f in fields(cls)}
+    settings = cls(**{k: v for k, v in {**asdict(settings), **saved}.items() if k in known})
     if settings.type is None:
         raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
                           "unknown; add the task to the config")

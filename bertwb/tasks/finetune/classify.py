@@ -14,20 +14,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from tokenizers import Tokenizer
 
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
-from bertwb.tasks.finetuning import Features, TaskBatch, TaskObjective
+from bertwb.tasks.finetune.features import Features
 from bertwb.tasks.readers import column, format_of, read_table
 
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+
+    from bertwb.tasks.finetune.batches import TaskBatch
+
 REGRESSION_LABEL = "score"  # the one output of a regressor
+
+
+@dataclass
+class ClassifySettings(FinetuneTaskConfig):
+    """A classify task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = option(
+        "auto", "File format; auto picks by extension (.csv .tsv .jsonl .parquet).")
+    text_column: str = option("text", "The column (or JSONL key) holding the text.")
+    text_pair_column: str | None = option(None, "The column of the second text of a pair, if any.")
+    label_column: str = option("label", "The column of the label (a number with regression).")
+    regression: bool = option(False, "Predict a number (mean squared error; Pearson and Spearman).")
 
 
 @dataclass
@@ -39,25 +54,26 @@ class Example:
 
 
 class ClassifyTask:
+    settings_class = ClassifySettings
     model_kind = "sequence_classification"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
-        self.s, self.setting = settings, setting
+    def __init__(self, settings: ClassifySettings, setting: str, recorded: dict[str, Any]):
+        self.settings, self.setting = settings, setting
         self.main_metric = "pearson" if settings.regression else "accuracy"
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:
-        s, setting = self.s, self.setting
-        columns, rows = read_table(path, format_of(path, s.format, ("csv", "tsv", "jsonl", "parquet"), setting))
-        texts = column(rows, columns, s.text_column, path, f"{setting}.text_column")
-        pairs = column(rows, columns, s.text_pair_column, path, f"{setting}.text_pair_column") \
-            if s.text_pair_column else [None] * len(rows)
-        has_labels = labelled or s.label_column in columns
-        labels = column(rows, columns, s.label_column, path, f"{setting}.label_column") if has_labels \
+        settings, setting = self.settings, self.setting
+        columns, rows = read_table(path, format_of(path, settings.format, ("csv", "tsv", "jsonl", "parquet"), setting))
+        texts = column(rows, columns, settings.text_column, path, f"{setting}.text_column")
+        pairs = column(rows, columns, settings.text_pair_column, path, f"{setting}.text_pair_column") \
+            if settings.text_pair_column else [None] * len(rows)
+        has_labels = labelled or settings.label_column in columns
+        labels = column(rows, columns, settings.label_column, path, f"{setting}.label_column") if has_labels \
             else [None] * len(rows)
         examples = []
         for row, text, pair, label in zip(rows, texts, pairs, labels, strict=True):
             if label is not None:
-                label = self._number(label, path, row.line) if s.regression else _label_text(label)
+                label = self._number(label, path, row.line) if settings.regression else _label_text(label)
             examples.append(Example(row.line, str(text), None if pair is None else str(pair), label))
         return examples
 
@@ -72,7 +88,7 @@ class ClassifyTask:
         return number
 
     def label_names(self, train: list[Example], path: Path) -> list[str]:
-        if self.s.regression:
+        if self.settings.regression:
             return [REGRESSION_LABEL]
         names = sorted({example.label for example in train})
         if all(name.lstrip("-").isdigit() for name in names):
@@ -83,7 +99,7 @@ class ClassifyTask:
         return names
 
     def check_labels(self, examples: list[Example], label_names: list[str] | None, path: Path) -> None:
-        if self.s.regression or label_names is None:
+        if self.settings.regression or label_names is None:
             return
         known = set(label_names)
         for example in examples:
@@ -92,10 +108,10 @@ class ClassifyTask:
                                   f"({', '.join(label_names)}); fix it, or add examples of it to the train file")
 
     def featurize(self, examples: list[Example], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
-        tokenizer.enable_truncation(self.s.max_seq_length, strategy="longest_first")
+        tokenizer.enable_truncation(self.settings.max_seq_length, strategy="longest_first")
         encodings = tokenizer.encode_batch([e.text if e.pair is None else (e.text, e.pair) for e in examples])
         tokenizer.no_truncation()
-        if self.s.regression:
+        if self.settings.regression:
             labels = np.array([0.0 if e.label is None else e.label for e in examples], np.float32)
         else:
             ids = {name: i for i, name in enumerate(label_names or [])}
@@ -103,18 +119,15 @@ class ClassifyTask:
         return Features.from_encodings([e.ids for e in encodings], [e.type_ids for e in encodings],
                                        list(range(len(examples))), labels=labels)
 
-    def objective(self, label_names: list[str] | None) -> ClassifyObjective:
-        return ClassifyObjective(self, label_names)
-
     def outputs(self, out: torch.Tensor, batch: TaskBatch) -> list[Any]:
         logits = out.float()
-        if self.s.regression:
+        if self.settings.regression:
             return logits[:, 0].tolist()
         return list(logits.softmax(-1).cpu().numpy())
 
     def decode(self, examples: list[Example], features: Features, outputs: dict[int, Any],
                label_names: list[str] | None) -> list[dict[str, Any]]:
-        if self.s.regression:
+        if self.settings.regression:
             return [{"value": float(outputs[i])} for i in range(len(examples))]
         predictions = []
         for i in range(len(examples)):
@@ -127,7 +140,7 @@ class ClassifyTask:
 
     def score(self, examples: list[Example], predictions: list[dict[str, Any]],
               label_names: list[str] | None) -> dict[str, Any]:
-        if self.s.regression:
+        if self.settings.regression:
             return metrics.regression([e.label for e in examples], [p["value"] for p in predictions])
         ids = {name: i for i, name in enumerate(label_names)}
         return metrics.classification([ids[e.label] for e in examples], [ids[p["label"]] for p in predictions],
@@ -137,8 +150,8 @@ class ClassifyTask:
         """Stdin lines, with their numbers: a text each, or ``text<TAB>pair`` when the task classifies pairs."""
         examples = []
         for number, line in lines:
-            text, _, pair = line.partition("\t") if self.s.text_pair_column else (line, "", "")
-            if self.s.text_pair_column and not pair:
+            text, _, pair = line.partition("\t") if self.settings.text_pair_column else (line, "", "")
+            if self.settings.text_pair_column and not pair:
                 raise BertwbError(f"input line {number}: no tab; a pair task reads `text<TAB>second text` lines")
             examples.append(Example(number, text, pair or None, None))
         return examples
@@ -163,34 +176,3 @@ def _label_text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-class ClassifyObjective(TaskObjective):
-    """Cross-entropy (mean squared error for regression) summed over the examples, divided by their global count."""
-
-    sums = ("loss_sum", "correct")
-    counts = ("n_examples",)
-
-    def count(self, batch: TaskBatch) -> list[float]:
-        return [batch.n_targets]
-
-    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> torch.Tensor:
-        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
-
-    def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = out.float()
-        if self.task.s.regression:
-            loss_sum = F.mse_loss(logits[:, 0], batch.labels.float(), reduction="sum")
-            correct = torch.zeros((), device=logits.device)
-        else:
-            loss_sum = F.cross_entropy(logits, batch.labels, reduction="sum")
-            correct = (logits.argmax(-1) == batch.labels).sum()
-        sums = torch.stack([loss_sum.detach().double(), correct.double()])
-        return loss_sum / max(totals[0], 1), sums
-
-    def rates(self, totals: dict[str, float]) -> dict[str, float]:
-        n = max(totals["n_examples"], 1)
-        rates = {"loss": round(totals["loss_sum"] / n, 6)}
-        if not self.task.s.regression:
-            rates["acc"] = round(totals["correct"] / n, 6)
-        return rates

@@ -36,18 +36,33 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from tokenizers import Tokenizer
 
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import squad_eval
-from bertwb.tasks.finetuning import Features, TaskBatch, TaskObjective, example_ranges
+from bertwb.tasks.finetune.features import Features, example_ranges
 from bertwb.tasks.readers import Question, format_of, read_squad
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from bertwb.tasks.finetune.batches import TaskBatch
+
+
+@dataclass
+class QASettings(FinetuneTaskConfig):
+    """A qa task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "squad"] = option("auto", "File format; auto reads .json files as SQuAD.")
+    doc_stride: int = option(128, "Tokens between the starts of two windows over a long context.", min=1)
+    max_query_length: int = option(64, "Longest question in tokens; longer ones are cut.", min=1)
+    max_answer_length: int = option(30, "Longest answer span in tokens.", min=1)
+    n_best: int = option(20, "Start and end candidates searched per window.", min=1, max=1000)
+    null_threshold: float = option(0.0, "SQuAD v2.0: no answer when no_answer_score is above this (metrics' "
+                                   "best_f1_thresh is the best value on dev).", min=-1000.0, max=1000.0)
 
 
 @dataclass
@@ -59,15 +74,16 @@ class Window:
 
 
 class QATask:
+    settings_class = QASettings
     model_kind = "question_answering"
     main_metric = "f1"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
-        self.s, self.setting = settings, setting
+    def __init__(self, settings: QASettings, setting: str, recorded: dict[str, Any]):
+        self.settings, self.setting = settings, setting
         self.version_2 = bool(recorded.get("version_2", False))
 
     def read(self, path: Path, labelled: bool = True) -> list[Question]:
-        format_of(path, self.s.format, ("squad",), self.setting)
+        format_of(path, self.settings.format, ("squad",), self.setting)
         return read_squad(path, require_answers=labelled)
 
     def label_names(self, train: list[Question], path: Path) -> None:
@@ -81,15 +97,16 @@ class QATask:
         questions = tokenizer.encode_batch([q.question for q in examples], add_special_tokens=False)
         contexts = tokenizer.encode_batch([q.context for q in examples], add_special_tokens=False)
         cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        settings = self.settings
         ids, types, owner, starts, ends, windows = [], [], [], [], [], []
         for index, (example, question, context) in enumerate(zip(examples, questions, contexts, strict=True)):
-            query = question.ids[:self.s.max_query_length]
-            room = self.s.max_seq_length - len(query) - 3
+            query = question.ids[:settings.max_query_length]
+            room = settings.max_seq_length - len(query) - 3
             if room < 1:
-                raise BertwbError(f"{self.setting}.max_query_length {self.s.max_query_length} leaves no room for "
-                                  f"context in max_seq_length {self.s.max_seq_length}; lower one or raise the other")
+                raise BertwbError(f"{self.setting}.max_query_length {settings.max_query_length} leaves no room for "
+                                  f"context in max_seq_length {settings.max_seq_length}; lower one or raise the other")
             answer = _token_span(example, context.offsets)
-            for first in _window_starts(len(context.ids), room, self.s.doc_stride):
+            for first in _window_starts(len(context.ids), room, settings.doc_stride):
                 last = min(first + room, len(context.ids))
                 offset = len(query) + 2  # [CLS] question [SEP]
                 ids.append([cls_id, *query, sep_id, *context.ids[first:last], sep_id])
@@ -101,9 +118,6 @@ class QATask:
                 windows.append(Window(offset, list(context.offsets[first:last])))
         return Features.from_encodings(ids, types, owner, meta=windows, start=np.array(starts, np.int64),
                                        end=np.array(ends, np.int64))
-
-    def objective(self, label_names: list[str] | None) -> QAObjective:
-        return QAObjective(self, label_names)
 
     def outputs(self, out: Any, batch: TaskBatch) -> list[Any]:
         start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
@@ -124,7 +138,7 @@ class QATask:
                     best = {"answer": example.context[start_char:end_char], "start": start_char, "end": end_char,
                             "score": score}
             no_answer_score, span = round(null - best["score"], 6), best["answer"]
-            if self.version_2 and no_answer_score > self.s.null_threshold:
+            if self.version_2 and no_answer_score > self.settings.null_threshold:
                 best = {"answer": "", "start": None, "end": None, "score": null}
             prediction = {**best, "score": round(float(best["score"]), 6)}
             if self.version_2:
@@ -139,12 +153,12 @@ class QATask:
         keep = np.r_[0, first:first + count]  # [CLS] and the context tokens
         start_p, end_p = _softmax(start_logits[keep]), _softmax(end_logits[keep])
         null = float(start_p[0] * end_p[0])
-        top_starts = np.argsort(-start_p[1:], kind="stable")[:self.s.n_best]
-        top_ends = np.argsort(-end_p[1:], kind="stable")[:self.s.n_best]
+        top_starts = np.argsort(-start_p[1:], kind="stable")[:self.settings.n_best]
+        top_ends = np.argsort(-end_p[1:], kind="stable")[:self.settings.n_best]
         best, best_score = None, 0.0
         for s in top_starts:
             for e in top_ends:
-                if e < s or e - s + 1 > self.s.max_answer_length:
+                if e < s or e - s + 1 > self.settings.max_answer_length:
                     continue
                 score = float(start_p[1 + s] * end_p[1 + e])
                 if score > best_score:
@@ -231,31 +245,3 @@ def _token_span(example: Question, offsets: list[tuple[int, int]]) -> tuple[int,
 def _softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max())
     return shifted / shifted.sum()
-
-
-class QAObjective(TaskObjective):
-    """Cross-entropy of the start and of the end position, averaged, summed over windows and divided by
-    their global count."""
-
-    sums = ("loss_sum", "correct")
-    counts = ("n_windows",)
-
-    def count(self, batch: TaskBatch) -> list[float]:
-        return [batch.n_targets]
-
-    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> Any:
-        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask)
-
-    def loss(self, out: Any, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        start, end = out.start_logits.float(), out.end_logits.float()
-        if batch.attention_mask is not None:  # padding is never an answer
-            start = start.masked_fill(batch.attention_mask == 0, torch.finfo(start.dtype).min)
-            end = end.masked_fill(batch.attention_mask == 0, torch.finfo(end.dtype).min)
-        loss_sum = (F.cross_entropy(start, batch.start_positions, reduction="sum")
-                    + F.cross_entropy(end, batch.end_positions, reduction="sum")) / 2
-        correct = ((start.argmax(-1) == batch.start_positions) & (end.argmax(-1) == batch.end_positions)).sum()
-        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
-
-    def rates(self, totals: dict[str, float]) -> dict[str, float]:
-        n = max(totals["n_windows"], 1)
-        return {"loss": round(totals["loss_sum"] / n, 6), "acc": round(totals["correct"] / n, 6)}

@@ -14,19 +14,30 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
-import torch.nn.functional as F
-from tokenizers import Tokenizer
-
-from bertwb.config import FinetuneTaskConfig
+from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
-from bertwb.tasks.finetuning import IGNORE, Features, TaskBatch, TaskObjective
+from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.readers import format_of, read_conll
 
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+
+    from bertwb.tasks.finetune.batches import TaskBatch
+
 _BIO = re.compile(r"O|[BI]-\S+")
+
+
+@dataclass
+class TagSettings(FinetuneTaskConfig):
+    """A tag task's own options, beside the settings every task has."""
+
+    format: Literal["auto", "conll"] = option("auto", "File format; auto reads .conll and .txt files as CoNLL.")
+    token_column: int = option(0, "The CoNLL column of the token (0 = first).", min=-64, max=64)
+    tag_column: int = option(-1, "The CoNLL column of the tag (-1 = last).", min=-64, max=64)
 
 
 @dataclass
@@ -37,15 +48,17 @@ class Example:
 
 
 class TagTask:
+    settings_class = TagSettings
     model_kind = "token_classification"
     main_metric = "f1"
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]):
-        self.s, self.setting = settings, setting
+    def __init__(self, settings: TagSettings, setting: str, recorded: dict[str, Any]):
+        self.settings, self.setting = settings, setting
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:
-        format_of(path, self.s.format, ("conll",), self.setting)
-        sentences = read_conll(path, self.s.token_column, self.s.tag_column if labelled else None, self.setting)
+        settings = self.settings
+        format_of(path, settings.format, ("conll",), self.setting)
+        sentences = read_conll(path, settings.token_column, settings.tag_column if labelled else None, self.setting)
         return [Example(sentence.line, sentence.words, sentence.tags) for sentence in sentences]
 
     def label_names(self, train: list[Example], path: Path) -> list[str]:
@@ -65,7 +78,7 @@ class TagTask:
                                       f"({', '.join(label_names)}); fix it, or add examples of it to the train file")
 
     def featurize(self, examples: list[Example], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
-        tokenizer.enable_truncation(self.s.max_seq_length)
+        tokenizer.enable_truncation(self.settings.max_seq_length)
         encodings = tokenizer.encode_batch([e.words for e in examples], is_pretokenized=True)
         tokenizer.no_truncation()
         ids = {name: i for i, name in enumerate(label_names or [])}
@@ -81,9 +94,6 @@ class TagTask:
             word_starts.append(starts)
         return Features.from_encodings([e.ids for e in encodings], [e.type_ids for e in encodings],
                                        list(range(len(examples))), token_labels=token_labels, meta=word_starts)
-
-    def objective(self, label_names: list[str] | None) -> TagObjective:
-        return TagObjective(self, label_names)
 
     def outputs(self, out: torch.Tensor, batch: TaskBatch) -> list[Any]:
         probabilities = out.float().softmax(-1)  # (B, T, labels)
@@ -134,28 +144,3 @@ def entities(words: list[str], tags: list[str]) -> list[dict[str, Any]]:
     for entity in found:
         entity["text"] = " ".join(words[entity["start"]:entity["end"] + 1])
     return found
-
-
-class TagObjective(TaskObjective):
-    """Cross-entropy over the first piece of every word, summed and divided by the global count of such pieces."""
-
-    sums = ("loss_sum", "correct")
-    counts = ("n_words",)
-
-    def count(self, batch: TaskBatch) -> list[float]:
-        return [batch.n_targets]
-
-    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> torch.Tensor:
-        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
-
-    def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = out.float().reshape(-1, out.size(-1))  # (B, T, labels) -> (B*T, labels)
-        labels = batch.token_labels.reshape(-1)
-        loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
-        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
-        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
-
-    def rates(self, totals: dict[str, float]) -> dict[str, float]:
-        n = max(totals["n_words"], 1)
-        return {"loss": round(totals["loss_sum"] / n, 6), "acc": round(totals["correct"] / n, 6)}
-

@@ -1,0 +1,120 @@
+"""The fine-tuning losses, one per model kind (a head of :mod:`bertwb.model.heads`), not per task type.
+
+A task type names its ``model_kind``; the head and its loss come with it, so a new task type that
+reads other data into an existing head needs no loss of its own (and its module needs no torch).
+Each loss is summed over its targets and divided by their global count (rows, labelled tokens or
+windows), so the gradient is the global batch's whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bertwb.tasks.finetune.batches import TaskBatch
+from bertwb.tasks.finetune.evaluation import TaskObjective
+from bertwb.tasks.finetune.features import IGNORE
+from bertwb.tasks.finetune.tasktypes import TaskType
+
+
+class SequenceClassification(TaskObjective):
+    """Cross-entropy summed over the examples, divided by their global count; with one output (a regressor,
+    as Hugging Face's ``problem_type`` regression) mean squared error instead."""
+
+    sums = ("loss_sum", "correct")
+    counts = ("n_examples",)
+
+    def __init__(self, task: TaskType, label_names: list[str] | None):
+        super().__init__(task, label_names)
+        self.regression = label_names is not None and len(label_names) == 1
+
+    def count(self, batch: TaskBatch) -> list[float]:
+        return [batch.n_targets]
+
+    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> torch.Tensor:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
+
+    def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = out.float()
+        if self.regression:
+            loss_sum = F.mse_loss(logits[:, 0], batch.labels.float(), reduction="sum")
+            correct = torch.zeros((), device=logits.device)
+        else:
+            loss_sum = F.cross_entropy(logits, batch.labels, reduction="sum")
+            correct = (logits.argmax(-1) == batch.labels).sum()
+        sums = torch.stack([loss_sum.detach().double(), correct.double()])
+        return loss_sum / max(totals[0], 1), sums
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        n = max(totals["n_examples"], 1)
+        rates = {"loss": round(totals["loss_sum"] / n, 6)}
+        if not self.regression:
+            rates["acc"] = round(totals["correct"] / n, 6)
+        return rates
+
+
+class TokenClassification(TaskObjective):
+    """Cross-entropy over the labelled tokens (a tagger's first piece of every word), summed and divided
+    by their global count."""
+
+    sums = ("loss_sum", "correct")
+    counts = ("n_words",)
+
+    def count(self, batch: TaskBatch) -> list[float]:
+        return [batch.n_targets]
+
+    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> torch.Tensor:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
+
+    def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = out.float().reshape(-1, out.size(-1))  # (B, T, labels) -> (B*T, labels)
+        labels = batch.token_labels.reshape(-1)
+        loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
+        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        n = max(totals["n_words"], 1)
+        return {"loss": round(totals["loss_sum"] / n, 6), "acc": round(totals["correct"] / n, 6)}
+
+
+class SpanExtraction(TaskObjective):
+    """Cross-entropy of the start and of the end position, averaged, summed over windows and divided by
+    their global count."""
+
+    sums = ("loss_sum", "correct")
+    counts = ("n_windows",)
+
+    def count(self, batch: TaskBatch) -> list[float]:
+        return [batch.n_targets]
+
+    def forward(self, model: torch.nn.Module, batch: TaskBatch) -> Any:
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask)
+
+    def loss(self, out: Any, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = out.start_logits.float(), out.end_logits.float()
+        if batch.attention_mask is not None:  # padding is never an answer
+            start = start.masked_fill(batch.attention_mask == 0, torch.finfo(start.dtype).min)
+            end = end.masked_fill(batch.attention_mask == 0, torch.finfo(end.dtype).min)
+        loss_sum = (F.cross_entropy(start, batch.start_positions, reduction="sum")
+                    + F.cross_entropy(end, batch.end_positions, reduction="sum")) / 2
+        correct = ((start.argmax(-1) == batch.start_positions) & (end.argmax(-1) == batch.end_positions)).sum()
+        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
+
+    def rates(self, totals: dict[str, float]) -> dict[str, float]:
+        n = max(totals["n_windows"], 1)
+        return {"loss": round(totals["loss_sum"] / n, 6), "acc": round(totals["correct"] / n, 6)}
+
+
+OBJECTIVES: dict[str, type[TaskObjective]] = {  # by model kind, a key of bertwb.model.heads.MODEL_KINDS
+    "sequence_classification": SequenceClassification,
+    "token_classification": TokenClassification,
+    "question_answering": SpanExtraction,
+}
+
+
+def objective_for(task: TaskType, label_names: list[str] | None) -> TaskObjective:
+    """The training objective of ``task``: its model kind's loss, its own metrics."""
+    return OBJECTIVES[task.model_kind](task, label_names)
