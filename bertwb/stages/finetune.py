@@ -45,7 +45,7 @@ VIEWS = (
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Fine-tune one task (or resume it) on rank 0 under the engine; return the summary."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
-    from bertwb.tasks.finetune.training import Plan, train
+    from bertwb.tasks.finetune.training import FinetunePlan, train
     from bertwb.train.distributed import Session
 
     task, ws = build.stage.instance, build.workspace
@@ -57,7 +57,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         shutil.rmtree(run_dir)
         ui.stage_line(build.stage.name, f"--force: starting over; removed {run_dir} ({checkpoints} checkpoints)")
     source = modeldir.open_model_dir(source_dir(cfg, ws, task), str(cfg.origin(f"finetune.tasks.{task}.init_from")))
-    plan = Plan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
+    plan = FinetunePlan(task=task, run_dir=str(run_dir), model_dir=str(source.path),
                 tokenizer_dir=str(model_choice.tokenizer_dir(ws, source.tokenizer_dir)))
     session.send_plan(plan)
     return train(cfg, plan, session.dist, out_dir=build.out_dir)

@@ -71,7 +71,7 @@ STARTED_FROM = "started_from.json"
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train (or resume, or continue) on rank 0 under the engine; return the stage summary."""
-    from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
+    from bertwb.tasks.pretraining import PretrainPlan, train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
     session = Session.of(build.runtime, cfg.pretrain.device, "pretrain.device")
@@ -83,7 +83,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if cfg.pretrain.phases:
         summary = _train_phases(cfg, build, session, run_dir)
     else:
-        plan = Plan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")),
+        plan = PretrainPlan(run_dir=str(run_dir), pairs_dir=str(build.upstream_dir("pairs")),
                     vocab_dir=str(build.upstream_dir("vocab")))
         session.send_plan(plan)
         summary = train(cfg, plan, session.dist, out_dir=build.out_dir)
@@ -93,7 +93,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
     """Every phase in order, each from the one before; the last one's model is the stage output."""
-    from bertwb.tasks.pretraining import Plan, train  # torch loads only when the stage runs
+    from bertwb.tasks.pretraining import PretrainPlan, train  # torch loads only when the stage runs
 
     phases = cfg.pretrain_phases()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +109,7 @@ def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dic
         if summary is None:
             phase_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(phase_dir / STARTED_FROM, json.dumps(started_from) + "\n")
-            plan = Plan(run_dir=str(phase_dir), pairs_dir=str(pair_set(build.upstream_dir("pairs"), name)),
+            plan = PretrainPlan(run_dir=str(phase_dir), pairs_dir=str(pair_set(build.upstream_dir("pairs"), name)),
                         vocab_dir=str(build.upstream_dir("vocab")), phase=name,
                         init_from=str(init_from) if init_from else None)
             session.send_plan(plan)

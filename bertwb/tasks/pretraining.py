@@ -86,7 +86,7 @@ class PretrainingObjective(Objective):
 
 
 @dataclass
-class Plan:
+class PretrainPlan:
     """What rank 0 tells every rank before training: where the run, the pairs and the vocabulary are,
     and, for one phase of a phased pre-training, which phase and the model it continues."""
 
@@ -115,7 +115,7 @@ def _longest(cfg: Config) -> tuple[int, str]:
     return length, f"pretrain.phases.{name}.max_seq_length" if own else "pairs.max_seq_length"
 
 
-def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
+def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
     """Train from the newest checkpoint of ``plan.run_dir`` (or from scratch) to the requested step.
 
     Every rank calls it; rank 0 writes checkpoints, metrics and (``out_dir``) the final model files.

@@ -71,7 +71,7 @@ class Trainer:
                  valid: Batches | None = None, dist: Dist | None = None, run_dir: Path | None = None,
                  total_steps: int | None = None, name: str = "train", state: dict[str, Any] | None = None,
                  keep_best: bool = False, patience: int = 0):
-        self.p, self.objective, self.data, self.valid = settings, objective, data, valid
+        self.settings, self.objective, self.data, self.valid = settings, objective, data, valid
         self.dist = dist or Dist(device=settings.device)
         self.device = self.dist.device
         self.run_dir, self.name, self.state = run_dir, name, state or {}
@@ -155,15 +155,15 @@ class Trainer:
             last = k == len(micro) - 1
             sync = nullcontext() if last or not self.dist.enabled else self.step_model.no_sync()
             with sync:
-                with autocast(self.p.precision, self.device):
+                with autocast(self.settings.precision, self.device):
                     out = self.objective.forward(self.step_model, batch)
                 loss, sums = self.objective.loss(out, batch, totals)
                 self._accumulate(self.window, sums, batch)
                 del out  # a fast loss overwrites its inputs with their gradient in backward
                 # DDP averages gradients over ranks, hence × world: the sum is the global batch's loss
                 (loss * world).backward()
-        if self.p.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.p.max_grad_norm)
+        if self.settings.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         lr = self.schedule.lr(step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -189,16 +189,16 @@ class Trainer:
         at_end = done == self.total_steps
         per_epoch = self.data.steps_per_epoch
         evaluate = self.valid is not None and (
-            at_end or (done % self.p.eval_every == 0 if self.p.eval_every else done % per_epoch == 0))
+            at_end or (done % self.settings.eval_every == 0 if self.settings.eval_every else done % per_epoch == 0))
         valid_metrics = self.evaluate() if evaluate else {}
         stop = bool(valid_metrics) and self._track_best(done, valid_metrics)
-        if evaluate or at_end or stop or done % self.p.log_every == 0:
+        if evaluate or at_end or stop or done % self.settings.log_every == 0:
             self._log(done, view, valid_metrics)
         if stop:
             self.stopped_early_at = done
             view.note(f"stopping early at step {done:,}: no better {self.objective.main_metric} in "
                       f"{self.patience} validations (best at step {self.best['step']:,})")
-        if self.run_dir is not None and (at_end or stop or done % self.p.checkpoint_every == 0):
+        if self.run_dir is not None and (at_end or stop or done % self.settings.checkpoint_every == 0):
             self.checkpoint(done)
         return stop
 
@@ -243,14 +243,14 @@ class Trainer:
         """The objective's statistics summed over (the first ``eval_batches`` batches of) the valid split."""
         sums = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
         n_batches = self.valid.steps_per_epoch
-        if self.p.eval_batches:
-            n_batches = min(n_batches, self.p.eval_batches)
+        if self.settings.eval_batches:
+            n_batches = min(n_batches, self.settings.eval_batches)
         for index in range(n_batches):
             micro = self.valid.micro_batches(0, index)
             totals = [sum(column) for column in zip(*(self.objective.count(b) for b in micro), strict=True)]
             for batch in micro:
                 batch = batch.to(self.device, non_blocking=True)
-                with autocast(self.p.precision, self.device):
+                with autocast(self.settings.precision, self.device):
                     out = self.objective.forward(self.model, batch)
                 self._accumulate(sums, self.objective.loss(out, batch, totals)[1], batch)
         return self.window_totals(sums)
@@ -289,15 +289,16 @@ class Trainer:
         model_config = getattr(self.model, "config", None)
         state = {"epoch": epoch, "batch_in_epoch": batch_in_epoch, "steps_per_epoch": steps_per_epoch,
                  "model": asdict(model_config) if is_dataclass(model_config) else None, **self.state}
-        return checkpoint.save(self.run_dir, step, self.model, self.dist, self.p.keep_checkpoints, trainer, state)
+        return checkpoint.save(self.run_dir, step, self.model, self.dist, self.settings.keep_checkpoints, trainer,
+                               state)
 
     def _setup(self) -> str:
         """What this run computes on and how, in words (for -v): the device, precision, threads and the rest."""
-        parts = [f"device {self.device}", "bf16 autocast" if uses_bf16(self.p.precision, self.device) else "fp32",
-                 f"{torch.get_num_threads()} CPU threads"]
+        precision = "bf16 autocast" if uses_bf16(self.settings.precision, self.device) else "fp32"
+        parts = [f"device {self.device}", precision, f"{torch.get_num_threads()} CPU threads"]
         if self.objective.fast:
             parts.append("fast CPU paths")
-        if self.p.compile:
+        if self.settings.compile:
             parts.append("torch.compile")
         if self.dist.enabled:
             parts.append(f"DDP over {self.dist.world_size} processes")

@@ -40,7 +40,7 @@ class TaskObjective(Objective):
 
     def evaluate(self, trainer: Trainer) -> dict[str, float]:
         examples, features = self.dev
-        results = score_split(self, trainer.model, trainer.valid, examples, features, trainer.p.precision,
+        results = score_split(self, trainer.model, trainer.valid, examples, features, trainer.settings.precision,
                               trainer.dist)
         return {f"valid_{name}": value for name, value in results.items() if isinstance(value, (int, float))}
 

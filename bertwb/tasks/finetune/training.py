@@ -39,7 +39,7 @@ from bertwb.train.trainer import BEST_DIR, Trainer
 
 
 @dataclass
-class Plan:
+class FinetunePlan:
     """What rank 0 tells every rank before training: the task, where its run is, what it starts from."""
 
     task: str
@@ -65,7 +65,7 @@ class _Data:
     test: _Split | None
 
 
-def train(cfg: Config, plan: Plan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
+def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
     """Fine-tune the task from its starting model to the requested step; rank 0 writes ``out_dir``."""
     started = time.perf_counter()
     setting = f"finetune.tasks.{plan.task}"
@@ -142,7 +142,7 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
     return _Data(label_names, training, dev, test)
 
 
-def _fit(plan: Plan, settings: FinetuneTaskConfig, task: TaskType, source: modeldir.ModelDir, data: _Data,
+def _fit(plan: FinetunePlan, settings: FinetuneTaskConfig, task: TaskType, source: modeldir.ModelDir, data: _Data,
          dist: Dist) -> Trainer:
     """The model ``source`` with a new head for the task, trained (or resumed) to the requested step."""
     torch.manual_seed(settings.seed)
@@ -162,7 +162,7 @@ def _fit(plan: Plan, settings: FinetuneTaskConfig, task: TaskType, source: model
     return trainer
 
 
-def _kept_weights(trainer: Trainer, plan: Plan, dist: Dist) -> Path:
+def _kept_weights(trainer: Trainer, plan: FinetunePlan, dist: Dist) -> Path:
     """The checkpoint whose weights the run keeps (the best, or the last), loaded into the trainer's model."""
     run_dir = Path(plan.run_dir)
     final = run_dir / BEST_DIR if trainer.best and trainer.keep_best else checkpoint_path(run_dir, trainer.done)
@@ -173,7 +173,7 @@ def _kept_weights(trainer: Trainer, plan: Plan, dist: Dist) -> Path:
     return final
 
 
-def _write_model_dir(out_dir: Path, plan: Plan, settings: FinetuneTaskConfig, task: TaskType, trainer: Trainer,
+def _write_model_dir(out_dir: Path, plan: FinetunePlan, settings: FinetuneTaskConfig, task: TaskType, trainer: Trainer,
                      final: Path, tokenizer: Any, source: modeldir.ModelDir, label_names: list[str] | None,
                      results: dict[str, Any], summary: dict[str, Any]) -> None:
     """The stage's model directory: the kept weights, their config and tokenizer, and what the run learnt."""
