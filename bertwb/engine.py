@@ -278,9 +278,9 @@ def launch(cfg: Config, ws: Workspace, name: str, force: bool = False) -> dict[s
     training = stages.template(base).training
     if training is None:
         raise ValueError(f"{base} is not a training stage: run it with run_pipeline")
-    device = training.device(cfg, instance or None)
+    device, setting = training.device(cfg, instance or None)
     return on_every_rank(lambda session: run_pipeline(cfg, ws, [name], force, runtime=session),
-                         lambda plan, dist: training.follow(cfg, plan, dist), device, training.device_setting)
+                         lambda plan, dist: training.follow(cfg, plan, dist), device, setting)
 
 
 def _run_named(stage: Stage, index: int, total: int, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,

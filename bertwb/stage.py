@@ -32,9 +32,9 @@ class Training:
     each run's plan to the other ranks; they train it with ``follow`` and never touch the workspace."""
 
     follow: Callable[[Config, Any, Any], Any]  # (cfg, plan, dist): train one plan on a rank other than 0
-    # (cfg, instance or None): the device the command trains on; a one-line error when it names nothing to train
-    device: Callable[[Config, str | None], str]
-    device_setting: str  # the setting that device comes from, named in its errors ("pretrain.device")
+    # (cfg, instance or None): the device the command trains on and the setting that gave it, named in its
+    # errors ("bertwb.yaml line 9: finetune.device"); a one-line error when it names nothing to train
+    device: Callable[[Config, str | None], tuple[str, str]]
 
 
 @dataclass

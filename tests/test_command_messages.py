@@ -198,6 +198,9 @@ finetune:
     ("batch_tokens: 4", "", [], "bertwb.yaml line 4: finetune.batch_tokens 4 holds 0 of the longest examples"),
     ("device: gpu", "", ["run", "--only", "finetune/topic"],
      "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),
+    ("device: gpu", "", [], "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),  # as launched
+    ("device: cpu", "device: gpu", [], "bertwb.yaml line 9: finetune.tasks.topic.device 'gpu' is not a device"),
+    ("", "init_from: pretrain", [], "bertwb.yaml line 9: finetune.tasks.topic.init_from is pretrain, but pretrain"),
 ])
 def test_a_tasks_setting_is_blamed_where_it_was_given(tmp_path: Path, section: str, task: str, args: list[str],
                                                       line: str):
@@ -209,6 +212,14 @@ def test_a_tasks_setting_is_blamed_where_it_was_given(tmp_path: Path, section: s
     command = args if args[:1] == ["run"] else ["finetune", "topic", *args]
     assert_one_line_error(_invoke(project, command), line)
     assert not (project.workspace / "finetune" / "topic").exists()
+
+
+def test_an_inherited_init_from_is_blamed_on_the_finetune_section(tmp_path: Path):
+    (tmp_path / "train.csv").write_text("text,label\nthe ship,a\n")
+    project = Project(tmp_path)
+    project.write_config(PROVENANCE.replace("init_from: model", "init_from: pretrain").format(section="", task=""))
+    assert_one_line_error(_invoke(project, ["finetune", "topic"]),
+                          "bertwb.yaml line 3: finetune.init_from is pretrain, but pretrain has not run")
 
 
 # --- seeds: a number past what numpy, torch and DuckDB take was an internal error at the stage ---------------

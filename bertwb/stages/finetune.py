@@ -70,19 +70,21 @@ def follow(cfg: Config, plan: Any, dist: Any) -> None:
     train(cfg, plan, dist)
 
 
-def command_device(cfg: Config, task: str | None) -> str:
-    """The device ``bertwb finetune [TASK]`` trains on; one line naming the fix when it names no task there is."""
+def command_device(cfg: Config, task: str | None) -> tuple[str, str]:
+    """The device ``bertwb finetune [TASK]`` trains on and where it was set; one line naming the fix when it
+    names no task there is."""
     if task is not None:
-        return task_settings(cfg, task).device
+        return task_settings(cfg, task).device, str(cfg.origin(f"finetune.tasks.{task}.device"))
     if not cfg.finetune.tasks:
         raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
                           "(type, train, dev; see the README)")
-    return cfg.finetune.device
+    return cfg.finetune.device, str(cfg.origin("finetune.device"))
 
 
 def source_dir(cfg: Config, ws: Workspace, task: str) -> Path:
     """The model directory task ``task`` starts from (``init_from``: `bertwb.train.model_choice.start_dir`)."""
-    return model_choice.start_dir(cfg, ws, task_settings(cfg, task).init_from, f"finetune.tasks.{task}.init_from")
+    return model_choice.start_dir(cfg, ws, task_settings(cfg, task).init_from,
+                                  str(cfg.origin(f"finetune.tasks.{task}.init_from")))
 
 
 def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any]]:
@@ -131,5 +133,5 @@ STAGE = Stage(
     has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),
-    training=Training(follow=follow, device=command_device, device_setting="finetune.device"),
+    training=Training(follow=follow, device=command_device),
     help="Fine-tune a model for each task in finetune.tasks (classify, tag, qa); resumes after Ctrl-C.")

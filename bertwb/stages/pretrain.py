@@ -214,6 +214,6 @@ STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
     has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
-    training=Training(follow=follow, device=lambda cfg, _: cfg.pretrain.device, device_setting="pretrain.device"),
+    training=Training(follow=follow, device=lambda cfg, _: (cfg.pretrain.device, "pretrain.device")),
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")
