@@ -1,15 +1,10 @@
-"""Typed configuration: one dataclass per section of ``bertwb.yaml``, validated on load.
+"""Typed configuration: one dataclass per section of ``bertwb.yaml``, each field with a one-line doc.
 
-Every field carries a one-line doc, an optional range (``min``/``max``) and whether it changes a
-stage's outputs (``cache=False`` for how-to-compute knobs such as devices and thread counts, which
-stay out of the stage key). A section may hold *named sub-sections*: a field typed
-``dict[str, SomeSection]`` (``finetune.tasks.<name>``), each entry validated as a section of its own;
-with ``inherit=True`` an entry starts from its parent section's values for the fields they share, so
-settings common to pretrain and every fine-tuning task are declared once (`TrainingConfig`) and a
-task overrides only what differs. ``--set a.b.c=value`` reaches any depth.
-
-Reading the file and ``--set`` into these sections, and the errors that name the file and line of a
-bad value, is :mod:`bertwb.configfile` (`load_config`); this module declares what is valid.
+A field declares its range (``min``/``max``) and whether it changes a stage's outputs: ``cache=False`` keeps
+how-to-compute knobs (devices, threads, logging) out of every stage key. A ``dict[str, Section]`` field holds
+named sub-sections (``finetune.tasks.<name>``); with ``inherit=True`` each starts from its parent's values for
+the fields they share, so `TrainingConfig` is declared once for pretrain and every task. This module says
+what is valid; reading the file and ``--set`` into it is :mod:`bertwb.configfile`.
 """
 
 from __future__ import annotations

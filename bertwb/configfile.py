@@ -1,13 +1,10 @@
-"""Reading ``bertwb.yaml`` and ``--set`` into a validated `Config` (:mod:`bertwb.config`).
+"""Reading ``bertwb.yaml`` and ``--set`` into a validated `Config` (:mod:`bertwb.config` says what is valid).
 
-`load_config` parses the YAML (refusing a key given twice, which PyYAML would silently keep the last
-of), applies every ``--set a.b.c=value`` on top, and builds each section's dataclass field by field,
-named sub-sections (``finetune.tasks.<name>``, as its task type's class) included, each starting from
-its parent's values where the field says ``inherit``. It remembers the line of every key at every depth,
-so that an unknown key (with a "did you mean"), a wrong type, an out-of-range value, NaN or an infinity
-raises one ``BertwbError`` naming the file and line, or the ``--set`` that gave the value; and which
-values a sub-section inherited, so that an error at run time names the key that really gave one
-(`Config.origin`). What the sections are, their fields, docs and ranges, is :mod:`bertwb.config`.
+`load_config` parses the YAML (a key given twice is an error), applies every ``--set a.b.c=value`` and builds
+each section field by field, a named sub-section as its task type's class, from its parent where a field
+inherits. It keeps every key's line at every depth, so a bad key (with a "did you mean"), type, range, NaN
+or infinity is one `BertwbError` naming file and line or the ``--set``; and which values a sub-section
+inherited, so an error at run time blames the key that gave the value (`Config.origin`).
 """
 
 from __future__ import annotations

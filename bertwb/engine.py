@@ -1,19 +1,10 @@
-"""The stage engine: keys, freshness, running the pipeline and its status, for any stage (:mod:`bertwb.stage`);
-and `launch`, which runs a training stage on every torchrun process as its `Training` declares.
+"""The stage engine: keys, freshness, `run_pipeline` and `status` for any `bertwb.stage.Stage`, and `launch`.
 
-A stage is deps + params + outs. Its key hashes canonical JSON of its name and format version, the
-config fields it reads, the *identity* of what each upstream stage built (a digest of its files and
-checksums of its tables, recorded in its manifest when it committed) and a fingerprint of what it reads
-from outside the workspace's stages (ingest: its input files; pretrain and evaluate: the weights they
-start from or score). So a rebuild that changes an upstream's outputs makes everything below it stale,
-and one that rebuilds the same bytes does not. A stage is fresh when its manifest holds the current key
-and its outputs are the ones that manifest describes.
-
-A stage that runs builds and commits through :mod:`bertwb.commit`, which gives its tables, directory
-and manifest one build id. `check` compares the manifest's build id with the tables' labels and the
-directory's file (and the files' sizes, and that the database opens) on every `bertwb status`, so a
-stage that a crash left half old and half new is stale, never fresh; `run_pipeline` lets
-`commit.settle` finish or discard such a commit before any stage runs.
+A stage is fresh when its manifest holds its current key (:mod:`bertwb.keys`) and its tables, directory and
+manifest carry one build id (`check`, on every `bertwb status`), so a half-committed stage is stale, never
+fresh; `run_pipeline` lets `commit.settle` finish or discard such a commit before any stage runs, then builds
+and commits stale stages through :mod:`bertwb.commit`. `launch` runs a training stage on every torchrun
+process as its `Training` declares. README, "What makes a stage fresh" and "How a stage commits", says why.
 """
 
 from __future__ import annotations

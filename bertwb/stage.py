@@ -1,14 +1,9 @@
-"""The stage contract: everything the engine needs to know about a stage, in one object.
+"""The stage contract: everything the engine needs to know about a stage, in one `Stage` object.
 
-A stage module in :mod:`bertwb.stages` declares ``STAGE = Stage(...)`` beside its ``run`` function.
-The engine reads the declaration to key, check, run and commit the stage; it never looks inside the
-module. Stage modules import nothing heavy at module level (torch loads inside ``run``), so that
-``bertwb status`` can ask every stage whether it is fresh in a fraction of a second.
-
-A stage can be a *template* with one instance per name (``instances``): ``finetune`` runs once per
-task in ``finetune.tasks``, each instance keyed, cached and shown on its own as ``finetune/<task>``.
-A training stage declares its `Training`: how its command runs on every torchrun process, which the
-engine does (``engine.launch``), so no stage calls the engine.
+A module of :mod:`bertwb.stages` declares ``STAGE = Stage(...)`` beside its ``run``; the engine keys, checks,
+runs and commits the stage through it and never looks inside the module. Stage modules import nothing heavy
+at module level, so `bertwb status` stays quick. A template stage has one instance per name (``finetune/<task>``);
+a training stage declares its `Training`, which the engine launches, so no stage calls the engine.
 """
 
 from __future__ import annotations

@@ -215,18 +215,6 @@ def test_version():
 # --- the code: short module docstrings ------------------------------------------------------------------
 
 MAX_DOCSTRING_LINES = 8
-# Trimmed by the lead after the restructure merges (#27); remove a module here once its docstring is short.
-LONG_DOCSTRINGS_ALLOWED = {
-    "bertwb/__main__.py",  # none yet
-    "bertwb/config.py", "bertwb/configfile.py", "bertwb/engine.py", "bertwb/stage.py",
-    "bertwb/data/pairs.py", "bertwb/data/tokenizer.py",
-    "bertwb/model/hf.py", "bertwb/model/modeldir.py",
-    "bertwb/report/__init__.py", "bertwb/report/sources.py",
-    "bertwb/stages/evaluate.py", "bertwb/stages/finetune.py", "bertwb/stages/pretrain.py",
-    "bertwb/tasks/classify.py", "bertwb/tasks/finetuning.py", "bertwb/tasks/qa.py", "bertwb/tasks/squad_eval.py",
-    "bertwb/tasks/tag.py",
-    "bertwb/train/runs.py", "bertwb/train/trainer.py",
-}
 
 
 def _docstring_lines(path: Path) -> int:
@@ -242,9 +230,5 @@ def test_every_module_docstring_says_what_it_owns_in_at_most_8_lines():
     """What a module owns and its invariants fit in 8 lines; stories go to the README or commit messages."""
     lengths = {path.relative_to(REPO).as_posix(): _docstring_lines(path)
                for path in sorted((REPO / "bertwb").rglob("*.py"))}
-    wrong = {name: lines for name, lines in lengths.items()
-             if not 1 <= lines <= MAX_DOCSTRING_LINES and name not in LONG_DOCSTRINGS_ALLOWED}
+    wrong = {name: lines for name, lines in lengths.items() if not 1 <= lines <= MAX_DOCSTRING_LINES}
     assert not wrong, f"module docstrings missing (0) or over {MAX_DOCSTRING_LINES} lines: {wrong}"
-    stale = sorted(name for name in LONG_DOCSTRINGS_ALLOWED
-                   if name not in lengths or 1 <= lengths[name] <= MAX_DOCSTRING_LINES)
-    assert not stale, f"remove from LONG_DOCSTRINGS_ALLOWED, gone or trimmed: {stale}"

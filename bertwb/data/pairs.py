@@ -1,11 +1,10 @@
 """Pre-training pairs on disk: the format the pairs stage writes and everything else reads.
 
-The stage directory holds one folder per split of flat binary arrays (``ARRAYS``) plus ``meta.json``
-and the vocabulary's masking flags; :func:`load_pairs` maps them into memory (no copy, whatever the
-corpus size). With ``pretrain.phases`` it holds one such *pair set* per phase, in a folder named after
-the phase, and ``phases.json`` lists them in training order (:func:`pair_sets`). Training's view of a
-split is :mod:`bertwb.data.pair_batches`. Nothing here imports torch, so the pairs stage and
-``bertwb status`` stay light.
+One folder per split of flat binary arrays (``ARRAYS``) plus ``meta.json`` and the vocabulary's masking
+flags, which :func:`load_pairs` maps into memory (no copy, whatever the corpus size). With ``pretrain.phases``
+the stage directory holds one such *pair set* per phase, named after it, and ``phases.json`` lists them in
+training order (:func:`pair_sets`). Training's view of a split is :mod:`bertwb.data.pair_batches`. Nothing
+here imports torch, so the pairs stage and `bertwb status` stay light.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """BERT tokenizers: build one, load one from any file or folder, write the files transformers reads.
 
-A bertwb tokenizer is Hugging Face ``tokenizers`` set up as BERT's: the BERT normaliser (lowercase and
-accent stripping when uncased), the BERT pre-tokeniser, ``##`` continuation pieces, the special tokens
-``[PAD] [UNK] [CLS] [SEP] [MASK]`` kept whole in any text, and the ``[CLS] A [SEP] B [SEP]`` template
-with segment ids 0 and 1. The vocab stage, model directories, exports and imports all load and write
-tokenizers through the two functions here, so a folder any of them wrote loads in any other and in
-``transformers.BertTokenizerFast.from_pretrained``.
-
-**bertwb owns lengths.** A published model's ``tokenizer.json`` often pads and truncates every input
-to a fixed length (a sentence-transformers export: ``"padding": {"strategy": {"Fixed": 128}}``).
-`load_tokenizer` turns both off, so no caller can forget: stored tokens, pairs and fine-tuning features
-hold no ``[PAD]``, and every length is one bertwb's config sets (padding exists only inside a batch,
-with an attention mask). What the files said is kept for the record only (`declared_lengths`), and a
-``model_max_length`` there is a limit the config is checked against (`declared_max_length`).
+A bertwb tokenizer is Hugging Face ``tokenizers`` set up as BERT's (normaliser, pre-tokeniser, ``##`` pieces,
+special tokens kept whole, ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1); what vocab, model directories,
+export and import write loads in any of them and in ``BertTokenizerFast``. **bertwb owns lengths**:
+`load_tokenizer` turns a file's padding and truncation off, so tokens, pairs and features hold no ``[PAD]``;
+what the file said is only recorded (`declared_lengths`) or a limit to check the config against.
 """
 
 from __future__ import annotations

@@ -1,38 +1,10 @@
-"""Exact Hugging Face export and import.
+"""Exact Hugging Face export (``bertwb export --format hf``) and import (``bertwb import-hf``).
 
-**Export** (``bertwb export --format hf OUT``) writes what ``transformers`` reads with
-``BertForPreTraining.from_pretrained(OUT)`` — or, for a fine-tuned model, ``BertForSequenceClassification``,
-``BertForTokenClassification`` or ``BertForQuestionAnswering``, the class its ``config.json`` names in
-``architectures``, with the labels in ``id2label`` / ``label2id`` — and ``BertTokenizerFast.from_pretrained(OUT)``:
-``config.json``, ``model.safetensors`` under Hugging Face names (through ``bertwb.model.NAME_TABLE``;
-the tied decoder weight and bias are left out, as ``save_pretrained`` leaves them out),
-``vocab.txt``, ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``.
-
-**Import** (``bertwb import-hf DIR``) reads a Hugging Face BERT folder — ``BertModel``,
-``BertForPreTraining``, ``BertForMaskedLM``, or a fine-tuned ``BertForSequenceClassification``,
-``BertForTokenClassification`` or ``BertForQuestionAnswering`` (its head and labels kept), weights from
-``model.safetensors`` (or a sharded index) or, only through ``torch.load(weights_only=True)``,
-``pytorch_model.bin`` — with the sizes its ``config.json`` gives, and writes a bertwb model directory:
-weights under bertwb names, the config, the tokenizer, and ``import.json`` saying which kind of model
-it is and which heads the source lacked and were initialised. A fine-tuned model keeps no MLM and NSP
-heads: ``evaluate``, ``fill-mask`` and ``nsp`` refuse it with a one-line error (untrained heads would
-print confident nonsense), while ``model.init_from`` pre-trains from its encoder, leaving its task head
-out and initialising the pre-training heads, as for a ``BertModel``.
-
-**Lengths stay bertwb's.** The source tokenizer's own padding and truncation (a sentence-transformers
-export pads and cuts every input to 128) are recorded in ``import.json`` (``source_tokenizer``), never
-applied: the imported ``tokenizer.json`` has neither, and its ``tokenizer_config.json`` keeps the
-source's ``model_max_length`` where that is below the positions, the limit configs are checked against.
-
-Every file is a function of the model and tokenizer only (no dates, no paths), so export → import →
-export writes identical bytes. Output folders are built under a temporary name and renamed.
-
-**What ``--force`` may replace.** Both write a marker file, ``.bertwb-export``, into their folder;
-``--force`` replaces only a folder holding it, or an empty one. Whatever the flag, an output folder may
-not be the workspace nor inside it, the config's folder, the current directory, the model being read,
-any path the config names (inputs, data files, ``vocab.from_file``, ...), nor an ancestor of any of
-them (`bertwb.outputs`, the guard every command that writes a user-named path shares): each is refused
-with one line.
+Export writes what ``transformers`` loads as the class its ``config.json`` names, labels in ``id2label``:
+weights under Hugging Face names (`bertwb.model.hf_names`, the tied decoder left out as ``save_pretrained``
+does) and the tokenizer files. Import writes a bertwb model directory and ``import.json`` (kind, heads
+initialised, the source tokenizer's lengths, never applied). Export → import → export writes identical bytes;
+``--force`` replaces only a folder holding ``.bertwb-export`` (README, "Checkpoints, Hugging Face ...").
 """
 
 from __future__ import annotations

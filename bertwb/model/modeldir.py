@@ -1,25 +1,10 @@
 """Model directories: find one, read its weights in bertwb or Hugging Face layout, write one.
 
-A *model directory* is any folder with BERT weights and the architecture beside them:
-
-- a pretrain checkpoint (``.bertwb/pretrain-runs/<key>/checkpoints/step-N``: ``model.safetensors`` in
-  bertwb names, the architecture in ``state.json``);
-- the pretrain stage output (``.bertwb/pretrain``), an ``import-hf`` result: bertwb names plus a
-  Hugging Face ``config.json``;
-- a Hugging Face checkpoint or a ``bertwb export``: HF names, ``config.json``, weights in
-  ``model.safetensors`` (or sharded with ``model.safetensors.index.json``) or, only through
-  ``torch.load(weights_only=True)``, ``pytorch_model.bin``.
-
-The layout of the weights is told from their names, so every command that takes a checkpoint takes
-all of them. Its tokenizer is the directory's own ``tokenizer.json`` / ``vocab.txt`` when it has one,
-else a folder the caller passes (the workspace's vocab stage: `bertwb.train.model_choice.tokenizer_dir`).
-
-A directory holds one of four *kinds* of model (``bertwb.model.MODEL_KINDS``): a pre-training BERT
-(MLM + NSP heads) or a fine-tuned sequence classifier, token classifier or question-answering model.
-The kind is told from ``config.json``'s ``architectures`` when it names a Hugging Face BERT class, else
-from the weight names (see ``bertwb.model.kind_of``); bertwb-named weights are always told by their
-names, and a ``config.json`` beside them that names another class is an error. A classifier's label
-names come from ``config.json``'s ``id2label`` (or ``label_names`` in a checkpoint's ``state.json``).
+A model directory is BERT weights with the architecture beside them: a pretrain checkpoint (bertwb names,
+``state.json``), the pretrain output or an ``import-hf`` result (bertwb names, a Hugging Face ``config.json``),
+or a Hugging Face folder or export (HF names). The weight names tell the layout, and
+`bertwb.model.hf_names.kind_of` which of `bertwb.model.heads.MODEL_KINDS` it holds. Its tokenizer is its own,
+else the folder the caller passes (`bertwb.train.model_choice.tokenizer_dir`). README, "Checkpoints, ...".
 """
 
 from __future__ import annotations
@@ -56,7 +41,7 @@ class ModelDir:
     config: BertConfig
     tokenizer_dir: Path | None  # None: the workspace's vocab stage
     step: int | None = None  # pretrain step, for checkpoints and the stage output
-    kind: str = "pretraining"  # which model the weights are: a key of bertwb.model.MODEL_KINDS
+    kind: str = "pretraining"  # which model the weights are: a key of bertwb.model.heads.MODEL_KINDS
     label_names: list[str] | None = None  # a classifier's labels, by id; None for other kinds
 
     @property

@@ -1,23 +1,10 @@
 """``bertwb report``: PNG figures of a workspace and one self-contained HTML page, during training or after.
 
-**What is drawn** (only what exists; a stage that has not run is listed as "not run yet"):
-
-* Data: the pairs by length and the masked positions by kind, per split (pairs stage), and the
-  vocabulary's fertility, WordPieces per word over a sample of sentences (vocab stage);
-* Pre-training: loss (MLM + NSP, and each), MLM and NSP accuracy, learning rate and tokens/s over
-  steps, with the validation points (the pretrain run's ``metrics.jsonl``);
-* Evaluation: evaluate's accuracies, overall and by what the input held at the masked position;
-* Fine-tuning: each task's loss and dev metrics over steps, and a classifier's dev confusion matrix.
-
-**Where.** ``<workspace>/report/index.html`` and ``report/figures/*.png`` (``--output DIR`` for another
-folder, which `bertwb.outputs` keeps out of the workspace and the config's data). Each run builds the
-whole folder anew and swaps it in; it replaces only a report's own earlier output (:mod:`.folder`).
-
-**While training runs.** The report takes no lock and writes nothing in the workspace's stages: it
-reads the metrics files the trainer appends to, and the database read-only (:mod:`.sources`), so
-``bertwb report`` in a second terminal shows a run as far as it got. The headline numbers come from
-the manifests and metrics files, and the stages' states are `bertwb status`'s (:func:`bertwb.engine.status`,
-which treats a busy database as unreadable rather than failing).
+Draws only what exists (the pairs, vocabulary fertility, pre-training curves, evaluate's accuracies, each
+task's curves and confusion matrix) into ``<workspace>/report/`` or ``--output``, a folder built anew and
+swapped in (:mod:`.folder`). It takes no lock and writes nothing in the stages: it reads the metrics files
+and the database read-only (:mod:`.sources`) and the stages' states as `bertwb.engine.status` gives them,
+so a run in progress shows as far as it got. README, "Reports and TensorBoard", lists the figures.
 """
 
 from __future__ import annotations

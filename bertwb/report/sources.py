@@ -1,16 +1,10 @@
 """What the report reads from a workspace: only files and a read-only database connection, never the lock.
 
-Training curves come from a run's ``metrics.jsonl``, which the trainer appends one whole line to at
-every log: a reader racing it sees at most a torn last line, so a run that is still going is read as
-far as it got. A line that does not read (torn, or damaged) is skipped and its number kept, for the
-report to say so. The run shown for a stage is the one the current config trains in
-(`bertwb.keys.current_run_dir`), else the newest run directory that has metrics, else the
-stage's own copy of them. The files are read by :mod:`bertwb.artifacts`.
-
-The pairs histograms come from the pairs stage's arrays (what training reads; the same numbers as the
-``pairs_length_hist`` and ``pairs_mask_kinds`` views), so they draw while another bertwb process holds
-the database. Fertility needs the ``tokens`` table: a read-only connection opened and closed at once;
-when a writer holds the database it raises `BertwbError` and the report says why that figure is missing.
+A stage's curves come from the ``metrics.jsonl`` of the run its current config trains (`bertwb.keys`), else
+its newest run with metrics, else the stage's own copy; a torn or damaged line is skipped and counted, for
+the report to say so. The pairs histograms read the pairs arrays, so they draw while another process holds
+the database; fertility opens the ``tokens`` table read-only and briefly, and a busy database raises
+`BertwbError`, which the report turns into a note. Files are read through :mod:`bertwb.artifacts`.
 """
 
 from __future__ import annotations

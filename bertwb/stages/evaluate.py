@@ -1,18 +1,10 @@
 """evaluate: masked-LM and next-sentence accuracy of one checkpoint on the held-out (valid) pairs.
 
-The valid pairs carry fixed masks (static masking), so numbers compare across runs and checkpoints.
-With ``pairs.masking: dynamic`` the valid split is masked once here, with the same function the
-pairs stage and the loader use and a generator seeded by ``pairs.seed``: fixed as well.
-
-Reported: MLM accuracy, loss and perplexity (exp of the mean loss over masked tokens), NSP accuracy
-and loss, counts, and MLM accuracy by what the input held at the target position: ``[MASK]``, a
-random token, or the original token kept.
-
-The stage's key holds ``evaluate.checkpoint`` and the identity (path, size, mtime) of the weights it
-resolves to (`evaluated_weights`), so ``latest`` re-evaluates after more training and any directory —
-a mid-run checkpoint, an export, an imported or published model — can be evaluated against the same
-pairs. It depends on pairs, not on pretrain: any checkpoint can be evaluated, whatever trained it.
-The computation is :func:`bertwb.tasks.pretraining.evaluate_pairs`.
+The valid pairs keep fixed masks (with ``pairs.masking: dynamic``, masked once by a generator seeded with
+``pairs.seed``), so numbers compare across runs and checkpoints. It depends on pairs, not on pretrain:
+``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks is part of the
+key (`evaluated_weights`), so ``latest`` is evaluated again after more training. The computation is
+:func:`bertwb.tasks.pretraining.evaluate_pairs`; this module writes ``metrics.json`` and prints the table.
 """
 
 from __future__ import annotations

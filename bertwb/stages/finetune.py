@@ -1,20 +1,10 @@
-"""finetune: one cached stage per task in ``finetune.tasks`` — a fine-tuned model, its dev metrics, predictions.
+"""finetune: one cached stage per task of ``finetune.tasks``, ``finetune/<task>``: a fine-tuned model, its metrics.
 
-Each task is an instance of this stage, ``finetune/<task>``, keyed by its settings (the finetune
-section's, with the task's overrides), the identity of its data files, of the weights it starts from
-and of their tokenizer: changing one task's lr reruns that task only, and a rebuilt pre-trained model
-reruns every task that starts from it. ``init_from: pretrain`` starts from this workspace's pre-trained
-model (``.bertwb/pretrain``, with the vocab stage's tokenizer); a path starts from any model directory
-— a checkpoint, an export, an ``import-hf`` result, or a Hugging Face BERT folder with its own
-tokenizer — so a published BERT is fine-tuned without pre-training anything.
-
-The training is :func:`bertwb.tasks.finetune.training.train` on the one trainer: resumable after Ctrl-C
-(runs in ``.bertwb/finetune-runs/<task>/<key[:16]>/``), under torchrun as pretrain is, evaluated on dev
-every epoch (or ``eval_every`` steps) with the best weights kept. The stage directory
-``.bertwb/finetune/<task>/`` is a complete model directory: weights, ``config.json`` with the labels,
-the tokenizer, ``task.json`` (how inputs become features, for ``bertwb predict``), ``metrics.json``
-(dev and test metrics), ``metrics.jsonl`` and ``training.json``. Every stage's summary numbers are also
-rows of the ``stage_metrics`` table; the view ``finetune_metrics`` shows the tasks' ones.
+Each instance is keyed by the task's settings (the finetune section's, with the task's overrides) and the
+identity of its data files, of the weights it starts from and of their tokenizer (`fingerprint`), so a change
+to one task reruns that task only. ``init_from`` is ``pretrain`` or any model directory (`source_dir`). The
+training is :func:`bertwb.tasks.finetune.training.train` on the one trainer, under torchrun as pretrain is;
+the stage directory is a complete model directory (README, "Fine-tuning tasks").
 """
 
 from __future__ import annotations

@@ -1,49 +1,10 @@
 """pretrain: train BERT (MLM + NSP) on the pairs; resumable, checkpointed, one process or many (DDP).
 
-The training itself is :func:`bertwb.tasks.pretraining.train` on the one trainer
-(:mod:`bertwb.train.trainer`); this module is the stage around it: its key, where its run lives,
-what makes it stale, and how ``bertwb pretrain`` runs under torchrun.
-
-**Where things live.**::
-
-    .bertwb/pretrain-runs/<key[:16]>/   one run per stage key, kept across interruptions
-        checkpoints/step-00000100/      model.safetensors, trainer.pt, state.json (bertwb.train.checkpoint)
-        metrics.jsonl                   one line per logging step, with validation when it ran
-    .bertwb/pretrain/                   the stage output, swapped in by the engine on success:
-        model.safetensors, config.json  (Hugging Face config), metrics.jsonl, training.json
-        vocab.txt, tokenizer.json, ...  the vocabulary it was trained with, so an export or fill-mask of
-                                        this output never pairs it with a vocabulary rebuilt since
-
-The engine swaps the stage directory in only on success, so checkpoints cannot live there; the run
-directory is keyed like the stage, so a changed model or pretrain setting starts a new run while an
-interrupted one is found again.
-
-**Resume and continuation.** ``pretrain.steps`` and ``pretrain.epochs`` are not in the stage key; the
-manifest's summary records ``steps_done`` and `steps_behind` says whether that is fewer than now
-asked. So after Ctrl-C/SIGTERM (a checkpoint is written at the end of the current step, exit code
-130) or a crash, ``bertwb pretrain`` resumes from the newest readable checkpoint, and raising
-``pretrain.steps`` after a finished run continues it. Lowering it leaves the stage fresh; changing
-anything else in ``model``/``pretrain`` (or upstream) changes the key and starts a new run.
-``bertwb pretrain --force`` deletes the run's checkpoints and trains from step 0 (the stage output
-of the previous run stays until the new one replaces it).
-
-**Starting from another model.** ``model.init_from: DIR`` loads a model directory instead of a fresh
-init; its vocabulary must be the workspace's (``vocab.from_file`` pointing at its tokenizer), and the
-identity of its weights is part of the stage key (`init_from_weights`).
-
-**Phases.** With ``pretrain.phases`` the run trains each phase in order on its own pair set
-(:mod:`bertwb.stages.pairs`) with its own settings and schedule, from the previous phase's final
-weights (a new optimizer: its state is not carried over), as BERT did at 128 then 512 tokens. Each
-phase has its own folder in the run (checkpoints, metrics, ``model/`` when finished), so an interrupted
-phase resumes; a finished one that has all its steps is not trained again. When a phase trains on
-(its ``steps`` raised), every later phase starts over from its new weights: each phase records the
-identity of the weights it started from (``started_from.json``). The stage output is the last phase's
-model; its ``metrics.jsonl`` holds every phase's lines (`bertwb.train.runs.run_metrics`) and
-``training.json`` each phase's summary.
-
-**Several processes.** ``torchrun --nproc-per-node N -m bertwb pretrain`` (`bertwb.engine.launch`):
-rank 0 runs the engine and sends every rank the run's plan; each rank trains it (`follow` on the others),
-reading its own share of every global batch; rank 0 logs and checkpoints.
+The stage around :func:`bertwb.tasks.pretraining.train`: its run (``pretrain-runs/<key[:16]>/``, found again
+after an interruption: the stage directory is swapped in only on success), what leaves a matching key stale
+(`steps_behind`), the weights in its key (`init_from_weights`), the plan sent to every torchrun rank (`follow`),
+and ``pretrain.phases``, each phase in its own folder from the previous one's weights (``started_from.json``).
+README: "Resuming and continuing training", "Pre-training in phases".
 """
 
 from __future__ import annotations

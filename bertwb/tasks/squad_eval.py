@@ -1,30 +1,10 @@
 """SQuAD exact match and F1 as the official evaluation scripts of v1.1 and v2.0 define them, per version.
 
-Written here from the scripts' published definitions, not copied. Both normalise an answer the same
-way (lowercase; drop ``string.punctuation``; drop the whole words a/an/the; collapse whitespace) and
-score a question by its best match among its gold answers. They differ in three places, and each
-version is scored as its own script does:
-
-* **gold answers**: v2.0 drops those whose text normalises to nothing (an answer such as "the") and
-  uses ``[""]`` only when none remain, so an empty prediction scores only where no real answer is left;
-  v1.1 keeps every gold answer;
-* **F1 with an empty side**: v2.0 scores 1 when both token lists are empty and 0 when one is; v1.1 has
-  no such case: no common tokens, F1 0, even when both are empty;
-* **keys**: v1.1 reports ``exact_match`` and ``f1``; v2.0 ``exact``, ``f1``, ``total`` and the
-  ``HasAns_*``/``NoAns_*`` breakdown (a question "has an answer" when its answers list is non-empty,
-  before normalisation, as the script counts it), and, given no-answer scores, the best threshold:
-  ``best_exact``, ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``. All scores are percent.
-
-**Missing predictions count 0, over the full question count**, in both versions. The v1.1 script does
-the same. The v2.0 script skips them and averages over the answered questions only (its HasAns/NoAns
-breakdown then fails), so it really requires a prediction for every question; scoring a missing one 0
-is the choice that never raises a score by leaving hard questions out. In the threshold search a
-missing question scores 0 at every threshold. A v1.1 question without gold answers (which its script
-cannot score) scores 0.
-
-Questions are keyed by any hashable id: ``golds`` maps it to the list of gold answer texts (empty for an
-unanswerable question), ``predictions`` to the predicted text, ``no_answer_scores`` to the score that
-says "no answer" (higher is surer), as the v2.0 script's ``na_prob`` file does.
+Written from the scripts' published definitions, not copied. Both normalise answers alike and take a
+question's best gold match; gold filtering, F1 with an empty side and the keys are each version's own
+(README, "Fine-tuning tasks"). A missing prediction scores 0 over the full question count in both (the v2.0
+script would average over the answered only), and 0 at every threshold. Questions are keyed by any hashable
+id; a higher no-answer score is surer, as in the v2.0 script's ``na_prob`` file.
 """
 
 from __future__ import annotations

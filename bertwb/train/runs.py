@@ -1,11 +1,10 @@
 """Where training runs live and what is inside one, found without importing torch (`bertwb status` stays quick).
 
-A training stage's run is ``.bertwb/<stage>-runs/<key[:16]>/`` (``finetune-runs/<task>/<key[:16]>/``
-for a task), keyed like the stage, so a changed setting starts a new run while an interrupted one is
-found again; its checkpoints are ``checkpoints/step-NNNNNNNN/`` (see :mod:`bertwb.train.checkpoint`).
-A phased pre-training (``pretrain.phases``) keeps one such folder per phase inside its run, named after
-the phase, and ``phases.json`` lists them in order; each phase counts its own steps. Which run or model
-directory a command uses is :mod:`bertwb.train.model_choice`'s to say; the files are read by :mod:`bertwb.artifacts`.
+A training stage's run is ``.bertwb/<stage>-runs/<key[:16]>/`` (``finetune-runs/<task>/<key[:16]>/`` for a
+task), keyed like the stage, so a changed setting starts a new run while an interrupted one is found again;
+its checkpoints are ``checkpoints/step-NNNNNNNN/`` (:mod:`bertwb.train.checkpoint`). A phased pre-training
+keeps one such folder per phase in its run, listed in order by ``phases.json``; each phase counts its own
+steps. Which run a command uses is :mod:`bertwb.train.model_choice`'s to say; :mod:`bertwb.artifacts` reads files.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """The one trainer of every training stage: the step loop and everything around it, for any objective.
 
-**A step.** Each process collates its micro-batches of the global batch, the processes agree on the
-step's normalising counts and on whether anyone asked to stop (one small collective between the
-hosts), then every micro-batch runs forward under the precision's autocast and backward; gradients
-of all but the last micro-batch stay local (``no_sync``). The global gradient norm is clipped, the
-learning rate set from the schedule (linear warm-up, linear decay) and the optimizer steps. What the
-loss means is the objective's (:mod:`bertwb.train.objective`); the trainer only sums its statistics.
-
-**Around it.** A metric window summed over ``log_every`` steps and reduced over processes becomes a
-line of ``metrics.jsonl`` and of the progress view (rank 0), and TensorBoard scalars when the
-``tensorboard`` extra is installed (:mod:`bertwb.train.tensorboard`). Validation runs every
-``eval_every`` steps (0: at the end of every epoch) and at the end; with ``keep_best`` the weights of the best
-validation so far are kept in ``<run>/best/``, and with ``patience`` training stops after that many
-validations without improvement. Checkpoints (:mod:`bertwb.train.checkpoint`) are written every
-``checkpoint_every`` steps, at the end, and on Ctrl-C/SIGTERM, which then raises KeyboardInterrupt.
-
-**Resume.** `fit` starts from the newest readable checkpoint of the run directory at or below the
-requested step, restoring model, optimizer, schedule, metric window, best-so-far and every rank's RNG
-states, and never re-reads data it has seen: the data position is the step number. With the same
-settings a resumed run ends with bit-identical parameters on CPU. Asking for more steps after a
-finished run continues it; the linear decay is re-planned over the new total.
-
-**Devices.** The model trains as its owner built it, with `bertwb.fast`'s pieces or without
-(``objective.fast`` says which). On CPU glibc keeps freed memory for the next step
-(:mod:`bertwb.memory`); on CUDA matmuls may use TF32 and batches go over from pinned memory.
-``precision`` picks fp32 or bf16 autocast (bf16 by default on CUDA), ``compile`` wraps the model in
-``torch.compile``, and under torchrun in DDP.
+A step: the processes agree on the normalising counts and a stop request (one small collective), every
+micro-batch runs forward under autocast and backward (``no_sync`` but the last), then clipping, the schedule
+(linear warm-up and decay) and the optimizer; the loss is the objective's (:mod:`bertwb.train.objective`).
+Around it: logging, validation, best weights, early stopping, checkpoints, SIGINT/SIGTERM. `fit` resumes to
+bit-identical weights on CPU, never re-reading seen data; the model trains as its owner built it.
 """
 
 from __future__ import annotations

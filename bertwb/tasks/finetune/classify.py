@@ -1,13 +1,10 @@
 """classify: one text or a text pair -> a label (sentiment, topic, entailment), or a number (regression).
 
-Examples come from CSV, TSV, JSONL or Parquet (`text_column`, optional `text_pair_column`,
-`label_column`). A pair is encoded as BERT's ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1, the
-longer side cut first when the pair is too long. The labels are those of the train file, sorted (as
-numbers when every label is a whole number), so the order is the same on every run; they go into the
-checkpoint and the export as ``id2label``/``label2id``. The model classifies the pooled [CLS] vector
-(`bertwb.model.heads.BertForSequenceClassification`); with ``regression`` it has one output trained
-with mean squared error. Metrics: accuracy, macro-F1 and the confusion matrix; Pearson, Spearman and
-MSE for regression.
+Reads CSV, TSV, JSONL or Parquet (``text_column``, optional ``text_pair_column``, ``label_column``); a pair is
+``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1, the longer side cut first. The labels are the train
+file's, sorted (as numbers when all are whole numbers), so their ids are the same on every run; they travel
+as ``id2label``/``label2id``. The model classifies the pooled [CLS] vector (cross-entropy, or mean squared
+error with ``regression``). Metrics: accuracy, macro-F1, the confusion matrix; Pearson, Spearman, MSE.
 """
 
 from __future__ import annotations

@@ -1,34 +1,10 @@
 """qa: a question and a passage -> the answer's span in the passage (SQuAD v1.1 and v2.0).
 
-**Windows.** A question (cut to ``max_query_length`` tokens) and a window of its context make one
-feature, ``[CLS] question [SEP] window [SEP]``. A context longer than one window gets several, each
-starting ``doc_stride`` tokens after the last, as in the original BERT ``run_squad.py``, so every
-token is in at least one window and most see context on both sides.
-
-**Answers outside a window map to the [CLS] position** (start = end = 0), as the original and Hugging
-Face's examples do, rather than -100. A -100 would drop such windows from the loss; with [CLS] every
-window still teaches something — "the answer is not here" — which is what SQuAD v2.0's unanswerable
-questions need and what lets predictions compare windows: a window whose [CLS] wins says it holds
-no answer.
-
-**Predictions.** In each window the ``n_best`` most likely starts and ends inside the context give the
-candidate spans (end not before start, at most ``max_answer_length`` tokens); a span's score is
-P(start) × P(end), each a softmax over the window's context tokens and its [CLS] — the scores of
-different windows are then comparable probabilities, as in ``transformers``' question-answering
-pipeline. The best span is mapped back through the tokenizer's character offsets to the original
-text. With SQuAD v2.0 data (any train question marked ``is_impossible``) every prediction carries its
-``no_answer_score``: the lowest no-answer probability of the question's windows, P([CLS] start) ×
-P([CLS] end), minus the best span's probability (from -1 to 1, rounded to 6 places), and
-``best_span``, the span it would answer; the answer is empty when ``no_answer_score`` is above
-``null_threshold``.
-
-**Metrics** are the official script's of the dev (or test) file's SQuAD version
-(:mod:`bertwb.tasks.squad_eval`): v2.0 when the file says so in its ``version`` field or has a question
-marked ``is_impossible`` (v1.1's script cannot score one), v1.1 when it says 1.1, else the version
-of the training data. For v2.0 with no-answer scores, ``best_f1_thresh`` (and ``best_exact_thresh``)
-is the v2.0 script's best threshold over the ``no_answer_score`` of every question, searched with the
-``best_span`` answers, so it is in ``null_threshold``'s units and exact for any value: set
-``null_threshold`` to it to get ``best_f1``.
+A feature is ``[CLS] question [SEP] window [SEP]``: the question cut to ``max_query_length`` tokens, a long
+context in windows every ``doc_stride`` tokens. An answer outside a window maps to [CLS] (start = end = 0), so
+every window teaches "not here" and windows compare when predicting. A span scores P(start) × P(end), each a
+softmax over the window's context and [CLS]; v2.0 predictions carry ``no_answer_score`` and ``best_span``.
+Metrics: the official script's of the file's version (`scoring_version`); README, "Fine-tuning tasks".
 """
 
 from __future__ import annotations
@@ -167,7 +143,7 @@ class QATask:
 
     def score(self, examples: list[Question], predictions: list[dict[str, Any]],
               label_names: list[str] | None) -> dict[str, Any]:
-        """The official metrics of the examples' SQuAD version (see the module docstring), and that version.
+        """The official metrics of the examples' SQuAD version (`scoring_version` says which), and that version.
 
         Questions are keyed by position, so a file with a repeated id still scores every question once.
         """

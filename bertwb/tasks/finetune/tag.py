@@ -1,12 +1,10 @@
 """tag: words -> BIO tags (named entities), from CoNLL files.
 
-A CoNLL file has one word per line in whitespace-separated columns (the word in ``token_column``, its
-tag in ``tag_column``), a blank line between sentences; ``-DOCSTART-`` lines are skipped. Tags are BIO
-(IOB2): ``O``, ``B-TYPE`` starting an entity, ``I-TYPE`` continuing it. Words are split into WordPieces;
-a word's tag goes to its first piece and its other pieces get -100, so the loss and the predictions
-are one per word, as in the BERT paper's NER setup. Predictions come back at the word level (the first
-piece's tag; a word cut off by ``max_seq_length`` is ``O``), with the entities they spell. Metrics:
-entity-level precision, recall and F1 (seqeval) and the token accuracy.
+A CoNLL file has one word per line in whitespace-separated columns (``token_column``, ``tag_column``), a
+blank line between sentences, ``-DOCSTART-`` lines skipped; tags are BIO (IOB2). A word's tag goes to its
+first WordPiece and its other pieces get -100, so the loss and the predictions are one per word, as in the
+BERT paper's NER setup; a word cut off by ``max_seq_length`` is predicted ``O``. Metrics: entity-level
+precision, recall and F1 (seqeval) and the token accuracy.
 """
 
 from __future__ import annotations
