@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertwb.textinput import text_lines
+
 METRICS_FILE = "metrics.jsonl"  # the trainer's log: one JSON object per logging step, appended
 RESULTS_FILE = "metrics.json"  # a stage's final numbers: evaluate's, a fine-tuned task's dev and test
 PHASES_FILE = "phases.json"  # a phased run's (or pairs output's) folders, in order: {"phases": [...]}
@@ -86,7 +88,7 @@ def read_metrics_log(path: Path) -> MetricsLog:
     """The JSON lines of a metrics file, sorted by step; a line that is not a JSON object with an integer
     ``step`` (a torn last line of a run killed mid-write, or damage) is skipped and its number kept."""
     log = MetricsLog(path)
-    texts = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    texts = text_lines(path.read_text(encoding="utf-8", errors="replace")) if path.is_file() else []
     for number, text in enumerate(texts, 1):
         try:
             line = json.loads(text)

@@ -10,10 +10,13 @@ line naming where they are, never a tokenizer's type error.
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from bertwb.errors import BertwbError
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def input_lines(texts: tuple[str, ...], text_file: str | None, stdin: TextIO) -> list[str]:
@@ -41,17 +44,19 @@ def stdin_lines(stdin: TextIO) -> list[tuple[int, str]]:
 
 
 def numbered_lines(text: str) -> list[tuple[int, str]]:
-    """The non-blank lines of ``text``, stripped, each with its 1-based line number.
+    """The non-blank lines of ``text`` (`text_lines`), stripped, each with its 1-based line number."""
+    return [(number, line.strip()) for number, line in enumerate(text_lines(text), 1) if line.strip()]
 
-    The lines are the pieces ``str.splitlines`` cuts, as inputs always were; only ``\\n``, ``\\r\\n`` and
-    ``\\r`` advance the number, so a form feed or U+2028 inside a line moves no later line's number.
-    """
-    numbered, number = [], 1
-    for piece in text.splitlines(keepends=True):
-        if piece.strip():
-            numbered.append((number, piece.strip()))
-        number += piece.endswith(("\n", "\r"))
-    return numbered
+
+def text_lines(text: str) -> list[str]:
+    """``text`` cut at ``\\n``, ``\\r\\n`` and ``\\r`` only, like ``str.splitlines`` otherwise (no empty last
+    piece after a final newline). ``splitlines`` also cuts at form feeds, U+0085, U+2028 and U+2029, which a
+    JSON string may hold unescaped and a published vocab.txt may hold as tokens: a line is what a file's
+    reader (and the tokenizers library) calls one."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def decode_utf8(data: bytes, where: str, fix: str) -> str:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from bertwb.cli import cli
 from bertwb.errors import BertwbError
 from bertwb.tasks.readers import read_text
-from bertwb.textinput import decode_utf8, numbered_lines
+from bertwb.textinput import decode_utf8, numbered_lines, text_lines
 from conftest import Project, assert_one_line_error, tiny_model_dir
 
 BLANKS = "\n\r\n  \t\n"  # three blank lines, one ended by \r\n and one of whitespace
@@ -100,19 +100,42 @@ def test_a_question_without_an_id_is_known_by_its_line_in_stdin(tasks: Project):
 
 
 def test_lines_are_numbered_by_the_line_ends_a_user_sees():
-    """\\n, \\r\\n and \\r end a line; a form feed or U+2028 cuts an input (as it always did) but not a line."""
+    """\\n, \\r\\n and \\r end a line; a form feed or U+2028 is a character of its line, as JSON and the
+    tokenizers library read it (``str.splitlines`` cut there, and broke valid JSON lines in two)."""
     text = "a\n\n  \r\nb\rc\x0cd\u2028e\n\nf"
-    assert numbered_lines(text) == [(1, "a"), (4, "b"), (5, "c"), (5, "d"), (5, "e"), (7, "f")]
+    assert numbered_lines(text) == [(1, "a"), (4, "b"), (5, "c\x0cd\u2028e"), (7, "f")]
 
 
 @settings(deadline=None, derandomize=True, database=None, max_examples=200)
 @given(st.text(alphabet="ab \t\n\r\x0b\x0c\x1c\x85\u2028\u2029"))
-def test_numbering_keeps_the_inputs_and_counts_only_real_line_ends(text: str):
-    numbered = numbered_lines(text)
-    assert [line for _, line in numbered] == [line.strip() for line in text.splitlines() if line.strip()]
-    real_lines = re.split(r"\r\n|\r|\n", text)  # the oracle: cut at line ends first, then at the other breaks
-    assert numbered == [(number, piece.strip()) for number, line in enumerate(real_lines, 1)
-                        for piece in line.splitlines() if piece.strip()]
+def test_lines_end_only_at_line_ends_and_are_numbered_by_them(text: str):
+    real_lines = re.split(r"\r\n|\r|\n", text)  # the oracle
+    assert text_lines(text) == (real_lines[:-1] if real_lines[-1] == "" else real_lines)
+    assert numbered_lines(text) == [(n, line.strip()) for n, line in enumerate(real_lines, 1) if line.strip()]
+    if not any(c in text for c in "\x0b\x0c\x1c\x85\u2028\u2029"):
+        assert text_lines(text) == text.splitlines()  # the same as before wherever splitlines was right
+
+
+def test_a_jsonl_line_holding_u2028_is_one_record_and_trains(tmp_path: Path):
+    """json.dumps(..., ensure_ascii=False) leaves U+2028 and U+0085 unescaped inside strings."""
+    tiny_model_dir(tmp_path / "model")
+    rows = [{"text": f"the ship\u2028sailed {i}\x85 far", "label": "ab"[i % 2]} for i in range(8)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                          encoding="utf-8")
+    project = Project(tmp_path)
+    project.write_config(yaml.safe_dump({"finetune": {"steps": 2, "batch_size": 2, "max_seq_length": 32,
+        "init_from": "model", "tasks": {"topic": {"type": "classify", "train": "train.jsonl"}}}}))
+    result = CliRunner().invoke(cli, ["finetune", "topic", "--config", str(project.config), "-q"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((project.workspace / "finetune" / "topic" / "training.json").read_text())["train_examples"] == 8
+
+
+def test_a_question_holding_u2028_on_stdin_is_one_line(tasks: Project):
+    line = json.dumps({"question": "When did the ship sail?", "context": "The ship\u2028sailed at dawn."},
+                      ensure_ascii=False)
+    result = _predict(tasks, "squad", f"{line}\n".encode())
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 1 and json.loads(result.stdout)["id"] == "1"
 
 
 def test_a_byte_order_mark_moves_neither_the_bad_byte_nor_its_line():

@@ -25,6 +25,7 @@ from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig
 from bertwb.model.heads import CLASSIFIER_KINDS, MODEL_KINDS, AnyBert, new_model
+from bertwb.textinput import text_lines
 from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, from_hf_state_dict, hf_config_of, hf_name,
                                    kind_of, label_names_from_hf_dict, shape_mismatch)
 
@@ -341,12 +342,12 @@ def check_length(model_dir: ModelDir, length: int, setting: str) -> None:
 
 def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:
     """The model must speak the workspace's vocabulary (``vocab_dir``: its vocab stage; pairs are its ids)."""
-    ours = (vocab_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    ours = text_lines((vocab_dir / "vocab.txt").read_text(encoding="utf-8"))
     if model_dir.config.vocab_size != len(ours):
         raise BertwbError(f"{model_dir.path}: the model has {model_dir.config.vocab_size:,} tokens, the workspace "
                           f"vocabulary {len(ours):,}; set vocab.from_file to the model's vocab.txt and rerun")
     if model_dir.tokenizer_dir is not None and (model_dir.tokenizer_dir / "vocab.txt").is_file():
-        theirs = (model_dir.tokenizer_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        theirs = text_lines((model_dir.tokenizer_dir / "vocab.txt").read_text(encoding="utf-8"))
         if theirs != ours:
             first = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b)
             raise BertwbError(f"{model_dir.path}: its vocab.txt differs from the workspace's at id {first} "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwb.errors import BertwbError
-from bertwb.textinput import decode_utf8
+from bertwb.textinput import decode_utf8, text_lines
 
 TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -108,7 +108,7 @@ def _check_quotes_close(path: Path, text: str, fmt: str) -> None:
 
 def _read_jsonl(path: Path, text: str) -> tuple[list[str], list[Row]]:
     rows, columns = [], {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -175,7 +175,7 @@ def read_conll(path: Path, token_column: int, tag_column: int | None, setting: s
     sentences: list[Sentence] = []
     current: Sentence | None = None
     width = None
-    for number, line in enumerate(read_text(path).splitlines(), 1):
+    for number, line in enumerate(text_lines(read_text(path)), 1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             current = None
