@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertwb.errors import BertwbError
 from bertwb.textinput import text_lines
 
 METRICS_FILE = "metrics.jsonl"  # the trainer's log: one JSON object per logging step, appended
@@ -113,9 +114,16 @@ def read_results(folder: Path) -> dict[str, Any] | None:
 
 
 def read_task_file(folder: Path) -> dict[str, Any]:
-    """A fine-tuned model directory's `TASK_FILE`; empty when it has none (a model trained elsewhere)."""
+    """A fine-tuned model directory's `TASK_FILE`; empty when it has none (a model trained elsewhere). One that
+    is there but not a JSON object is an error: without it the inputs would be featurised as a guess."""
     path = folder / TASK_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    data = _json_object(path)
+    if data is None:
+        raise BertwbError(f"{path}: damaged (not a JSON object); restore it, or fine-tune the task again "
+                          "(`bertwb finetune TASK --force`)")
+    return data
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
@@ -134,7 +142,7 @@ def read_phases(folder: Path) -> list[str] | None:
     listing = folder / PHASES_FILE
     if not listing.is_file():
         return None
-    data = json.loads(listing.read_text())
+    data = json.loads(listing.read_text(encoding="utf-8"))
     names = data.get("phases") if isinstance(data, dict) else None
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise ValueError(f"{listing}: not a list of phase names")

@@ -19,6 +19,7 @@ exit code 1, no traceback and no internal error, and nothing built or written. T
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,17 @@ def test_an_inherited_init_from_is_blamed_on_the_finetune_section(tmp_path: Path
     project.write_config(PROVENANCE.replace("init_from: model", "init_from: pretrain").format(section="", task=""))
     assert_one_line_error(_invoke(project, ["finetune", "topic"]),
                           "bertwb.yaml line 3: finetune.init_from is pretrain, but pretrain has not run")
+
+
+@pytest.mark.parametrize("content", ["{\"type\": \"classify\", \"text_col", "[1, 2, 3]"])
+def test_a_damaged_task_file_is_one_line_and_predicts_nothing(finetuned: Project, tmp_path: Path, content: str):
+    """A torn or wrong-shape task.json was a ValueError or AttributeError: `internal error`."""
+    model = tmp_path / "model"
+    shutil.copytree(finetuned.workspace / "finetune" / "topic", model)
+    (model / "task.json").write_text(content)
+    result = _invoke(finetuned, ["predict", "topic", "--checkpoint", str(model)], stdin=b"the ship\n")
+    assert_one_line_error(result, f"{model}/task.json: damaged (not a JSON object); restore it, or fine-tune")
+    assert result.stdout == ""
 
 
 # --- seeds: a number past what numpy, torch and DuckDB take was an internal error at the stage ---------------
