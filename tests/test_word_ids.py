@@ -1,4 +1,4 @@
-"""Encoding by distinct word (`bertwb.data.word_ids.encode_by_word`, and `WordEncoder` across batches) gives exactly
+"""Encoding by distinct word (`bertwb.data.word_ids.WordEncoder`, across batches) gives exactly
 the plain encoder's ids on varied text: accents and combining marks on either side of a space, control and
 zero-width characters, other whitespace, CJK, Greek sigmas, special tokens written as text, words past WordPiece's
 length limit."""
@@ -14,7 +14,7 @@ import pytest
 from tokenizers import AddedToken, trainers
 
 from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer
-from bertwb.data.word_ids import WordEncoder, encode_by_word, encode_plain, encodes_by_word
+from bertwb.data.word_ids import WordEncoder, encode_plain, encodes_by_word
 from conftest import make_documents
 
 FRAGMENTS = ["the", "The", "harbour", "Ship's", "naïve", "CAFÉ", "e\u0301", "\u0301", "\u0308o", "中文", "字",
@@ -43,17 +43,6 @@ def tokenizer(request):
     tokenizer.train_from_iterator(text + varied_texts(300, seed=1), trainer=trainer)
     tokenizer.encode_special_tokens = True  # as the vocab stage encodes the corpus
     return tokenizer
-
-
-@pytest.mark.parametrize("batch", [1, 7, 1000])
-def test_ids_by_distinct_word_are_the_plain_ids(tokenizer, batch):
-    assert encodes_by_word(tokenizer)
-    texts = varied_texts(2000)
-    for start in range(0, len(texts), batch):
-        plain_lengths, plain_ids = encode_plain(tokenizer, texts[start:start + batch])
-        lengths, ids = encode_by_word(tokenizer, texts[start:start + batch])
-        assert lengths.dtype == plain_lengths.dtype and ids.dtype == plain_ids.dtype
-        assert np.array_equal(lengths, plain_lengths) and np.array_equal(ids, plain_ids), texts[start:start + batch]
 
 
 @pytest.mark.parametrize("max_words", [0, 50, 500_000])
