@@ -1,6 +1,7 @@
-"""Encoding by distinct word (`bertwb.data.word_ids.encode_by_word`) gives exactly the plain encoder's ids on
-varied text: accents and combining marks on either side of a space, control and zero-width characters,
-other whitespace, CJK, Greek sigmas, special tokens written as text, words past WordPiece's length limit."""
+"""Encoding by distinct word (`bertwb.data.word_ids.WordEncoder`, across batches) gives exactly
+the plain encoder's ids on varied text: accents and combining marks on either side of a space, control and
+zero-width characters, other whitespace, CJK, Greek sigmas, special tokens written as text, words past WordPiece's
+length limit."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import random
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 from tokenizers import AddedToken, trainers
 
 from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer, load_tokenizer
-from bertwb.data.word_ids import encode_by_word, encode_plain, encodes_by_word
+from bertwb.data.word_ids import WordEncoder, encode_plain, encodes_by_word
 from conftest import make_documents
 
 FRAGMENTS = ["the", "The", "harbour", "Ship's", "naïve", "CAFÉ", "e\u0301", "\u0301", "\u0308o", "中文", "字",
@@ -43,15 +45,21 @@ def tokenizer(request):
     return tokenizer
 
 
-@pytest.mark.parametrize("batch", [1, 7, 1000])
-def test_ids_by_distinct_word_are_the_plain_ids(tokenizer, batch):
-    assert encodes_by_word(tokenizer)
-    texts = varied_texts(2000)
-    for start in range(0, len(texts), batch):
-        plain_lengths, plain_ids = encode_plain(tokenizer, texts[start:start + batch])
-        lengths, ids = encode_by_word(tokenizer, texts[start:start + batch])
+@pytest.mark.parametrize("max_words", [0, 50, 500_000])
+def test_ids_by_word_across_batches_are_the_plain_ids(tokenizer, max_words):
+    """Remembered words (all of them, some, or none once the bound is reached) give the plain ids, batch after
+    batch, from a list or an Arrow column, and the memory of words stops at ``max_words``."""
+    encoder = WordEncoder(tokenizer, max_words=max_words)
+    texts = varied_texts(3000, seed=3)
+    for number, start in enumerate(range(0, len(texts), 250)):
+        batch = texts[start:start + 250]
+        plain_lengths, plain_ids = encode_plain(tokenizer, batch)
+        lengths, ids = encoder.encode(pa.array(batch) if number % 2 else batch)
         assert lengths.dtype == plain_lengths.dtype and ids.dtype == plain_ids.dtype
-        assert np.array_equal(lengths, plain_lengths) and np.array_equal(ids, plain_ids), texts[start:start + batch]
+        assert np.array_equal(lengths, plain_lengths) and np.array_equal(ids, plain_ids), batch
+    distinct = {word for text in texts for word in text.split(" ")}
+    assert len(encoder.slots) == min(max_words, len(distinct)) and len(distinct) > 50
+    assert encoder.encode([])[1].size == 0 and encoder.encode(["", "  "])[0].tolist() == [0, 0]
 
 
 def test_a_tokenizer_that_could_join_words_across_a_space_is_encoded_plainly(tokenizer):

@@ -24,7 +24,7 @@ from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
-from bertwb.data.word_ids import encode_by_word, encode_plain, encodes_by_word
+from bertwb.data.word_ids import WordEncoder, encode_plain, encodes_by_word
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
@@ -283,8 +283,8 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
     """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
     tokenizer was trained on (None: none of them), to count [UNK] on the others.
 
-    ``encode_batch`` runs on all cores in Rust, on each distinct word of a batch once where the tokenizer
-    allows it (`bertwb.data.word_ids`); ids go to DuckDB as one flat Arrow list array per batch, so
+    ``encode_batch`` runs on all cores in Rust, on each distinct word of the corpus once where the tokenizer
+    allows it (`bertwb.data.word_ids.WordEncoder`); ids go to DuckDB as one flat Arrow list array per batch, so
     Python never loops over tokens. Memory does not grow with the corpus: sentences are read
     a range of documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and
     each range's rows are committed when it ends (one open transaction would hold the whole table).
@@ -296,7 +296,8 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
     counts = np.zeros(vocab_size, dtype=np.int64)
     unk_id = tokenizer.token_to_id("[UNK]")
     # The one place the fast path is chosen: each distinct word once, where that gives the same ids.
-    encode = encode_by_word if encodes_by_word(tokenizer) else encode_plain
+    encode = WordEncoder(tokenizer).encode if encodes_by_word(tokenizer) else \
+        (lambda texts: encode_plain(tokenizer, texts.to_pylist()))
     unseen_sentences = unseen_tokens = unseen_unk = 0
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
@@ -314,7 +315,7 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
                 inserter.execute("begin transaction")
                 pending = None
                 for batch in reader:
-                    lengths, flat = encode(tokenizer, batch.column("text").to_pylist())
+                    lengths, flat = encode(batch.column("text"))
                     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
                     np.cumsum(lengths, out=offsets[1:])
                     counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
