@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertwb.train import budget
 from bertwb.train.optim import LinearWarmupDecay
 from bertwb.train.runs import list_checkpoints
-from bertwb.train.trainer import Trainer
-from conftest import Project, interrupt_at, run_metrics
+from conftest import STEP_SECONDS, FakeClock, Project, interrupt_at, run_metrics
 
-STEP_SECONDS = 1.0
 PEAK = 1e-3
 WARMUP = 0.1  # of the budget
 
@@ -34,28 +31,6 @@ def _budget(project: Project, steps: int) -> list[str]:
     return ["--set", f"pretrain.max_hours={_hours(steps)}", "--set", "pretrain.steps=1000",
             "--set", "pretrain.warmup_steps=0", "--set", f"pretrain.warmup_fraction={WARMUP}",
             "--set", f"pretrain.lr={PEAK}"]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(budget, "clock", fake)
-    step = Trainer._step
-
-    def timed_step(self: Trainer, *args: object) -> None:
-        step(self, *args)
-        fake.now += STEP_SECONDS
-
-    monkeypatch.setattr(Trainer, "_step", timed_step)
-    return fake
 
 
 def _lr_at(share: float) -> float:
@@ -72,12 +47,12 @@ def _weights(project: Project) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(str(project.workspace / "pretrain" / "model.safetensors"))
 
 
-def test_a_budget_stops_in_time_at_a_checkpoint_with_the_schedule_ended(trainer: Project, clock: FakeClock):
+def test_a_budget_stops_in_time_at_a_checkpoint_with_the_schedule_ended(trainer: Project, fake_clock: FakeClock):
     trainer.run("pretrain", *_budget(trainer, 20))
     metrics = run_metrics(trainer)
     # after step 20 the clock says 20 s and a step takes 1 s: a 21st would end past the budget
     assert [m["step"] for m in metrics] == list(range(1, 21))
-    assert clock.now == 20 * STEP_SECONDS
+    assert fake_clock.now == 20 * STEP_SECONDS
     summary = _summary(trainer)
     assert summary["steps_done"] == 20 and summary["stopped_at_budget"] is True
     assert summary["train_hours"] == pytest.approx(20 / 3600, abs=1e-6)
@@ -92,7 +67,7 @@ def test_a_budget_stops_in_time_at_a_checkpoint_with_the_schedule_ended(trainer:
     assert rows["pretrain"]["state"] == "fresh"  # a budget run that used its hours is done, not behind its cap
 
 
-def test_more_hours_continue_a_run_that_used_its_budget(trainer: Project, clock: FakeClock):
+def test_more_hours_continue_a_run_that_used_its_budget(trainer: Project, fake_clock: FakeClock):
     trainer.run("pretrain", *_budget(trainer, 20))
     first = _weights(trainer)
     rows = {row["stage"]: row for row in json.loads(trainer.run("status", "--json", *_budget(trainer, 30)).stdout)}
@@ -109,36 +84,25 @@ def test_more_hours_continue_a_run_that_used_its_budget(trainer: Project, clock:
     assert any(not torch.equal(first[name], tensor) for name, tensor in _weights(trainer).items())
 
 
-def test_an_interrupted_budget_run_resumes_to_the_same_weights(trainer: Project, tmp_path: Path, clock: FakeClock,
+def test_an_interrupted_budget_run_resumes_to_the_same_weights(trainer: Project, tmp_path: Path, fake_clock: FakeClock,
                                                               monkeypatch: pytest.MonkeyPatch):
     """The time spent before the Ctrl-C's checkpoint is saved in it: the resumed run stops where an
     uninterrupted one does, with the same learning rates and bit-identical weights."""
     straight = Project(tmp_path / "straight")
     shutil.copytree(trainer.root, straight.root)
     straight.run("pretrain", *_budget(straight, 16))
-    clock.now = 0.0
+    fake_clock.now = 0.0
 
     interrupt_at(monkeypatch, "pretrain", 7)
     trainer.run("pretrain", *_budget(trainer, 16), expect=130)
     monkeypatch.undo()
-    monkeypatch.setattr(budget, "clock", clock)  # undo took the fake clock away; the step still moves it
-    monkeypatch.setattr(Trainer, "_step", _moving(clock))
-    clock.now += 1000.0  # a pause between the two commands is not training time
+    fake_clock.install(monkeypatch)  # undo took the fake clock away too
+    fake_clock.now += 1000.0  # a pause between the two commands is not training time
     result = trainer.run("pretrain", *_budget(trainer, 16))
     assert "(step 7 of 1,000)" in result.output
     assert [m["lr"] for m in run_metrics(trainer)] == [m["lr"] for m in run_metrics(straight)]
     ours, reference = _weights(trainer), _weights(straight)
     assert all(torch.equal(ours[name], reference[name]) for name in ours)
-
-
-def _moving(clock: FakeClock):
-    step = Trainer.__dict__["_step"]
-
-    def timed_step(self: Trainer, *args: object) -> None:
-        step(self, *args)
-        clock.now += STEP_SECONDS
-
-    return timed_step
 
 
 def test_without_nsp_the_loss_is_the_masked_lm_and_every_b_continues_a(trainer: Project):
@@ -151,3 +115,18 @@ def test_without_nsp_the_loss_is_the_masked_lm_and_every_b_continues_a(trainer: 
                          "count(*) as n from pairs", "--set", "pairs.random_next_prob=0")
     [row] = json.loads(counts.stdout)
     assert row["random"] == 0 and row["n"] > 100
+
+
+def test_under_torchrun_rank_0s_clock_stops_every_rank_at_the_same_step(trainer: Project):
+    """Real time here (another process's clock cannot be faked): two ranks train for about 3 s and stop
+    together at a checkpoint; a rank that went on alone would hang the group's next collective."""
+    from test_pretrain import _torchrun  # noqa: PLC0415
+
+    result = _torchrun(trainer, "--set", f"pretrain.max_hours={3 / 3600!r}", "--set", "pretrain.steps=100000",
+                       "--set", "pretrain.checkpoint_every=100000")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = _summary(trainer)
+    assert summary["stopped_at_budget"] and summary["processes"] == 2 and 0 < summary["steps_done"] < 100000
+    run_dir = next((trainer.workspace / "pretrain-runs").iterdir())
+    assert [p.name for p in list_checkpoints(run_dir)] == [f"step-{summary['steps_done']:08d}"]
+    assert summary["train_hours"] <= 3 / 3600

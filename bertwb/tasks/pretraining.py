@@ -164,7 +164,7 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     summary = {
         "steps_done": total_steps,
         "max_hours": p.max_hours,
-        "train_hours": round(trainer.budget.reading()[0] / 3600, 6) if p.max_hours else None,
+        "train_hours": round(trainer.time_spent / 3600, 6) if p.max_hours else None,  # at the stop; eval follows
         "stopped_at_budget": trainer.stopped_at_budget is not None,
         "steps_per_epoch": batches.steps_per_epoch,
         "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),

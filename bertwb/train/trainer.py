@@ -61,7 +61,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(settings, self.model)
         self.budget = TimeBudget(max_hours)
-        self.time_share = 0.0  # the share of the budget spent, as every rank agreed after the last step
+        self.time_spent = self.time_share = 0.0  # seconds and share of the budget spent, agreed after the last step
         self.stopped_at_budget: int | None = None
         self.schedule = schedule_for(settings, self.total_steps, timed=self.budget.enabled)
         self.stats = (*objective.sums, *objective.counts, "n_tokens")
@@ -202,7 +202,7 @@ class Trainer:
         """Rank 0's reading of the budget, on every rank: the schedule's progress; True while a step fits."""
         reading = self.budget.reading() if self.dist.rank == 0 else (0.0, 0.0)
         spent, per_step = self.dist.sum_on_host(list(reading))
-        self.time_share = min(1.0, spent / self.budget.seconds)
+        self.time_spent, self.time_share = spent, min(1.0, spent / self.budget.seconds)
         return self.budget.fits(spent, per_step)
 
     # --- metrics and validation ---------------------------------------------------------------------
