@@ -79,7 +79,9 @@ def test_paper_recipes_are_pipelines_bert_base_yaml(tmp_path: Path, size: str):
 def test_budget_recipe_measures_this_machine_and_its_run_stops_at_the_hours(tmp_path: Path, fake_clock: FakeClock):
     project = _project(tmp_path / "p", "--recipe", "budget", "--hours", "0.005")
     text = project.config.read_text()
-    assert "#   machine: CPU" in text and "#   corpus: " in text and "tokens/s" in text
+    assert "#   machine: CPU" in text and "tokens/s" in text
+    size = (project.root / "corpus" / "a.txt").stat().st_size  # init's corpus/README.md is not corpus
+    assert f"#   corpus: {size:,} bytes in the corpus files" in text
     cfg = load_config(project.config)
     assert cfg.pretrain.max_hours == 0.005 and cfg.pretrain.nsp is False and cfg.pairs.random_next_prob == 0
     assert cfg.model.preset == "tiny" and cfg.model.hidden_dropout == 0 and cfg.pairs.masking == "dynamic"

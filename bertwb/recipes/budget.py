@@ -70,7 +70,7 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
                                                      if corpus_tokens else affordable)
 
     chosen = time_step(CANDIDATES[0], device)  # the smallest, whatever the hours
-    timings = [chosen]
+    timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
     for preset in CANDIDATES[1:]:
         # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
         parameters, flops = _size(preset)
@@ -88,11 +88,13 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
     sequences = chosen.tokens_per_s * seconds / SEQ_LENGTH
     batch = max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS)))))
     steps = max(1, int(sequences / batch))
-    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, batch, steps)
+    why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
+           else f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any")
+    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, batch, steps, why)
 
 
 def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[Timing], chosen: Timing, micro: int,
-            batch: int, steps: int) -> Recipe:
+            batch: int, steps: int, why: str) -> Recipe:
     size, what = corpus
     measured = "; ".join(f"{t.preset} {t.step_seconds:.3f} s ({t.tokens_per_s:,.0f} tokens/s, "
                          f"{t.parameters / 1e6:.1f}M parameters)" for t in timings)
@@ -103,8 +105,7 @@ def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[T
         f"#   corpus: {size:,} {what}" + (f", about {size / BYTES_PER_TOKEN / 1e6:,.1f}M tokens" if size else
                                          " (empty: sized by the hours alone; add text and run init --force again)"),
         f"#   a training step of {chosen.micro_batch} x {SEQ_LENGTH} tokens: {measured}",
-        f"#   chosen: {chosen.preset}, the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the "
-        f"{hours:g} h buy; about {steps:,} steps of {batch} sequences fit",
+        f"#   chosen: {chosen.preset}, {why}; about {steps:,} steps of {batch} sequences fit",
         "# Cramming's choices (Geiping & Goldstein 2022): MLM only, 128 tokens, a large batch by accumulation,",
         "# a one-cycle rate that ends with the hours, no dropout, dynamic masks, 25% masking; the MLM head runs",
         "# at masked positions only. Its batch ramp is left out: the trainer's steps all have one batch size.",
@@ -230,7 +231,8 @@ def corpus_size(directory: Path, inputs: list[str]) -> tuple[int, str]:
         pass
     total = 0
     for pattern in inputs:
-        for match in glob.glob(str(directory / pattern), recursive=True):
+        # normalised first: the project folder may not exist yet, and `DIR/../corpus` must still match
+        for match in glob.glob(os.path.normpath(directory / Path(pattern).expanduser()), recursive=True):
             path = Path(match)
             files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
             total += sum(p.stat().st_size for p in files if p.name != "README.md")
