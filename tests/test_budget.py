@@ -129,4 +129,6 @@ def test_under_torchrun_rank_0s_clock_stops_every_rank_at_the_same_step(trainer:
     assert summary["stopped_at_budget"] and summary["processes"] == 2 and 0 < summary["steps_done"] < 100000
     run_dir = next((trainer.workspace / "pretrain-runs").iterdir())
     assert [p.name for p in list_checkpoints(run_dir)] == [f"step-{summary['steps_done']:08d}"]
-    assert summary["train_hours"] <= 3 / 3600
+    # real time: the stop is predicted from the mean step so far, and a slower last step on a loaded
+    # machine can end a little past the 3 s (the fake-clock tests pin the rule exactly)
+    assert 2 / 3600 < summary["train_hours"] <= 4 / 3600
