@@ -9,7 +9,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, disk, engine, environment, keys, memory, outputs, stages, ui
+from bertwb import __version__, disk, engine, environment, keys, memory, outputs, recipes, stages, ui
 from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
@@ -381,9 +381,17 @@ def _after_import(path: str, kind: str) -> str:
 @click.option("--input", "inputs", multiple=True, default=["corpus"], show_default=True,
               help="Corpus file, directory or glob for ingest.inputs; repeatable.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-def init_command(directory: str, inputs: tuple[str, ...], force: bool) -> None:
+@click.option("--recipe", metavar="NAME", help="A config for one purpose: continue, budget, bert-base, bert-large "
+              "(`--recipe list` says what each is for).")
+@click.option("--from", "source", metavar="DIR", help="continue: the model to continue pre-training.")
+@click.option("--hours", metavar="H", help="budget: the hours of pre-training to size the run for.")
+def init_command(directory: str, inputs: tuple[str, ...], force: bool, recipe: str | None, source: str | None,
+                 hours: str | None) -> None:
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
-    for path in write_project(Path(directory), list(inputs), force):
+    if recipe == "list":
+        return click.echo("\n".join(recipes.listing()))
+    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours)  # noqa: E731
+    for path in write_project(Path(directory), list(inputs), force, config):
         ui.info(f"wrote {path}")
 
 

@@ -95,6 +95,9 @@ class PairsConfig:
     one_sentence_chunk: Literal["split", "random_next"] = option(
         "split", "A chunk of one sentence: split (A and B are its two parts when the coin says actual next, "
         "so NSP stays 50/50) or random_next (always a random B, as the original script).")
+    random_next_prob: float = option(0.5, "Chance that B is a random segment of another document (NSP's "
+                                     "negatives); 0: B always continues A, for training without NSP.",
+                                     min=0.0, max=1.0)
     whole_word_mask: bool = option(False, "Mask whole words (all their ## pieces) together.")
     masking: Literal["static", "dynamic"] = option(
         "static", "static: masks stored with the pairs; dynamic: the loader masks anew each epoch.")
@@ -175,7 +178,17 @@ class TrainingConfig:
 
 
 @dataclass
-class PretrainPhase(TrainingConfig):
+class BudgetedTraining(TrainingConfig):
+    """Training that may stop at a time budget: pre-training and each of its phases."""
+
+    max_hours: float = option(0.0, "Stop at this many hours of training (0: no limit), at a checkpoint, with the "
+                              "learning rate at its end: the schedule follows the share of the hours spent. "
+                              "steps/epochs still cap the run; raising it continues a finished run.",
+                              min=0.0, max=100_000.0, cache=False)
+
+
+@dataclass
+class PretrainPhase(BudgetedTraining):
     """One phase of a phased pre-training (``pretrain.phases.<name>``): the pretrain section's settings
     where it says nothing, and pairs of its own length (BERT trained 90% of its steps at 128 tokens,
     then 10% at 512, to learn the long positions cheaply)."""
@@ -187,8 +200,11 @@ class PretrainPhase(TrainingConfig):
 
 
 @dataclass
-class PretrainConfig(TrainingConfig):
+class PretrainConfig(BudgetedTraining):
     """pretrain: the shared training settings at their pre-training defaults, and optional phases."""
+
+    nsp: bool = option(True, "Train next-sentence prediction beside the masked LM; false: MLM only (RoBERTa, "
+                       "Cramming), best with pairs.random_next_prob 0.")
 
     phases: dict[str, PretrainPhase] = option(
         {}, "Named phases trained in order, each from the previous one's weights with its own pairs and "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
@@ -84,24 +85,41 @@ them under `finetune.tasks` in bertwb.yaml.
 """
 
 
-def render_config(inputs: list[str]) -> str:
-    """The default configuration as YAML, every key with its one-line doc as a comment."""
-    lines = [_CONFIG_HEAD,
-             "# Override any key on the command line: --set section.key=value", ""]
+def render_config(inputs: list[str], head: list[str] = (), values: dict[str, Any] | None = None,
+                  notes: dict[str, str] | None = None) -> str:
+    """The configuration as YAML, every key with its one-line doc as a comment: the defaults, or a recipe's
+    ``values`` by dotted key, each with its ``notes`` (why) instead of the doc, under the ``head`` comments."""
+    values, notes = values or {}, notes or {}
+    lines = [_CONFIG_HEAD, *head, "# Override any key on the command line: --set section.key=value", ""]
     for name, cls in SECTIONS.items():
         lines.append(f"{name}:")
         for f in dataclasses.fields(cls):
-            value = inputs if (name, f.name) == ("ingest", "inputs") else \
+            key = f"{name}.{f.name}"
+            value = values[key] if key in values else inputs if key == "ingest.inputs" else \
                 (f.default_factory() if f.default is dataclasses.MISSING else f.default)
-            dumped = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
-            dumped = dumped.removesuffix("\n...").removesuffix("...").strip()
-            lines.append(f"  {f.name}: {dumped}".ljust(40) + f"  # {f.metadata['doc']}")
+            comment = notes.get(key, f.metadata["doc"])
+            if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+                lines.append(f"  {f.name}:".ljust(40) + f"  # {comment}")  # named sub-sections, one key a line
+                for sub, settings in value.items():
+                    lines.append(f"    {sub}:")
+                    lines += [_line(6, k, v, notes.get(f"{key}.{sub}.{k}")) for k, v in settings.items()]
+            else:
+                lines.append(_line(2, f.name, value, comment))
         lines.append("")
     return "\n".join(lines)
 
 
-def write_project(directory: Path, inputs: list[str], force: bool = False) -> list[Path]:
-    """Write ``bertwb.yaml``, ``Makefile`` and ``corpus/README.md`` under ``directory``; return the paths written.
+def _line(indent: int, key: str, value: Any, comment: str | None) -> str:
+    dumped = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    dumped = dumped.removesuffix("\n...").removesuffix("...").strip()
+    text = f"{' ' * indent}{key}: {dumped}"
+    return text.ljust(40) + f"  # {comment}" if comment else text
+
+
+def write_project(directory: Path, inputs: list[str], force: bool = False,
+                  config: Callable[[], str | None] | None = None) -> list[Path]:
+    """Write ``bertwb.yaml`` (``config()``, once the folder is checked, else the default one), ``Makefile`` and
+    ``corpus/README.md`` under ``directory``; return the paths written.
 
     Nothing is written when any of them exists, unless ``force`` and init wrote it (see the module doc).
     """
@@ -110,7 +128,8 @@ def write_project(directory: Path, inputs: list[str], force: bool = False) -> li
     _check_folder(directory)
     _check_folder(directory / "corpus")
     for path, text in files.items():
-        _check_file(path, text, force)
+        _check_file(path, text, force)  # every config's first line is the same: init's own
+    files[directory / DEFAULT_CONFIG_NAME] = (config and config()) or files[directory / DEFAULT_CONFIG_NAME]
     for path, text in files.items():
         write_text_atomic(path, text)
     return list(files)

@@ -286,3 +286,39 @@ def run_metrics(project: Project, runs: str = "pretrain-runs") -> list[dict]:
     run_dirs = [p.parent for p in (project.workspace / runs).rglob("metrics.jsonl")]
     assert len(run_dirs) == 1
     return [json.loads(line) for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
+
+
+# --- a fake clock for time budgets -----------------------------------------------------------------------
+
+STEP_SECONDS = 1.0  # what one training step takes on the fake clock
+
+
+class FakeClock:
+    """The time `bertwb.train.budget` reads: moved only by training steps, `STEP_SECONDS` each."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from bertwb.train import budget  # noqa: PLC0415
+        from bertwb.train.trainer import Trainer  # noqa: PLC0415
+
+        step = Trainer.__dict__["_step"]
+
+        def timed_step(trainer: Trainer, *args: Any) -> None:
+            step(trainer, *args)
+            self.now += STEP_SECONDS
+
+        monkeypatch.setattr(budget, "clock", self)
+        monkeypatch.setattr(Trainer, "_step", timed_step)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """Training time that steps alone move (no sleeps): budgets stop at a known step."""
+    clock = FakeClock()
+    clock.install(monkeypatch)
+    return clock

@@ -61,6 +61,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.report": "`bertwb report`: figures and a page from every stage's artifacts",
         "bertwb.compare": "`bertwb compare`: several workspaces' manifests side by side",
         "bertwb.scaffold": "`bertwb init`: a new project's starting files",
+        "bertwb.recipes": "`bertwb init --recipe`: configs for one purpose, sized by measuring the machine",
     }),
     ("cli", {
         "bertwb.cli": "the commands: parse, load the config, call one function, print",

@@ -73,12 +73,13 @@ class PairJob:
     rules: MaskingRules | None  # None: dynamic masking, store pairs unmasked
     cls_id: int
     sep_id: int
+    random_next_prob: float = 0.5  # the chance of a random B
 
     def build(self, task: tuple[Shard, int]) -> Built:
         """One dupe pass over one shard."""
         shard, dupe = task
         spans = draw_spans(shard, self.max_seq_length - 3, self.short_seq_prob,
-                           self._rng(shard, dupe, PAIRS_STREAM), self.split_one_sentence)
+                           self._rng(shard, dupe, PAIRS_STREAM), self.split_one_sentence, self.random_next_prob)
         input_ids, offsets = assemble(shard.tokens, spans, self.cls_id, self.sep_id)
         built = Built(shard.plan.split, shard.plan.n_tokens, shard.doc_ids[spans.doc], shard.doc_ids[spans.b_doc],
                       np.full(len(spans.doc), dupe, dtype=np.int16), spans.is_short, spans.is_random_next,
@@ -110,11 +111,12 @@ class _Spans:
 
 
 def draw_spans(shard: Shard, max_num_tokens: int, short_seq_prob: float, rng: np.random.Generator,
-                split_one_sentence: bool = True) -> _Spans:
+                split_one_sentence: bool = True, random_next_prob: float = 0.5) -> _Spans:
     """One dupe pass of the original algorithm over every document of the shard, in lock step.
 
     Each round takes the next chunk of every document that still has sentences to read.
-    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (README, "Pre-training pairs").
+    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (README, "Pre-training pairs");
+    ``random_next_prob``: the coin's chance of a random B (0.5, the original's; 0 when nothing learns NSP).
     """
     sentence_offsets = shard.sentence_offsets
     doc_first = shard.doc_sentence_offsets[:-1]
@@ -134,7 +136,7 @@ def draw_spans(shard: Shard, max_num_tokens: int, short_seq_prob: float, rng: np
         chunk_end = np.clip(np.searchsorted(sentence_offsets, first_token + doc_target, side="left"), first + 1, end)
         n_chunk = chunk_end - first
         a_end = first + rng.integers(1, np.maximum(n_chunk, 2))  # one sentence when the chunk has one
-        coin = rng.random(len(active)) < 0.5  # True: random next
+        coin = rng.random(len(active)) < random_next_prob  # True: random next
         a_stop = sentence_offsets[a_end]
         b_end, b_doc = chunk_end.copy(), active.copy()
         b_start_token = a_stop.copy()  # B starts where A stops, unless random

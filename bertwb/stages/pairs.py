@@ -100,6 +100,7 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
     job = PairJob(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
                   split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
+                  random_next_prob=settings.random_next_prob,
                   rules=rules if settings.masking == "static" else None,
                   cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
     n_tasks = sum(len(plan) for plan in plans.values()) * settings.dupe_factor

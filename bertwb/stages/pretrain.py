@@ -117,10 +117,26 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
         summary = json.loads((model_dir / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
-    if weights_file(model_dir) is None or summary.get("steps_done", 0) < wanted:
+    if weights_file(model_dir) is None or _behind(summary, settings) is not None:
         return None
     return summary
+
+
+def _behind(summary: dict[str, Any], settings: Any) -> str | None:
+    """What a run (or phase) whose ``summary`` this is has not done of what ``settings`` now ask, or None.
+
+    Under a time budget a run that stopped at its hours is done, unless max_hours grew since.
+    """
+    done = summary.get("steps_done", 0)
+    wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
+    if done >= wanted:
+        return None
+    if not settings.max_hours:
+        return f"steps {done} done < {wanted} asked; continuing from step {done}"
+    hours = summary.get("max_hours") or 0
+    if summary.get("stopped_at_budget") and hours >= settings.max_hours:
+        return None
+    return f"max_hours {hours:g} done < {settings.max_hours:g} asked; continuing from step {done}"
 
 
 def _copy_vocabulary(build: Build, out_dir: Path) -> None:
@@ -155,11 +171,9 @@ def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
     summary = manifest.get("summary") or {}
     for name, settings, _ in cfg.pretrain_phases():
         done_by = (summary.get("phases") or {}).get(name, {}) if name else summary
-        done = done_by.get("steps_done", 0)
-        wanted = settings.steps_wanted(done_by.get("steps_per_epoch", 0))
-        if done < wanted:
-            setting = f"pretrain.phases.{name}.steps" if name else "pretrain.steps"
-            return f"{setting} {done} done < {wanted} asked; continuing from step {done}"
+        behind = _behind(done_by, settings)
+        if behind is not None:
+            return f"pretrain.phases.{name}.{behind}" if name else f"pretrain.{behind}"
     return None
 
 

@@ -1,10 +1,10 @@
 """Pre-training BERT: the masked-LM + next-sentence objective, the model it starts from, and one run.
 
-The loss is MLM cross-entropy over the masked tokens of the global batch divided by their global count,
-plus NSP over its pairs divided by theirs, so the gradient is the global batch's whatever the processes,
-accumulation or batch shape; the MLM head runs only at masked positions. The model is a new
-``model.preset`` or the ``model.init_from`` model, with MLM/NSP heads initialised where it has none. `train`
-runs one run on every rank; rank 0 writes the stage directory. `evaluate_pairs` sums the same statistics.
+The loss is MLM cross-entropy over the masked tokens of the global batch divided by their global count, plus
+NSP over its pairs divided by theirs (weighted 0 with ``pretrain.nsp`` false), so the gradient is the global
+batch's whatever the processes, accumulation or batch shape; the MLM head runs only at masked positions. The
+model is a new ``model.preset`` or the ``model.init_from`` model, with MLM/NSP heads initialised where it has
+none. `train` runs one run on every rank; rank 0 writes the stage directory. `evaluate_pairs` sums the same.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ class PretrainingObjective(Objective):
     main_metric = "loss"
     higher_is_better = False
 
+    def __init__(self, nsp: bool = True):
+        self.nsp = nsp  # False: the NSP loss weighs 0, keeping its head in the graph (DDP wants every gradient)
+
     def count(self, batch: PairBatch) -> list[float]:
         return [len(batch.mlm_labels), len(batch.nsp_labels)]
 
@@ -68,18 +71,21 @@ class PretrainingObjective(Objective):
         with torch.no_grad():
             sums = torch.stack([mlm_sum.detach().double(), nsp_sum.detach().double(), mlm_hits.double(),
                                 (nsp_logits.argmax(-1) == batch.nsp_labels).sum().double()])
-        return mlm_sum / max(n_masked, 1) + nsp_sum / n_pairs, sums
+        return mlm_sum / max(n_masked, 1) + nsp_sum * (float(self.nsp) / n_pairs), sums
 
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         masked, pairs = max(totals["n_masked"], 1), max(totals["n_pairs"], 1)
         mlm_loss, nsp_loss = totals["mlm_loss_sum"] / masked, totals["nsp_loss_sum"] / pairs
-        return {"loss": round(mlm_loss + nsp_loss, 6), "mlm_loss": round(mlm_loss, 6),
+        return {"loss": round(mlm_loss + nsp_loss * self.nsp, 6), "mlm_loss": round(mlm_loss, 6),
                 "nsp_loss": round(nsp_loss, 6), "mlm_acc": round(totals["mlm_correct"] / masked, 6),
                 "nsp_acc": round(totals["nsp_correct"] / pairs, 6)}
 
     def progress(self, metrics: dict[str, Any]) -> tuple[list[str], list[str]]:
-        train = [f"loss {metrics['loss']:.4f} (mlm {metrics['mlm_loss']:.3f}, nsp {metrics['nsp_loss']:.3f})",
-                 f"mlm acc {100 * metrics['mlm_acc']:.1f}%", f"nsp acc {100 * metrics['nsp_acc']:.1f}%"]
+        if not self.nsp:
+            train = [f"mlm loss {metrics['mlm_loss']:.4f}", f"mlm acc {100 * metrics['mlm_acc']:.1f}%"]
+        else:
+            train = [f"loss {metrics['loss']:.4f} (mlm {metrics['mlm_loss']:.3f}, nsp {metrics['nsp_loss']:.3f})",
+                     f"mlm acc {100 * metrics['mlm_acc']:.1f}%", f"nsp acc {100 * metrics['nsp_acc']:.1f}%"]
         valid = [f"valid loss {metrics['valid_loss']:.4f} mlm acc {100 * metrics['valid_mlm_acc']:.1f}%"] \
             if "valid_loss" in metrics else []
         return train, valid
@@ -126,6 +132,7 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     # where this run's batch size is set: its phase's own, or (inherited, most likely) the pretrain section
     own = plan.phase and cfg.pretrain.phases[plan.phase].batch_size != cfg.pretrain.batch_size
     section = f"pretrain.phases.{plan.phase}" if own else "pretrain"
+    nsp = cfg.pretrain.nsp  # the pretrain section's, whatever the phase
     cfg = phase_config(cfg, plan.phase, plan.init_from)
     p = cfg.pretrain
     device = dist.device
@@ -146,15 +153,19 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     torch.manual_seed(p.seed)
     model = build_model(cfg, meta, Path(plan.vocab_dir), announce=dist.rank == 0, positions=longest,
                         length_key=length_key)
-    objective = PretrainingObjective()
+    objective = PretrainingObjective(nsp)
     objective.fast = fast.choose(model, device, p.cpu_fast_paths)  # this task built the model: it picks its pieces
     name = f"pretrain {plan.phase}" if plan.phase else "pretrain"
     trainer = Trainer(p, objective, model, batches, valid=valid, dist=dist, run_dir=run_dir,
-                      name=name, state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}})
+                      name=name, state={"config": {"model": asdict(cfg.model), "pretrain": asdict(p)}},
+                      max_hours=p.max_hours)
     last = trainer.fit()
-    total_steps = trainer.total_steps
+    total_steps = trainer.done
     summary = {
         "steps_done": total_steps,
+        "max_hours": p.max_hours,
+        "train_hours": round(trainer.time_spent / 3600, 6) if p.max_hours else None,  # at the stop; eval follows
+        "stopped_at_budget": trainer.stopped_at_budget is not None,
         "steps_per_epoch": batches.steps_per_epoch,
         "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),
         "epochs_done": round(total_steps / batches.steps_per_epoch, 4),

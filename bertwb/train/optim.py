@@ -2,7 +2,8 @@
 
 AdamW (decoupled weight decay; fused where torch has the kernel) or LAMB (You et al. 2019); no decay
 on biases and LayerNorm (every parameter with fewer than two dimensions). The learning rate warms up
-linearly to its peak, then decays linearly towards 0 at the last step.
+linearly to its peak, then decays linearly towards 0 at the last step, or, under a time budget, at the
+end of the hours: there the share of the budget spent is the schedule's progress, not the step.
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ def build_optimizer(settings: TrainingConfig, model: torch.nn.Module) -> torch.o
         return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps)
 
 
-def schedule_for(settings: TrainingConfig, total_steps: int) -> LinearWarmupDecay:
-    """The schedule of a run of ``total_steps``: ``warmup_steps``, or ``warmup_fraction`` of the run when 0."""
+def schedule_for(settings: TrainingConfig, total_steps: int, timed: bool = False) -> LinearWarmupDecay:
+    """The schedule of a run of ``total_steps``: ``warmup_steps``, or ``warmup_fraction`` of the run when 0.
+    ``timed``: the run ends at a time budget, and `LinearWarmupDecay.lr` is given its progress."""
+    if timed:
+        fraction = 0.0 if settings.warmup_steps else settings.warmup_fraction
+        return LinearWarmupDecay(settings.lr, settings.warmup_steps, total_steps, warmup_fraction=fraction)
     warmup = settings.warmup_steps or round(settings.warmup_fraction * total_steps)
     return LinearWarmupDecay(settings.lr, warmup, total_steps)
 
@@ -44,18 +49,30 @@ class LinearWarmupDecay:
 
     ``lr(s) = peak * (s + 1) / warmup`` while ``s < warmup``, then ``peak * (total - s) / (total - warmup)``,
     so the first update is not wasted at 0 and the last one is small but not 0.
+
+    Given the ``progress`` of a timed run (the share of its budget spent, 0 to 1), the same shape runs on
+    it: ``peak * min(warm-up, (1 - progress) / (1 - warmup_fraction))``, the warm-up ``(s + 1) / warmup`` by
+    steps or ``progress / warmup_fraction``; the rate reaches 0 as the budget ends, however many steps fit.
     """
 
-    def __init__(self, peak_lr: float, warmup_steps: int, total_steps: int):
+    def __init__(self, peak_lr: float, warmup_steps: int, total_steps: int, warmup_fraction: float = 0.0):
         self.peak_lr, self.warmup_steps, self.total_steps = peak_lr, warmup_steps, total_steps
+        self.warmup_fraction = warmup_fraction
 
-    def lr(self, step: int) -> float:
+    def lr(self, step: int, progress: float | None = None) -> float:
+        if progress is not None:
+            if self.warmup_steps:
+                warm = (step + 1) / self.warmup_steps
+            else:
+                warm = progress / self.warmup_fraction if self.warmup_fraction else 1.0
+            return self.peak_lr * max(0.0, min(1.0, warm, (1.0 - progress) / max(1e-9, 1.0 - self.warmup_fraction)))
         if step < self.warmup_steps:
             return self.peak_lr * (step + 1) / self.warmup_steps
         return self.peak_lr * max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
 
     def state_dict(self) -> dict[str, float]:
-        return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+        return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "warmup_fraction": self.warmup_fraction}
 
 
 class Lamb(torch.optim.Optimizer):

@@ -3,8 +3,8 @@
 A step: the processes agree on the normalising counts and a stop request (one small collective), every
 micro-batch runs forward under autocast and backward (``no_sync`` but the last), then clipping, the schedule
 (linear warm-up and decay) and the optimizer; the loss is the objective's (:mod:`bertwb.train.objective`).
-Around it: logging, validation, best weights, early stopping, checkpoints, SIGINT/SIGTERM. `fit` resumes to
-bit-identical weights on CPU, never re-reading seen data; the model trains as its owner built it.
+Around it: logging, validation, best weights, early stopping, a time budget (:mod:`bertwb.train.budget`),
+checkpoints, SIGINT/SIGTERM. `fit` resumes to bit-identical weights on CPU, never re-reading seen data.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
 from bertwb.train import checkpoint, tensorboard
+from bertwb.train.budget import TimeBudget
 from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
@@ -43,13 +44,14 @@ class Trainer:
 
     ``settings`` is the stage's training section; ``name`` labels the progress view; ``state`` is what
     every checkpoint's state.json carries besides the step (the config, a classifier's labels).
-    Without a ``run_dir`` nothing is written (benchmarks, tests of single steps).
+    Without a ``run_dir`` nothing is written (benchmarks, tests of single steps). ``max_hours`` (0: none)
+    ends the run at a time budget, ``total_steps`` then a cap, and the schedule follows the budget.
     """
 
     def __init__(self, settings: TrainingConfig, objective: Objective, model: torch.nn.Module, data: Batches, *,
                  valid: Batches | None = None, dist: Dist | None = None, run_dir: Path | None = None,
                  total_steps: int | None = None, name: str = "train", state: dict[str, Any] | None = None,
-                 keep_best: bool = False, patience: int = 0):
+                 keep_best: bool = False, patience: int = 0, max_hours: float = 0.0):
         self.settings, self.objective, self.data, self.valid = settings, objective, data, valid
         self.dist = dist or Dist(device=settings.device)
         self.device = self.dist.device
@@ -58,7 +60,10 @@ class Trainer:
         self.keep_best, self.patience = keep_best, patience
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(settings, self.model)
-        self.schedule = schedule_for(settings, self.total_steps)
+        self.budget = TimeBudget(max_hours)
+        self.time_spent = self.time_share = 0.0  # seconds and share of the budget spent, agreed after the last step
+        self.stopped_at_budget: int | None = None
+        self.schedule = schedule_for(settings, self.total_steps, timed=self.budget.enabled)
         self.stats = (*objective.sums, *objective.counts, "n_tokens")
         self.window = torch.zeros(len(self.stats), dtype=torch.float64, device=self.device)
         self.best: dict[str, Any] = {}  # {"value", "step"} of the best validation so far
@@ -91,7 +96,10 @@ class Trainer:
         with _stop_on_signals() as stopper, self._view() as view, events as self.events:
             self.model.train()
             self.clock = self.started = time.perf_counter()
-            for step in range(self.start_step, self.total_steps):
+            self.budget.start()
+            if self.budget.enabled and not self._agree_on_time():  # resumed with no time left
+                self.stopped_at_budget = self.start_step
+            for step in range(self.start_step, self.total_steps if self.stopped_at_budget is None else 0):
                 micro, totals, stop = self._prepare(step, stopper.requested)
                 if stop:
                     self.checkpoint(step)
@@ -109,8 +117,11 @@ class Trainer:
 
     @property
     def done(self) -> int:
-        """The step training ends at: the requested total, or where early stopping ended it."""
-        return self.stopped_early_at or self.total_steps
+        """The step training ends at: the requested total, or where early stopping or the time budget ended it."""
+        for stopped in (self.stopped_early_at, self.stopped_at_budget):
+            if stopped is not None:
+                return stopped
+        return self.total_steps
 
     def train_step(self, step: int) -> None:
         """One optimizer step on the global batch of ``step`` (no logging, checkpoints or signals)."""
@@ -143,7 +154,7 @@ class Trainer:
                 (loss * world).backward()
         if self.settings.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        lr = self.schedule.lr(step)
+        lr = self.schedule.lr(step, max(self.time_share, step / self.total_steps) if self.budget.enabled else None)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -165,7 +176,13 @@ class Trainer:
 
     def _after_step(self, done: int, view: Any) -> bool:
         """Validation, logging and checkpoints after step ``done``; True when training should stop early."""
-        at_end = done == self.total_steps
+        if self.budget.enabled:
+            self.budget.step_done()
+            if not self._agree_on_time():
+                self.stopped_at_budget = done
+                view.note(f"time budget of {self.budget.seconds / 3600:g} h reached: stopping at step {done:,}, "
+                          "the learning rate at its end; raise max_hours to train on")
+        at_end = done == self.total_steps or self.stopped_at_budget == done
         per_epoch = self.data.steps_per_epoch
         evaluate = self.valid is not None and (
             at_end or (done % self.settings.eval_every == 0 if self.settings.eval_every else done % per_epoch == 0))
@@ -179,7 +196,14 @@ class Trainer:
                       f"{self.patience} validations (best at step {self.best['step']:,})")
         if self.run_dir is not None and (at_end or stop or done % self.settings.checkpoint_every == 0):
             self.checkpoint(done)
-        return stop
+        return stop or self.stopped_at_budget == done
+
+    def _agree_on_time(self) -> bool:
+        """Rank 0's reading of the budget, on every rank: the schedule's progress; True while a step fits."""
+        reading = self.budget.reading() if self.dist.rank == 0 else (0.0, 0.0)
+        spent, per_step = self.dist.sum_on_host(list(reading))
+        self.time_spent, self.time_share = spent, min(1.0, spent / self.budget.seconds)
+        return self.budget.fits(spent, per_step)
 
     # --- metrics and validation ---------------------------------------------------------------------
 
@@ -197,7 +221,8 @@ class Trainer:
         per_step = (now - self.started) / max(done - self.start_step, 1)
         metrics = {"step": done, **self.objective.rates(totals), "lr": self.lr,
                    "tokens_per_s": round(totals["n_tokens"] / seconds, 1),
-                   "eta_s": round(per_step * (self.total_steps - done), 1),
+                   "eta_s": round(max(0.0, self.budget.seconds - self.budget.reading()[0]) if self.budget.enabled
+                                  else per_step * (self.total_steps - done), 1),
                    "epoch": round(done / self.data.steps_per_epoch, 4), **valid_metrics}
         self.clock = now
         self.last = metrics
@@ -264,7 +289,7 @@ class Trainer:
         window = self.dist.all_reduce(self.window.clone()).cpu()  # the open window, as the next log sees it
         trainer = {"optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(), "window": window,
                    "best": dict(self.best), "stale_evaluations": self.stale_evaluations,
-                   "stopped_early_at": self.stopped_early_at}
+                   "stopped_early_at": self.stopped_early_at, "budget": self.budget.state_dict()}
         model_config = getattr(self.model, "config", None)
         state = {"epoch": epoch, "batch_in_epoch": batch_in_epoch, "steps_per_epoch": steps_per_epoch,
                  "model": asdict(model_config) if is_dataclass(model_config) else None, **self.state}
@@ -304,6 +329,7 @@ class Trainer:
         self.window.copy_(trainer["window"].to(self.device) if self.dist.rank == 0 else torch.zeros_like(self.window))
         self.best = dict(trainer.get("best") or {})
         self.stale_evaluations = trainer.get("stale_evaluations", 0)
+        self.budget.load_state_dict(trainer.get("budget"))
         stopped = trainer.get("stopped_early_at")
         self.stopped_early_at = stopped if stopped is not None and stopped <= self.total_steps else None
         return state

@@ -1,0 +1,244 @@
+"""``budget --hours H``: from-scratch pre-training sized to this machine, this corpus and the hours.
+
+The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus is ingest's
+characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training
+step (synthetic 128-token pairs, a second or so each); the largest that the hours can train on 20 tokens per
+parameter (Hoffmann et al. 2022), counting at most 4 passes over the corpus (Muennighoff et al. 2023), is
+chosen. Training choices are Cramming's (Geiping & Goldstein 2022); `pretrain.max_hours` ends the run.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertwb import fast
+from bertwb.config import Config, TrainingConfig
+from bertwb.data.batching import Batches
+from bertwb.data.masking import FLAG_MASKABLE, FLAG_REPLACEMENT, rules_from_flags
+from bertwb.data.pair_batches import PairArrays
+from bertwb.model.bert import BertForPreTraining
+from bertwb.recipes.base import Recipe
+from bertwb.tasks.pretraining import PretrainingObjective, build_model_config, useful_flops_per_pair
+from bertwb.train.distributed import Dist
+from bertwb.train.trainer import Trainer
+
+CANDIDATES = ("tiny", "mini", "small", "medium", "base", "large")
+SEQ_LENGTH = 128  # Cramming trains at 128 tokens only
+MASK_RATE = 0.25  # Cramming's final recipe (bert-o4): 25% of the tokens
+TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022's compute-optimal ratio
+USEFUL_PASSES = 4  # Muennighoff et al. 2023: up to ~4 passes over the data are about as good as new data
+BYTES_PER_TOKEN = 4.0  # English text in WordPiece pieces, about
+TRAINING_SHARE = 0.9  # of the hours, the steps' (validation and checkpoints take the rest)
+MIN_STEPS = 2000  # a batch no larger than leaves this many optimizer steps in the budget
+MAX_BATCH = 8192  # Cramming's batch
+
+
+@dataclass
+class Timing:
+    preset: str
+    vocab_size: int
+    parameters: int
+    micro_batch: int
+    step_seconds: float  # one micro-batch's forward, backward and optimizer step
+    peak_bytes: int  # GPU memory at its peak; 0 on a CPU
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.micro_batch * SEQ_LENGTH / self.step_seconds
+
+
+def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
+    """The recipe for ``hours`` of pre-training on this machine, sized to the corpus under ``inputs``."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    machine = _machine(device)
+    corpus, corpus_what = corpus_size(directory, inputs)
+    corpus_tokens = corpus / BYTES_PER_TOKEN
+    seconds = hours * 3600 * TRAINING_SHARE
+
+    def fits(parameters: int, tokens_per_s: float) -> bool:
+        affordable = tokens_per_s * seconds
+        return TOKENS_PER_PARAMETER * parameters <= (min(affordable, USEFUL_PASSES * corpus_tokens)
+                                                     if corpus_tokens else affordable)
+
+    chosen = time_step(CANDIDATES[0], device)  # the smallest, whatever the hours
+    timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
+    for preset in CANDIDATES[1:]:
+        # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
+        parameters, flops = _size(preset)
+        if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
+            break
+        try:
+            timing = time_step(preset, device)
+        except torch.cuda.OutOfMemoryError:
+            break
+        timings.append(timing)
+        if not fits(timing.parameters, timing.tokens_per_s):
+            break
+        chosen = timing
+    micro = _micro_batch(chosen, device)
+    sequences = chosen.tokens_per_s * seconds / SEQ_LENGTH
+    batch = max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS)))))
+    steps = max(1, int(sequences / batch))
+    why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
+           else f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any")
+    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, batch, steps, why)
+
+
+def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[Timing], chosen: Timing, micro: int,
+            batch: int, steps: int, why: str) -> Recipe:
+    size, what = corpus
+    measured = "; ".join(f"{t.preset} {t.step_seconds:.3f} s ({t.tokens_per_s:,.0f} tokens/s, "
+                         f"{t.parameters / 1e6:.1f}M parameters)" for t in timings)
+    recipe = Recipe([
+        f"# Measured by bertwb init on {time.strftime('%Y-%m-%d %H:%M')} (the steps that fit depend on the machine",
+        "# and its load: a time budget makes the step count, not the hours, differ between runs):",
+        f"#   machine: {machine}",
+        f"#   corpus: {size:,} {what}" + (f", about {size / BYTES_PER_TOKEN / 1e6:,.1f}M tokens" if size else
+                                         " (empty: sized by the hours alone; add text and run init --force again)"),
+        f"#   a training step of {chosen.micro_batch} x {SEQ_LENGTH} tokens: {measured}",
+        f"#   chosen: {chosen.preset}, {why}; about {steps:,} steps of {batch} sequences fit",
+        "# Cramming's choices (Geiping & Goldstein 2022): MLM only, 128 tokens, a large batch by accumulation,",
+        "# a one-cycle rate that ends with the hours, no dropout, dynamic masks, 25% masking; the MLM head runs",
+        "# at masked positions only. Its batch ramp is left out: the trainer's steps all have one batch size.",
+        "#   bertwb run            # ingest, vocab, pairs, pretrain until the hours are spent, evaluate",
+    ])
+    recipe.set("vocab.vocab_size", chosen.vocab_size, "Cramming's 32,768 for a large model; 8,192 keeps a small "
+               "one's embeddings from outweighing its layers" if chosen.vocab_size < 32768 else "Cramming's size")
+    recipe.set("pairs.max_seq_length", SEQ_LENGTH, "Cramming trains at 128 tokens only")
+    recipe.set("pairs.max_predictions_per_seq", round(MASK_RATE * SEQ_LENGTH), "25% of 128")
+    recipe.set("pairs.masked_lm_prob", MASK_RATE, "Cramming's final recipe masks 25% (its bert-o4 config)")
+    recipe.set("pairs.masking", "dynamic", "new masks every epoch")
+    recipe.set("pairs.dupe_factor", 1, "one stored copy; dynamic masking draws each epoch's masks")
+    recipe.set("pairs.random_next_prob", 0.0, "no NSP: B always continues A")
+    recipe.set("model.preset", chosen.preset, f"{chosen.parameters / 1e6:.1f}M parameters (see the head)")
+    recipe.set("model.hidden_dropout", 0.0, "no dropout: one pass over little data does not overfit (Cramming)")
+    recipe.set("model.attention_dropout", 0.0, "no dropout (Cramming)")
+    recipe.set("pretrain.nsp", False, "MLM only (RoBERTa, Cramming)")
+    recipe.set("pretrain.max_hours", hours, "the budget: training stops here, the learning rate at its end")
+    recipe.set("pretrain.steps", 3 * steps, f"a cap three times the {steps:,} steps measured to fit; the hours end "
+               "the run first")
+    recipe.set("pretrain.batch_size", batch, f"sequences a step: as large as leaves about {MIN_STEPS:,} steps, at "
+               f"most Cramming's {MAX_BATCH:,}")
+    recipe.set("pretrain.grad_accum", max(1, batch // micro), f"micro-batches of {micro} a step")
+    recipe.set("pretrain.lr", 1e-3, "Cramming's peak rate")
+    recipe.set("pretrain.warmup_steps", 0, "0: warmup_fraction decides, of the hours")
+    recipe.set("pretrain.warmup_fraction", 0.06, "6% of the hours up, then linearly down to 0 as they end (the "
+               "budget-tied one-cycle of Izsak et al. 2021)")
+    recipe.set("pretrain.adam_beta2", 0.98, "Cramming's Adam betas (0.9, 0.98)")
+    recipe.set("pretrain.adam_eps", 1e-12, "Cramming's Adam epsilon")
+    recipe.set("pretrain.max_grad_norm", 0.5, "Cramming's clipping")
+    recipe.set("pretrain.log_every", max(1, min(10, steps // 10)))
+    recipe.set("pretrain.eval_every", max(1, steps // 5), "five validations in the budget")
+    recipe.set("pretrain.checkpoint_every", max(1, steps // 10), "ten checkpoints in the budget")
+    return recipe
+
+
+def _vocab_size(preset: str) -> int:
+    return 8192 if preset in ("tiny", "mini") else 32768
+
+
+def _size(preset: str) -> tuple[int, float]:
+    """``preset``'s parameters and training FLOPs per 128-token pair, from its shapes alone (no weights)."""
+    cfg = Config()
+    cfg.model.preset = preset
+    config = build_model_config(cfg, _vocab_size(preset), SEQ_LENGTH)
+    with torch.device("meta"):
+        parameters = sum(t.numel() for t in BertForPreTraining(config).parameters())
+    return parameters, useful_flops_per_pair(config, SEQ_LENGTH, round(MASK_RATE * SEQ_LENGTH))
+
+
+def time_step(preset: str, device: str, micro_batch: int = 32) -> Timing:
+    """Time a real training step of ``preset`` (MLM only, no dropout, 128 tokens) on ``device``: one step
+    to warm up, then steps until a second has passed (at least 2, at most 10)."""
+    vocab_size = _vocab_size(preset)
+    cfg = Config()
+    cfg.model.preset, cfg.model.hidden_dropout, cfg.model.attention_dropout = preset, 0.0, 0.0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = BertForPreTraining(build_model_config(cfg, vocab_size, SEQ_LENGTH))
+    dist = Dist(device=device)
+    settings = TrainingConfig(batch_size=micro_batch, lr=1e-4, warmup_steps=1, device=device, bucket_batches=1)
+    objective = PretrainingObjective(nsp=False)
+    objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)
+    trainer = Trainer(settings, objective, model, Batches(_pairs(vocab_size, micro_batch * 12), micro_batch, 0,
+                                                          bucket_batches=1), dist=dist)
+    parameters = sum(t.numel() for t in model.parameters())
+    trainer.train_step(0)
+    _sync(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    started, steps = time.perf_counter(), 0
+    while steps < 2 or (time.perf_counter() - started < 1.0 and steps < 10):
+        trainer.train_step(steps + 1)
+        _sync(device)
+        steps += 1
+    seconds = (time.perf_counter() - started) / steps
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    del trainer, model
+    return Timing(preset, vocab_size, parameters, micro_batch, seconds, peak)
+
+
+def _pairs(vocab_size: int, n: int) -> PairArrays:
+    """``n`` synthetic 128-token pairs of random pieces, masked as the recipe masks (the step's real shapes)."""
+    rng = np.random.default_rng(0)
+    flags = np.full(vocab_size, FLAG_MASKABLE | FLAG_REPLACEMENT, dtype=np.uint8)
+    flags[:5] = 0  # the special tokens
+    rules = rules_from_flags(flags, 4, masked_lm_prob=MASK_RATE, max_predictions_per_seq=round(MASK_RATE * SEQ_LENGTH),
+                             whole_word_mask=False)
+    return PairArrays(tokens=rng.integers(5, vocab_size, n * SEQ_LENGTH).astype(np.int32),
+                      offsets=np.arange(n + 1, dtype=np.int64) * SEQ_LENGTH,
+                      segment_a_len=np.full(n, SEQ_LENGTH // 2, dtype=np.int64),
+                      is_random_next=np.zeros(n, dtype=np.int64), masking_rules=rules)
+
+
+def _micro_batch(timing: Timing, device: str) -> int:
+    """Sequences a micro-batch: 32 on a CPU; on a GPU the most (a power of two, up to 256) that fill 80% of
+    its memory, from the timed step's peak (weights, gradients and Adam's two moments are 16 bytes a parameter)."""
+    if device != "cuda":
+        return timing.micro_batch
+    fixed = 16 * timing.parameters
+    per_sequence = max(1.0, (timing.peak_bytes - fixed) / timing.micro_batch)
+    fits = (0.8 * torch.cuda.get_device_properties(0).total_memory - fixed) / per_sequence
+    return int(min(256, max(1, 2 ** int(math.log2(max(1.0, fits))))))
+
+
+def _machine(device: str) -> str:
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        return (f"{torch.cuda.device_count()} x {props.name}, {props.total_memory / 2**30:.1f} GiB each "
+                "(the recipe is sized for one; torchrun over more trains proportionally more)")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cores = len(os.sched_getaffinity(0))
+    return f"CPU, {cores} cores, {torch.get_num_threads()} torch threads, {memory:.1f} GiB memory"
+
+
+def corpus_size(directory: Path, inputs: list[str]) -> tuple[int, str]:
+    """The corpus's size and what was counted: ingest's characters if it ran in ``directory``'s default
+    workspace, else the bytes of the files ``inputs`` name."""
+    manifest = directory / ".bertwb" / "manifests" / "ingest.json"
+    try:
+        return int(json.loads(manifest.read_text())["summary"]["characters"]), "characters after ingest"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    total = 0
+    for pattern in inputs:
+        # normalised first: the project folder may not exist yet, and `DIR/../corpus` must still match
+        for match in glob.glob(os.path.normpath(directory / Path(pattern).expanduser()), recursive=True):
+            path = Path(match)
+            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+            total += sum(p.stat().st_size for p in files if p.name != "README.md")
+    return total, "bytes in the corpus files"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()

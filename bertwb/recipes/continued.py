@@ -1,0 +1,90 @@
+"""``continue --from DIR``: continued masked-LM pre-training of a published BERT on the user's corpus.
+
+DIR is any model directory `model.init_from` reads (an ``import-hf`` folder, a Hugging Face BERT folder, an
+export) with its own tokenizer, which becomes ``vocab.from_file``: its weights know those ids only. NSP is
+trained only when the weights hold an NSP head that was trained (an import's import.json names the heads
+it made anew). Settings follow domain-adaptive pre-training (Gururangan et al. 2020).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from bertwb.data.tokenizer import load_tokenizer, lowercases
+from bertwb.errors import BertwbError
+from bertwb.model import modeldir
+from bertwb.recipes.base import Recipe
+
+_HEADS = {"MLM head": ("cls.predictions.", "mlm_head."), "NSP head": ("cls.seq_relationship.", "nsp_head.")}
+SEQ_LENGTH = 128
+
+
+def continue_recipe(directory: Path, source: Path) -> Recipe:
+    """The recipe for continuing the pre-training of the model in ``source``."""
+    if not source.is_dir():
+        raise BertwbError(f"--from {source}: no such folder; give an import-hf folder or a Hugging Face BERT folder")
+    model = modeldir.open_model_dir(source, "--from")
+    if model.tokenizer_dir is None:
+        raise BertwbError(f"--from {source}: no vocab.txt or tokenizer.json in it; continuing needs the model's own "
+                          "vocabulary (copy it beside the weights)")
+    vocab_file = next(model.tokenizer_dir / name for name in ("tokenizer.json", "vocab.txt")
+                      if (model.tokenizer_dir / name).is_file())
+    lowercase = lowercases(load_tokenizer(vocab_file), True)
+    heads = trained_heads(model)
+    nsp = "NSP head" in heads
+    length = min(SEQ_LENGTH, modeldir.max_length(model)[0])
+    where = _as_written(source, directory)
+    c = model.config
+    made_anew = [head for head in _HEADS if head not in heads]
+    recipe = Recipe([
+        f"# Started from: {source.resolve()} ({model.description}, L{c.num_layers} H{c.hidden_size} "
+        f"A{c.num_heads}, vocab {c.vocab_size:,}, {c.max_position_embeddings} positions).",
+        f"# Its trained heads: {', '.join(heads) or 'none'}" + (f"; {' and '.join(made_anew)} start anew here"
+                                                               if made_anew else "") + ".",
+        "# Domain-adaptive pre-training (Gururangan et al. 2020, \"Don't Stop Pretraining\"): the masked LM on your",
+        "# text from the published weights; then fine-tune from this workspace's model (finetune.init_from: pretrain).",
+        "#   bertwb run            # ingest, tokenise with the model's vocabulary, pairs, continue pre-training",
+    ])
+    recipe.set("vocab.from_file", _as_written(vocab_file, directory), "the model's own vocabulary: its weights "
+               "know these ids")
+    recipe.set("vocab.lowercase", lowercase, "as the model's tokenizer cases its input")
+    recipe.set("pairs.max_seq_length", length, "short sequences are cheap, and the model keeps its long positions")
+    recipe.set("pairs.masking", "dynamic", "new masks every epoch (RoBERTa; Gururangan et al. continued RoBERTa so)")
+    recipe.set("pairs.dupe_factor", 1, "one stored copy; dynamic masking draws each epoch's masks")
+    recipe.set("pairs.random_next_prob", 0.5 if nsp else 0.0,
+               "NSP's random B half the time" if nsp else "no NSP head to train: B always continues A")
+    recipe.set("model.init_from", where, "the published model this run continues (its sizes come with it)")
+    recipe.set("pretrain.nsp", nsp, "the model's NSP head was trained: keep it trained" if nsp else
+               "the model has no trained NSP head: the masked LM alone, as DAPT (RoBERTa has no NSP)")
+    recipe.set("pretrain.steps", 0, "0: `epochs` passes over your corpus (or set max_hours)")
+    recipe.set("pretrain.epochs", 2, "passes over your corpus: DAPT made about one over a large domain corpus "
+               "(12.5K steps of 2,048), TAPT 100 over a small task corpus; raise it for a small corpus")
+    recipe.set("pretrain.batch_size", 64, "sequences a step")
+    recipe.set("pretrain.lr", 5e-5, "TAPT's 1e-4 at batch 256 (Gururangan et al. 2020, appendix B) halved for a "
+               "quarter of its batch; far below from-scratch rates, so the published weights are adapted, not lost")
+    recipe.set("pretrain.warmup_steps", 0, "0: warmup_fraction decides")
+    recipe.set("pretrain.warmup_fraction", 0.06, "DAPT's and TAPT's warm-up: 6% of the steps")
+    recipe.set("pretrain.adam_beta2", 0.98, "DAPT's Adam beta2 (RoBERTa's), steadier with large updates early")
+    return recipe
+
+
+def trained_heads(model: modeldir.ModelDir) -> list[str]:
+    """The pre-training heads (MLM, NSP) the weights hold and that were trained, not made anew by an import."""
+    names = modeldir.tensor_names(model.weights)
+    held = [head for head, prefixes in _HEADS.items() if any(name.startswith(prefixes) for name in names)]
+    imported = model.path / "import.json"
+    if imported.is_file():
+        try:
+            made = json.loads(imported.read_text(encoding="utf-8")).get("initialised") or []
+        except ValueError:
+            raise BertwbError(f"{imported} is not valid JSON; import the model again with `bertwb import-hf`") from None
+        held = [head for head in held if head not in made]
+    return held
+
+
+def _as_written(path: Path, directory: Path) -> str:
+    """``path`` as the config names it: relative to the config's folder when inside it, else absolute."""
+    resolved, base = path.resolve(), directory.resolve()
+    return os.path.relpath(resolved, base) if resolved.is_relative_to(base) else str(resolved)

@@ -1,0 +1,131 @@
+"""``bertwb init --recipe``: each recipe writes a config that loads and trains, and bad options are one line.
+
+``continue`` starts from an import-hf folder of a model bertwb exported (first step at lr 0: the weights are
+the imported ones, the vocabulary its own, NSP on as its head was trained) and from a Hugging Face masked-LM
+folder (no NSP head: NSP off); ``budget`` times a real step here and its run stops at the hours (fake clock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+from click.testing import CliRunner
+
+from bertwb.cli import cli
+from bertwb.configfile import load_config
+from bertwb.recipes import RECIPES
+from conftest import REPO, FakeClock, Project, assert_one_line_error, make_documents, run_metrics, write_bert_format
+
+
+def _init(*args: str):
+    return CliRunner().invoke(cli, ["init", *args])
+
+
+def _project(root: Path, *recipe: str) -> Project:
+    """A project at ``root`` made by ``bertwb init --recipe ...`` around a small generated corpus."""
+    write_bert_format(root / "corpus" / "a.txt", make_documents(200))
+    result = _init(str(root), *recipe)
+    assert result.exit_code == 0, result.output
+    return Project(root)
+
+
+def test_recipe_list_says_what_each_recipe_is_for_in_one_line():
+    result = _init("--recipe", "list")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert [line.split()[0] for line in lines] == list(RECIPES) == ["continue", "budget", "bert-base", "bert-large"]
+    assert all(len(line.split(maxsplit=1)[1]) > 30 for line in lines)
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--recipe", "cramming"], ["--recipe cramming", "no such recipe", "--recipe list"]),
+    (["--recipe", "continue"], ["needs --from DIR"]),
+    (["--recipe", "budget"], ["needs --hours H"]),
+    (["--recipe", "budget", "--hours", "soon"], ["--hours soon", "above 0"]),
+    (["--recipe", "budget", "--hours", "0"], ["--hours 0", "above 0"]),
+    (["--recipe", "budget", "--hours", "nan"], ["--hours nan"]),
+    (["--recipe", "continue", "--from", "x", "--hours", "1"], ["takes no --hours", "budget"]),
+    (["--recipe", "bert-base", "--from", "x"], ["takes no --from", "continue"]),
+    (["--hours", "1"], ["--hours goes with a recipe", "--recipe budget"]),
+    (["--recipe", "continue", "--from", "missing"], ["--from missing", "no such folder"]),
+])
+def test_bad_recipe_options_are_one_line_and_write_nothing(tmp_path: Path, args: list[str], needles: list[str]):
+    result = _init(str(tmp_path / "p"), *args)
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "p" / "bertwb.yaml").exists()
+
+
+@pytest.mark.parametrize("size", ["base", "large"])
+def test_paper_recipes_are_pipelines_bert_base_yaml(tmp_path: Path, size: str):
+    project = _project(tmp_path / "p", "--recipe", f"bert-{size}")
+    ours, paper = load_config(project.config), load_config(REPO / "pipelines" / "bert-base.yaml")
+    assert ours.model.preset == size
+    ours.model.preset = paper.model.preset
+    for section in ("workspace", "vocab", "pairs", "model", "pretrain", "evaluate"):
+        ours_values = dataclasses.asdict(ours.section(section))
+        paper_values = dataclasses.asdict(paper.section(section))
+        if section == "pretrain":  # the yaml names the device; phases compared whole
+            assert ours_values.pop("device") == paper_values.pop("device") == "cuda"
+        assert ours_values == paper_values, section
+    assert ours.ingest.valid_fraction == paper.ingest.valid_fraction
+    assert project.run("status", "--json").exit_code == 0
+
+
+def test_budget_recipe_measures_this_machine_and_its_run_stops_at_the_hours(tmp_path: Path, fake_clock: FakeClock):
+    project = _project(tmp_path / "p", "--recipe", "budget", "--hours", "0.005")
+    text = project.config.read_text()
+    assert "#   machine: CPU" in text and "tokens/s" in text
+    size = (project.root / "corpus" / "a.txt").stat().st_size  # init's corpus/README.md is not corpus
+    assert f"#   corpus: {size:,} bytes in the corpus files" in text
+    cfg = load_config(project.config)
+    assert cfg.pretrain.max_hours == 0.005 and cfg.pretrain.nsp is False and cfg.pairs.random_next_prob == 0
+    assert cfg.model.preset == "tiny" and cfg.model.hidden_dropout == 0 and cfg.pairs.masking == "dynamic"
+    assert cfg.pretrain.batch_size == cfg.pretrain.grad_accum * 32 and cfg.pretrain.steps > 0
+    project.run("run", "--until", "pretrain", "--set", "pretrain.eval_batches=1")  # the fake clock: 1 s a step
+    summary = json.loads((project.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["stopped_at_budget"] and summary["steps_done"] == 18  # 18 s of 0.005 h: a 19th would pass it
+    assert run_metrics(project)[-1]["lr"] < 0.1 * cfg.pretrain.lr
+
+
+def _state(folder: Path) -> dict[str, torch.Tensor]:
+    return safetensors.torch.load_file(str(folder / "model.safetensors"))
+
+
+def test_continue_from_an_import_starts_from_its_weights_and_vocabulary(trainer: Project, tmp_path: Path):
+    trainer.run("pretrain")
+    trainer.run("export", str(tmp_path / "export"))
+    trainer.run("import-hf", str(tmp_path / "export"), "--out", str(tmp_path / "imported"))
+    project = _project(tmp_path / "adapt", "--recipe", "continue", "--from", str(tmp_path / "imported"))
+    cfg = load_config(project.config)
+    assert cfg.model.init_from == str(tmp_path / "imported") and cfg.pretrain.nsp is True  # its NSP head was trained
+    assert f"# Started from: {tmp_path / 'imported'}" in project.config.read_text()
+    project.run("run", "--until", "pretrain", "--set", "pretrain.steps=1", "--set", "pretrain.lr=0",
+                "--set", "pretrain.batch_size=8")
+    assert (project.workspace / "vocab" / "vocab.txt").read_text() == (tmp_path / "imported" / "vocab.txt").read_text()
+    imported, trained = _state(tmp_path / "imported"), _state(project.workspace / "pretrain")
+    assert imported.keys() == trained.keys()
+    assert all(torch.equal(imported[name], trained[name]) for name in imported)  # a step at lr 0 changes nothing
+
+
+def test_continue_from_a_masked_lm_folder_trains_without_nsp(tmp_path: Path):
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model  # noqa: PLC0415
+
+    hf = tiny_published_model(tmp_path / "hf", transformers, "BertForMaskedLM", pad_to=64)
+    project = _project(tmp_path / "p", "--recipe", "continue", "--from", str(tmp_path / "hf"))
+    cfg = load_config(project.config)
+    assert cfg.pretrain.nsp is False and cfg.pairs.random_next_prob == 0
+    assert cfg.vocab.from_file == str(tmp_path / "hf" / "tokenizer.json")
+    assert "NSP head start anew here" in project.config.read_text()
+    project.run("run", "--until", "pretrain", "--set", "pretrain.steps=2", "--set", "pretrain.batch_size=8")
+    metrics = run_metrics(project)
+    assert all(m["loss"] == m["mlm_loss"] for m in metrics)
+    embeddings = hf.bert.embeddings.word_embeddings.weight.detach()
+    trained = _state(project.workspace / "pretrain")["bert.embeddings.tokens.weight"]
+    assert trained.shape == embeddings.shape and not torch.equal(trained, embeddings)  # trained on from them
+    assert (trained - embeddings).abs().max() < 0.01  # two steps at 5e-5 from them
