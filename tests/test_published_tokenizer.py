@@ -195,8 +195,10 @@ def _predict(project: Project, texts: list[str]) -> list[dict]:
 def _readme_section() -> tuple[str, str]:
     """The README's import-hf command and the YAML that continues pre-training the imported model."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    command = re.search(r"^bertwb import-hf (\S+)", readme, re.MULTILINE)
-    section = readme[readme.index("To continue pre-training a published model"):]
+    start = readme.index("To continue pre-training a published model")
+    # the import-hf line whose default folder the section's config names (the Recipes section shows another)
+    command = re.search(r"^bertwb import-hf (\S+) +# -> \.bertwb/imports/", readme, re.MULTILINE)
+    section = readme[start:]
     yaml_block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
     assert command and yaml_block, "the README lost its import-hf command or the config that follows it"
     return command.group(1), yaml_block.group(1)
