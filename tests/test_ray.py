@@ -1,0 +1,118 @@
+"""``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
+identities one local process gives; ``bertwb sql`` reads what Ray built; no Ray is one line.
+
+The cluster starts once for the module (its files under pytest's tmp dir) and the CLI runs in this
+process, so the stages join it as any driver joins a running cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import bertwb.data
+
+from conftest import SAMPLE_CORPUS, Project, assert_one_line_error
+
+STAGES = ("ingest", "vocab", "pairs")
+# Small everything, so every seam is crossed several times: ~24 byte ranges per file, ranges of 3,200
+# sentences in batches of 200 (several ranges), shards of ~1,000 tokens, two dupes.
+CONFIG = """
+workspace:
+  executor: {executor}
+ingest:
+  inputs: [corpus]
+  content_hash: true          # the two projects' copies differ only in modification time
+  valid_fraction: 0.1
+  workers: {workers}
+  range_bytes: 4000
+vocab:
+  vocab_size: 320
+  min_frequency: 1
+  batch_size: 200
+  train_sentences: 1500
+pairs:
+  max_seq_length: 64
+  dupe_factor: 2
+  shard_tokens: 1000
+  workers: {workers}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _project(root: Path, executor: str, workers: int) -> Project:
+    """A slice of the sample corpus (two files of 100,000 bytes, cut at a document's end) and small settings."""
+    corpus = root / "corpus"
+    corpus.mkdir(parents=True)
+    for name in ("part-000.txt", "part-001.txt"):
+        text = (SAMPLE_CORPUS / name).read_text(encoding="utf-8")
+        (corpus / name).write_text(text[:text.index("\n\n", 100_000)] + "\n", encoding="utf-8")
+    project = Project(root)
+    project.write_config(CONFIG.format(executor=executor, workers=workers))
+    return project
+
+
+def _manifest(project: Project, stage: str) -> dict:
+    return json.loads((project.workspace / "manifests" / f"{stage}.json").read_text())
+
+
+def _files(project: Project, stage: str) -> dict[str, bytes]:
+    """Every file a stage built, by its path in the stage's folder (the build's id left out)."""
+    folder = project.workspace / stage
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.name != ".bertwb-build"}
+
+
+def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: None):
+    local = _project(tmp_path / "local", "local", workers=1)  # every file whole, every shard in-process
+    on_ray = _project(tmp_path / "ray", "ray", workers=0)
+    local.run("run", "--until", "pairs")
+    on_ray.run("run", "--until", "pairs")
+
+    for stage in STAGES:
+        mine, theirs = _manifest(on_ray, stage), _manifest(local, stage)
+        assert mine["key"] == theirs["key"], stage
+        assert mine["identity"] == theirs["identity"], stage
+        assert mine["outputs"]["digests"] == theirs["outputs"]["digests"], stage  # every table and file
+    ingest, pairs = _manifest(on_ray, "ingest")["summary"], _manifest(on_ray, "pairs")["summary"]
+    assert ingest["workers"] == 2 and pairs["workers"] == 2, "Ray's two CPUs did the work"
+    assert ingest["documents"] > 50 and pairs["shards"] >= 10, "the slice crossed the seams it is meant to"
+    vocab = _files(on_ray, "vocab")
+    assert vocab["vocab.txt"] == _files(local, "vocab")["vocab.txt"] and len(vocab["vocab.txt"].split()) == 320
+    assert _files(on_ray, "pairs") == _files(local, "pairs")  # the training arrays, byte for byte
+
+    # The executor is in no key: switching it back leaves every stage fresh, its build untouched.
+    builds = {stage: _manifest(on_ray, stage)["build"] for stage in STAGES}
+    result = on_ray.run("run", "--until", "pairs", "--set", "workspace.executor=local")
+    assert result.output.count(": fresh (key") == len(STAGES), result.output
+    assert {stage: _manifest(on_ray, stage)["build"] for stage in STAGES} == builds
+
+    # bertwb sql reads what Ray built, tables and views alike, as it reads a local build.
+    query = ("select (select count(*) from tokens) as sentences, (select sum(len(ids)) from tokens) as tokens, "
+             "(select count(*) from pairs_text where text like '%[MASK]%') as masked_pairs")
+    answers = [project.run("sql", query, "--format", "json").output for project in (on_ray, local)]
+    assert answers[0] == answers[1]
+    assert json.loads(answers[0])[0]["masked_pairs"] > 100
+
+
+def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delitem(sys.modules, "bertwb.data.ray_map", raising=False)
+    monkeypatch.delattr(bertwb.data, "ray_map", raising=False)  # else `from bertwb.data import ray_map` finds it
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if Ray were not installed
+    result = project.run("run", "--set", "workspace.executor=ray", expect=None)
+    assert_one_line_error(result, "workspace.executor", "pip install 'bertwb[ray]'")
+    assert not (project.workspace / "manifests" / "ingest.json").exists()
