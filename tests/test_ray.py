@@ -8,6 +8,9 @@ process, so the stages join it as any driver joins a running cluster.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +19,7 @@ import pytest
 
 import bertwb.data
 
-from conftest import SAMPLE_CORPUS, Project, assert_one_line_error
+from conftest import PYTHON, SAMPLE_CORPUS, Project, assert_one_line_error
 
 STAGES = ("ingest", "vocab", "pairs")
 # Small everything, so every seam is crossed several times: ~24 byte ranges per file, ranges of 3,200
@@ -115,4 +118,19 @@ def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeyp
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if Ray were not installed
     result = project.run("run", "--set", "workspace.executor=ray", expect=None)
     assert_one_line_error(result, "workspace.executor", "pip install 'bertwb[ray]'")
+    assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+def test_no_cluster_at_ray_address_is_one_line_not_a_hang(project: Project):
+    """``ray.init`` retries an address where nothing listens forever; bertwb asks first and says so."""
+    pytest.importorskip("ray")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # free once closed: nothing listens there
+    result = subprocess.run([PYTHON, "-m", "bertwb", "ingest", "--config", str(project.config), "--set",
+                             "workspace.executor=ray"], env={**os.environ, "RAY_ADDRESS": address},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"RAY_ADDRESS={address}" in errors[0] and "ray start --head" in errors[0], errors
     assert not (project.workspace / "manifests" / "ingest.json").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
@@ -18,11 +19,15 @@ import ray
 
 from bertwb.errors import BertwbError
 
+_CONNECT_TIMEOUT_S = 10
+
 
 def cluster_cpus() -> int:
     """Join the Ray cluster (once per process) and return how many CPUs it has."""
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
+        if address:
+            _check_reachable(address)
         try:
             # Plain lines on the terminal: Ray's own INFO lines and its workers' output stay in its logs.
             ray.init(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
@@ -32,6 +37,19 @@ def cluster_cpus() -> int:
             raise BertwbError(f"workspace.executor is ray, but {where} cannot be reached ({reason}); start it "
                               "with `ray start --head`, or set workspace.executor: local") from None
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _check_reachable(address: str) -> None:
+    """A one-line error when nothing listens at ``RAY_ADDRESS`` (host:port): ``ray.init`` would retry forever."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local", or a form Ray reads its own way
+    try:
+        socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise BertwbError(f"workspace.executor is ray, but nothing answers at RAY_ADDRESS={address} "
+                          f"({exc.strerror or exc}); start the cluster's head there with `ray start --head`, "
+                          "or fix RAY_ADDRESS") from None
 
 
 @ray.remote
