@@ -1,8 +1,9 @@
 """``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
-identities one local process gives; ``bertwb sql`` reads what Ray built; no Ray is one line.
+identities one local process gives; a killed driver leaves the stage stale; ``bertwb sql`` reads what Ray
+built; no Ray, or no cluster at ``RAY_ADDRESS``, is one line.
 
-The cluster starts once for the module (its files under pytest's tmp dir) and the CLI runs in this
-process, so the stages join it as any driver joins a running cluster.
+The cluster starts once for the module (its files under pytest's tmp dir). The CLI runs in this process,
+joining it as any driver joins a running cluster, except where a driver must die (a subprocess).
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ pairs:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Ray cluster of 2 CPUs for the module; its address, for a driver in another process."""
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              _temp_dir=str(tmp_path_factory.mktemp("ray")))
     try:
-        yield
+        yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
 
@@ -80,10 +82,21 @@ def _files(project: Project, stage: str) -> dict[str, bytes]:
             if path.is_file() and path.name != ".bertwb-build"}
 
 
-def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: None):
+def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: str):
     local = _project(tmp_path / "local", "local", workers=1)  # every file whole, every shard in-process
     on_ray = _project(tmp_path / "ray", "ray", workers=0)
     local.run("run", "--until", "pairs")
+    on_ray.run("run", "--until", "vocab")
+    # A driver killed while Ray tasks build pairs leaves the stage stale, never fresh, and the next run
+    # builds it whole. (A separate process, so the kill takes the driver, not the test, with it; Ray's
+    # token authentication is on for a cluster ray.init starts, so its other drivers must say so.)
+    killed = subprocess.run([PYTHON, "-m", "bertwb", "pairs", "--config", str(on_ray.config)],
+                            env={**os.environ, "RAY_ADDRESS": ray_cluster,
+                                 "RAY_AUTH_MODE": "token", "BERTWB_FAULT": "pairs.work#3"},
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 137, killed.stderr
+    states = {row["stage"]: row["state"] for row in json.loads(on_ray.run("status", "--json").output)}
+    assert states["vocab"] == "fresh" and states["pairs"] != "fresh", states
     on_ray.run("run", "--until", "pairs")
 
     for stage in STAGES:
