@@ -65,11 +65,12 @@ class Cluster:
         self.roots = self._find()
 
     def _find(self) -> list[psutil.Process]:
-        """The cluster's daemons: every process whose command line names its folder or its port."""
-        marks = (str(self.folder), f":{self.port}")
+        """The cluster's daemons: every process (not this one) with an argument naming its folder or its port."""
         found = []
         for process in psutil.process_iter(["cmdline"]):
-            if any(mark in arg for arg in process.info["cmdline"] or [] for mark in marks):
+            arguments = process.info["cmdline"] or []
+            if process.pid != os.getpid() and any(str(self.folder) in argument or argument.endswith(f":{self.port}")
+                                                  for argument in arguments):
                 found.append(process)
         return found
 

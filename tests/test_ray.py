@@ -147,3 +147,20 @@ def test_no_cluster_at_ray_address_is_one_line_not_a_hang(project: Project):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"RAY_ADDRESS={address}" in errors[0] and "ray start --head" in errors[0], errors
     assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_cluster: str,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """Its tasks could make other bytes: the stage refuses the cluster before any work, naming what differs."""
+    from bertwb.data import ray_map
+
+    here = ray_map.environment()
+    monkeypatch.setattr(ray_map, "_nodes_checked", False)
+    # This process now reads another tokenizers version; the nodes' tasks, other processes, read theirs.
+    # (Not a replaced ray_map.environment: a task pickles a replacement with itself and runs it there too.)
+    version = ray_map.metadata.version
+    monkeypatch.setattr(ray_map.metadata, "version", lambda name: "0.0.1" if name == "tokenizers" else version(name))
+    result = project.run("ingest", "--set", "workspace.executor=ray", expect=None)
+    assert_one_line_error(result, "workspace.executor", f"tokenizers {here['tokenizers']} there, 0.0.1 here",
+                          "install the same bertwb")
+    assert not (project.workspace / "manifests" / "ingest.json").exists()

@@ -9,14 +9,18 @@ as the task raised it. A task's output depends only on its input, so a retried o
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
 from collections import deque
+from importlib import metadata
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import ray
 
+import bertwb
 from bertwb.errors import BertwbError
 
 _CONNECT_TIMEOUT_S = 10
@@ -36,7 +40,60 @@ def cluster_cpus() -> int:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BertwbError(f"workspace.executor is ray, but {where} cannot be reached ({reason}); start it "
                               "with `ray start --head`, or set workspace.executor: local") from None
+    if not _nodes_checked:
+        _check_nodes()
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+_nodes_checked = False
+# The libraries whose versions shape the data stages' outputs (ids, segmentation, random draws, Arrow rows).
+_SHAPING = ("tokenizers", "numpy", "pyarrow", "blingfire", "pysbd")
+
+
+def environment() -> dict[str, str | None]:
+    """What a task's output depends on besides its input: bertwb's code (a digest of its source files,
+    so two checkouts of one version differ when their code does) and the versions in ``_SHAPING``."""
+    root = Path(bertwb.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    versions: dict[str, str | None] = {"bertwb": f"{bertwb.__version__} ({digest.hexdigest()[:12]})"}
+    for package in _SHAPING:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+@ray.remote
+def _node_environment() -> tuple[str, dict[str, str | None]]:
+    return socket.gethostname(), environment()
+
+
+def _check_nodes() -> None:
+    """Refuse a cluster where a node with CPUs runs other code or libraries than this driver: its tasks
+    could make other bytes (or fail to load this driver's functions). One task per node, pinned to it."""
+    global _nodes_checked
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415 - a Ray submodule
+
+    nodes = [node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get("CPU")]
+    answers = [_node_environment.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+               .remote() for node in nodes]
+    mine = environment()
+    for node, answer in zip(nodes, answers, strict=True):
+        host = node.get("NodeManagerHostname") or node.get("NodeManagerAddress")
+        try:
+            host, theirs = ray.get(answer)
+            differing = [f"{name} {theirs.get(name)} there, {mine[name]} here" for name in mine
+                         if theirs.get(name) != mine[name]]
+        except ray.exceptions.RayError as exc:  # its bertwb lacks this module, or cannot import it
+            differing = [f"it cannot load this command's bertwb: {str(exc).strip().splitlines()[-1][:200]}"]
+        if differing:
+            raise BertwbError(f"workspace.executor is ray, but node {host} runs other code than this command "
+                              f"({'; '.join(differing)}); install the same bertwb and libraries on every node "
+                              "(the same requirements lock), then restart its Ray (`ray stop`, `ray start`)")
+    _nodes_checked = True
 
 
 def _check_reachable(address: str) -> None:
