@@ -68,7 +68,7 @@ PIP_COMPILE = $(BIN)/pip-compile --quiet --upgrade --generate-hashes --strip-ext
 	--no-emit-index-url --no-emit-find-links -c requirements/torch-cpu.txt
 lock: $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip pip-tools
-	$(PIP_COMPILE) --extra dev --extra hf --output-file $(LOCK_DEV) pyproject.toml
+	$(PIP_COMPILE) --extra dev --extra hf --extra ray --output-file $(LOCK_DEV) pyproject.toml
 	$(PIP_COMPILE) -c $(LOCK_DEV) --output-file $(LOCK_RUNTIME) pyproject.toml
 	$(MAKE) test
 

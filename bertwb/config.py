@@ -39,6 +39,10 @@ class WorkspaceConfig:
     dir: str = option(".bertwb", "Where every artifact goes, relative to the config file.")
     memory_limit: str = option("256MB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
                                cache=False)
+    executor: Literal["local", "ray"] = option(
+        "local", "Who runs the data stages' shards: local (this machine's processes) or ray (the Ray cluster "
+        "ray.init() finds: RAY_ADDRESS, else a local one; pip install 'bertwb[ray]'); never changes the output.",
+        cache=False)
 
 
 @dataclass

@@ -72,7 +72,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
 ]
 
 # What light commands never load; a function-level import is there to keep one of these out.
-HEAVY = ("torch", "safetensors", "transformers", "matplotlib", "scipy", "sklearn", "seqeval")
+HEAVY = ("torch", "safetensors", "transformers", "matplotlib", "scipy", "sklearn", "seqeval", "ray")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""``map`` over a process pool, in order and with bounded read-ahead, whose workers die with their parent.
+"""``map`` over a process pool or a Ray cluster, in order and with bounded read-ahead: the data stages' executor.
 
-The pairs stage builds (shard, dupe) tasks in worker processes and must write their results in task
-order, whatever the number of workers, so that the output never depends on it; it must also keep
-memory flat on any corpus, so only ``IN_FLIGHT_PER_WORKER`` tasks per worker are read ahead. And a
-SIGKILLed stage must not leave workers behind: each worker watches its stage's process and exits
-with it.
+The data stages run their per-shard functions (read a piece of a file, tokenise a batch, build a
+(shard, dupe) task) through `map_ordered` and must get the results in task order, whatever the number
+of workers or the executor (``workspace.executor``), so that the output never depends on them; memory
+stays flat on any corpus, so only ``IN_FLIGHT_PER_WORKER`` tasks per worker are read ahead. A SIGKILLed
+stage must not leave local workers behind: each watches its stage's process and exits with it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,28 @@ import select
 import threading
 import time
 from collections import deque
+from types import ModuleType
 from typing import Any, Callable, Iterable, Iterator
+
+from bertwb.errors import BertwbError
 
 IN_FLIGHT_PER_WORKER = 2
 
 
-def map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[Any]:
-    """``map(function, tasks)`` in order; over a pool when ``workers > 1``, with at most
-    ``IN_FLIGHT_PER_WORKER`` tasks per worker read ahead so memory stays flat."""
+def cluster_cpus(executor: str) -> int:
+    """0 for ``local``; for ``ray``, join the cluster and return its CPUs (a one-line error when Ray is
+    missing or unreachable). A stage calls this before any work, so such an error costs nothing."""
+    return _ray_map().cluster_cpus() if executor == "ray" else 0
+
+
+def map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: int,
+                executor: str = "local") -> Iterator[Any]:
+    """``map(function, tasks)`` in order: as Ray tasks with ``executor`` ray (``workers``: the cluster's
+    CPUs), else over a pool when ``workers > 1``; at most ``IN_FLIGHT_PER_WORKER`` tasks per worker read
+    ahead so memory stays flat."""
+    if executor == "ray":
+        yield from _ray_map().map_ordered(function, tasks, max(1, workers) * IN_FLIGHT_PER_WORKER)
+        return
     if workers <= 1:
         yield from map(function, tasks)
         return
@@ -43,6 +57,16 @@ def map_ordered(function: Callable[[Any], Any], tasks: Iterable[Any], workers: i
             for future in pending:
                 future.cancel()
             raise
+
+
+def _ray_map() -> ModuleType:
+    """:mod:`bertwb.data.ray_map`, or the one line that says how to install Ray."""
+    try:
+        from bertwb.data import ray_map  # noqa: PLC0415 - Ray only when workspace.executor asks: heavy, an extra
+    except ImportError as exc:
+        raise BertwbError(f"workspace.executor is ray, but Ray cannot be imported ({exc}); install it with "
+                          "pip install 'bertwb[ray]', or set workspace.executor: local") from None
+    return ray_map
 
 
 def _exit_with(pid: int) -> None:

@@ -4,12 +4,15 @@
 corpus once and joins their ids back, since a corpus says "the" millions of times. Invariant: the two give
 identical ids whenever `encodes_by_word` holds (BERT's normaliser and pre-tokeniser, a WordPiece model, no
 added token that spans a space); tests/test_word_ids.py compares them on varied text, and
-benchmarks/tokenise_designs.py measures them.
+benchmarks/tokenise_designs.py measures them. `EncodeJob` is whichever applies, in another process (Ray).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from itertools import chain
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -103,3 +106,30 @@ def _room(array: np.ndarray, size: int) -> np.ndarray:
     grown = np.zeros(max(size, 2 * len(array)), dtype=array.dtype)
     grown[:len(array)] = array
     return grown
+
+
+def batch_encoder(tokenizer: Tokenizer) -> Callable[[pa.Array], tuple[np.ndarray, np.ndarray]]:
+    """The one place the fast path is chosen: each distinct word once (`WordEncoder`), where that gives
+    `encode_plain`'s ids; a function of an Arrow string array."""
+    if encodes_by_word(tokenizer):
+        return WordEncoder(tokenizer).encode
+    return lambda texts: encode_plain(tokenizer, texts.to_pylist())
+
+
+@dataclass(frozen=True)
+class EncodeJob:
+    """`batch_encoder` in another process (a Ray task), picklable: the tokenizer travels as its JSON, and each
+    process builds it and its encoder once (a `WordEncoder`'s remembered words only save time, never change ids)."""
+
+    tokenizer_json: str
+    encode_special_tokens: bool
+
+    def encode(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        return _encoder(self.tokenizer_json, self.encode_special_tokens)(texts)
+
+
+@functools.lru_cache(maxsize=1)
+def _encoder(tokenizer_json: str, encode_special_tokens: bool) -> Callable[[pa.Array], tuple[np.ndarray, np.ndarray]]:
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    tokenizer.encode_special_tokens = encode_special_tokens  # not part of the JSON
+    return batch_encoder(tokenizer)

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from bertwb import faults, ui
 from bertwb.config import Config, IngestConfig
 from bertwb.data.corpus_pieces import Piece, PieceReader, SpillJob, plan_pieces
-from bertwb.data.ordered_map import map_ordered
+from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.text_files import COMPRESSIONS, FileCounts, cannot_read
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
@@ -149,15 +149,20 @@ class _Stats:
 def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int) -> tuple[_Writer, _Stats, int]:
     """Every file's rows into the raw tables, in file and range order, and what each file skipped."""
     con = build.con
-    workers = cfg.ingest.workers or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
+    executor = cfg.workspace.executor
+    # On a cluster every piece is read by its tasks, into files on the workspace every node mounts.
+    workers = cluster_cpus(executor) or cfg.ingest.workers \
+        or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
     pieces = [piece for path in files for piece in _pieces(path, cfg, workers)]
-    workers = max(1, min(workers, len(pieces)))
+    if executor == "local":
+        workers = max(1, min(workers, len(pieces)))
     writer = _Writer(con)
     stats = _Stats()
     try:
         # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
         with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
-                contextlib.closing(_read(pieces, cfg.ingest, workers, bar, con, build.out_dir / "pieces")) as results:
+                contextlib.closing(_read(pieces, cfg.ingest, workers, executor, bar, con,
+                                              build.out_dir / "pieces")) as results:
             for piece, read in results:
                 if piece.first:
                     first_id, counts, skip_reason = writer.next_id, FileCounts(), None
@@ -186,15 +191,15 @@ def _pieces(path: Path, cfg: Config, workers: int) -> list[Piece]:
     return plan_pieces(path, name, fmt, cfg.ingest.range_bytes) if workers > 1 else [Piece(path, name, fmt)]
 
 
-def _read(pieces: list[Piece], settings: IngestConfig, workers: int, bar: Any, con: Any,
+def _read(pieces: list[Piece], settings: IngestConfig, workers: int, executor: str, bar: Any, con: Any,
           folder: Path) -> Iterator[tuple[Piece, Any]]:
-    """Each piece with its reader (in this process) or what a worker read of it, in order."""
-    if workers <= 1:
+    """Each piece with its reader (in this process) or what a worker or Ray task read of it, in order."""
+    if workers <= 1 and executor == "local":
         for piece in pieces:
             yield piece, PieceReader(piece, settings, bar, con)
         return
     folder.mkdir(parents=True, exist_ok=True)
-    spilled = map_ordered(SpillJob(settings, folder).read, enumerate(pieces), workers)
+    spilled = map_ordered(SpillJob(settings, folder).read, enumerate(pieces), workers, executor)
     for piece, read in zip(pieces, spilled, strict=True):
         yield piece, read
         bar.advance(piece.size())

@@ -26,7 +26,7 @@ from bertwb import faults, ui
 from bertwb.artifacts import PHASES_FILE
 from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
-from bertwb.data.ordered_map import map_ordered
+from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
 from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
 from bertwb.errors import BertwbError
@@ -76,6 +76,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     pre-training phase); return the summary."""
     started = time.perf_counter()
     con = build.con
+    cluster = cluster_cpus(cfg.workspace.executor)
     plans = {split: _plan_shards(con, split, cfg.pairs.shard_tokens) for split in SPLITS}
     _check_splits(plans)
     con.execute(f"create table {build.table('pairs')} ({_COLUMNS})")
@@ -83,7 +84,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     sets, next_pair_id = {}, 0
     for phase, _, settings in phases:
         out_dir = build.out_dir / phase if phase else build.out_dir
-        writer, workers = _build_set(con, build.table("pairs"), out_dir, plans, settings, phase, next_pair_id)
+        writer, workers = _build_set(con, build.table("pairs"), out_dir, plans, settings, phase, next_pair_id,
+                                     cfg.workspace.executor, cluster)
         next_pair_id = writer.next_pair_id
         sets[phase] = writer.stats
     if phases[0][0] is not None:
@@ -93,8 +95,9 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 
 def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardPlan]], settings: PairsConfig,
-               phase: str | None, first_pair_id: int) -> tuple[_Writer, int]:
-    """One pair set (every shard of both splits, ``dupe_factor`` times) into ``table`` and ``out_dir``."""
+               phase: str | None, first_pair_id: int, executor: str, cluster: int) -> tuple[_Writer, int]:
+    """One pair set (every shard of both splits, ``dupe_factor`` times) into ``table`` and ``out_dir``;
+    with ``executor`` ray, built by Ray tasks on a cluster of ``cluster`` CPUs."""
     rules = _masking_rules(con, settings)
     writer = _Writer(con, table, out_dir, phase, first_pair_id)
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
@@ -104,12 +107,12 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
                   rules=rules if settings.masking == "static" else None,
                   cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
     n_tasks = sum(len(plan) for plan in plans.values()) * settings.dupe_factor
-    workers = min(settings.workers or _auto_workers(), n_tasks)
+    workers = min(cluster or settings.workers or _auto_workers(), n_tasks)
     tasks = ((shard, dupe) for shard in _read_shards(con, plans) for dupe in range(settings.dupe_factor))
     try:
         with ui.progress(f"pairs: building{f' {phase}' if phase else ''}", total=total_tokens * settings.dupe_factor,
                          unit="tokens") as bar:
-            for built in map_ordered(job.build, tasks, workers):
+            for built in map_ordered(job.build, tasks, workers, executor):
                 writer.write(built)
                 bar.advance(built.source_tokens)
                 faults.point("work")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import string
 import time
 import unicodedata
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -24,7 +25,8 @@ from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
-from bertwb.data.word_ids import WordEncoder, encode_plain, encodes_by_word
+from bertwb.data.ordered_map import cluster_cpus, map_ordered
+from bertwb.data.word_ids import EncodeJob, batch_encoder
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
@@ -56,6 +58,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train or load the tokenizer, write its files, tokenise all sentences; return the summary."""
     started = time.perf_counter()
     con = build.con
+    cluster = cluster_cpus(cfg.workspace.executor)  # before any work: Ray missing or unreachable is one line
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     alphabet_seconds = 0.0
     sample = None  # a vocabulary from a file saw none of this corpus
@@ -69,7 +72,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
-    tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample)
+    tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample,
+                             cfg.workspace.executor, cluster)
     counts, n_tokens, n_words, n_unk = tokenised.counts, tokenised.tokens, tokenised.words, tokenised.unk
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -279,9 +283,10 @@ class Tokenised:
 
 
 def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, batch_size: int,
-                 sample: TrainingSample | None = None) -> Tokenised:
+                 sample: TrainingSample | None = None, executor: str = "local", workers: int = 1) -> Tokenised:
     """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
-    tokenizer was trained on (None: none of them), to count [UNK] on the others.
+    tokenizer was trained on (None: none of them), to count [UNK] on the others. With ``executor`` ray,
+    batches are encoded by Ray tasks on a cluster of ``workers`` CPUs, and come back in order.
 
     ``encode_batch`` runs on all cores in Rust, on each distinct word of the corpus once where the tokenizer
     allows it (`bertwb.data.word_ids.WordEncoder`); ids go to DuckDB as one flat Arrow list array per batch, so
@@ -295,65 +300,92 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
         continuation[index] = token.startswith("##")
     counts = np.zeros(vocab_size, dtype=np.int64)
     unk_id = tokenizer.token_to_id("[UNK]")
-    # The one place the fast path is chosen: each distinct word once, where that gives the same ids.
-    encode = WordEncoder(tokenizer).encode if encodes_by_word(tokenizer) else \
-        (lambda texts: encode_plain(tokenizer, texts.to_pylist()))
     unseen_sentences = unseen_tokens = unseen_unk = 0
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
     inserter = con.cursor()
-    reader = None
+    held: deque[tuple[int, pa.RecordBatch]] = deque()  # batches read, in order, until their ids come back
+
+    def texts(batches: Iterator[tuple[int, pa.RecordBatch]]) -> Iterator[pa.Array]:
+        for numbered in batches:
+            held.append(numbered)
+            yield numbered[1].column("text")
+
+    batches = _batches(con, cursor, batch_size)
     try:
         # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
                 ThreadPoolExecutor(max_workers=1) as writer:
-            for where, bounds in _document_ranges(con, batch_size * _BATCHES_PER_RANGE):
-                reader = cursor.sql(f"select doc_id, sent_idx, text, split = 'train' as train from sentences "
-                                    f"join documents using (doc_id) {where} order by doc_id, sent_idx",
-                                    params=bounds).to_arrow_reader(batch_size)
-                # One transaction per range: per-batch autocommits each go through the WAL again.
-                inserter.execute("begin transaction")
-                pending = None
-                for batch in reader:
-                    lengths, flat = encode(batch.column("text"))
-                    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-                    np.cumsum(lengths, out=offsets[1:])
-                    counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-                    if sample is None:
-                        unseen = np.ones(batch.num_rows, dtype=bool)
-                    else:
-                        unseen = ~(batch.column("train").to_numpy(zero_copy_only=False)
-                                   & sample.contains(batch.column("doc_id").to_numpy(),
-                                                     batch.column("sent_idx").to_numpy()))
-                    unseen_ids = flat[np.repeat(unseen, lengths)]
-                    unseen_sentences += int(unseen.sum())
-                    unseen_tokens += len(unseen_ids)
-                    unseen_unk += int((unseen_ids == unk_id).sum())
-                    rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                                     "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+            pending, open_range = None, None
+            for lengths, flat in _encoded(tokenizer, texts(batches), executor, workers):
+                number, batch = held.popleft()
+                if number != open_range:
+                    # One transaction per range: per-batch autocommits each go through the WAL again.
                     if pending is not None:
                         pending.result()
-                    pending = writer.submit(_insert, inserter, table, rows)
-                    bar.advance(batch.num_rows)
-                    faults.point("work")
+                        pending = None
+                    if open_range is not None:
+                        inserter.execute("commit")
+                    inserter.execute("begin transaction")
+                    open_range = number
+                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+                np.cumsum(lengths, out=offsets[1:])
+                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
+                if sample is None:
+                    unseen = np.ones(batch.num_rows, dtype=bool)
+                else:
+                    unseen = ~(batch.column("train").to_numpy(zero_copy_only=False)
+                               & sample.contains(batch.column("doc_id").to_numpy(),
+                                                 batch.column("sent_idx").to_numpy()))
+                unseen_ids = flat[np.repeat(unseen, lengths)]
+                unseen_sentences += int(unseen.sum())
+                unseen_tokens += len(unseen_ids)
+                unseen_unk += int((unseen_ids == unk_id).sum())
+                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
+                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
                 if pending is not None:
                     pending.result()
+                pending = writer.submit(_insert, inserter, table, rows)
+                bar.advance(batch.num_rows)
+                faults.point("work")
+            if pending is not None:
+                pending.result()
+            if open_range is not None:
                 inserter.execute("commit")
-                reader.close()
-                reader = None
     except BaseException:
         _rollback(inserter)  # so the engine can drop the half-filled table
         raise
     finally:
         # The reader first: an open one keeps the database alive after every connection is closed, and
         # DuckDB then spins forever on the next connect to this file from this process (a test's status).
-        if reader is not None:
-            reader.close()
+        batches.close()
         inserter.close()
         cursor.close()
     n_tokens = int(counts.sum())
     n_words = n_tokens - int(counts[continuation].sum())
     return Tokenised(counts, n_tokens, n_words, int(counts[unk_id]), unseen_sentences, unseen_tokens, unseen_unk)
+
+
+def _encoded(tokenizer: Tokenizer, texts: Iterator[pa.Array], executor: str,
+             workers: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(lengths, ids) of each batch of ``texts``, in order: here, or as Ray tasks."""
+    if executor == "ray":
+        return map_ordered(EncodeJob(tokenizer.to_str(), tokenizer.encode_special_tokens).encode, texts, workers,
+                           executor)
+    return map(batch_encoder(tokenizer), texts)
+
+
+def _batches(con: Any, cursor: Any, batch_size: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Every sentence with its split, in (doc_id, sent_idx) order, in batches; each with its range's number."""
+    for number, (where, bounds) in enumerate(_document_ranges(con, batch_size * _BATCHES_PER_RANGE)):
+        reader = cursor.sql(f"select doc_id, sent_idx, text, split = 'train' as train from sentences "
+                            f"join documents using (doc_id) {where} order by doc_id, sent_idx",
+                            params=bounds).to_arrow_reader(batch_size)
+        try:
+            for batch in reader:
+                yield number, batch
+        finally:
+            reader.close()
 
 
 def _document_ranges(con: Any, sentences: int) -> Iterator[tuple[str, list[int]]]:

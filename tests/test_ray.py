@@ -1,0 +1,166 @@
+"""``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
+identities one local process gives; a killed driver leaves the stage stale; ``bertwb sql`` reads what Ray
+built; no Ray, or no cluster at ``RAY_ADDRESS``, is one line.
+
+The cluster starts once for the module (its files under pytest's tmp dir). The CLI runs in this process,
+joining it as any driver joins a running cluster, except where a driver must die (a subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import bertwb.data
+
+from conftest import PYTHON, SAMPLE_CORPUS, Project, assert_one_line_error
+
+STAGES = ("ingest", "vocab", "pairs")
+# Small everything, so every seam is crossed several times: ~24 byte ranges per file, ranges of 3,200
+# sentences in batches of 200 (several ranges), shards of ~1,000 tokens, two dupes.
+CONFIG = """
+workspace:
+  executor: {executor}
+ingest:
+  inputs: [corpus]
+  content_hash: true          # the two projects' copies differ only in modification time
+  valid_fraction: 0.1
+  workers: {workers}
+  range_bytes: 4000
+vocab:
+  vocab_size: 320
+  min_frequency: 1
+  batch_size: 200
+  train_sentences: 1500
+pairs:
+  max_seq_length: 64
+  dupe_factor: 2
+  shard_tokens: 1000
+  workers: {workers}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Ray cluster of 2 CPUs for the module; its address, for a driver in another process."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _project(root: Path, executor: str, workers: int) -> Project:
+    """A slice of the sample corpus (two files of 100,000 bytes, cut at a document's end) and small settings."""
+    corpus = root / "corpus"
+    corpus.mkdir(parents=True)
+    for name in ("part-000.txt", "part-001.txt"):
+        text = (SAMPLE_CORPUS / name).read_text(encoding="utf-8")
+        (corpus / name).write_text(text[:text.index("\n\n", 100_000)] + "\n", encoding="utf-8")
+    project = Project(root)
+    project.write_config(CONFIG.format(executor=executor, workers=workers))
+    return project
+
+
+def _manifest(project: Project, stage: str) -> dict:
+    return json.loads((project.workspace / "manifests" / f"{stage}.json").read_text())
+
+
+def _files(project: Project, stage: str) -> dict[str, bytes]:
+    """Every file a stage built, by its path in the stage's folder (the build's id left out)."""
+    folder = project.workspace / stage
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.name != ".bertwb-build"}
+
+
+def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: str):
+    local = _project(tmp_path / "local", "local", workers=1)  # every file whole, every shard in-process
+    on_ray = _project(tmp_path / "ray", "ray", workers=0)
+    local.run("run", "--until", "pairs")
+    on_ray.run("run", "--until", "vocab")
+    # A driver killed while Ray tasks build pairs leaves the stage stale, never fresh, and the next run
+    # builds it whole. (A separate process, so the kill takes the driver, not the test, with it; Ray's
+    # token authentication is on for a cluster ray.init starts, so its other drivers must say so.)
+    killed = subprocess.run([PYTHON, "-m", "bertwb", "pairs", "--config", str(on_ray.config)],
+                            env={**os.environ, "RAY_ADDRESS": ray_cluster,
+                                 "RAY_AUTH_MODE": "token", "BERTWB_FAULT": "pairs.work#3"},
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 137, killed.stderr
+    states = {row["stage"]: row["state"] for row in json.loads(on_ray.run("status", "--json").output)}
+    assert states["vocab"] == "fresh" and states["pairs"] != "fresh", states
+    on_ray.run("run", "--until", "pairs")
+
+    for stage in STAGES:
+        mine, theirs = _manifest(on_ray, stage), _manifest(local, stage)
+        assert mine["key"] == theirs["key"], stage
+        assert mine["identity"] == theirs["identity"], stage
+        assert mine["outputs"]["digests"] == theirs["outputs"]["digests"], stage  # every table and file
+    ingest, pairs = _manifest(on_ray, "ingest")["summary"], _manifest(on_ray, "pairs")["summary"]
+    assert ingest["workers"] == 2 and pairs["workers"] == 2, "Ray's two CPUs did the work"
+    assert ingest["documents"] > 50 and pairs["shards"] >= 10, "the slice crossed the seams it is meant to"
+    vocab = _files(on_ray, "vocab")
+    assert vocab["vocab.txt"] == _files(local, "vocab")["vocab.txt"] and len(vocab["vocab.txt"].split()) == 320
+    assert _files(on_ray, "pairs") == _files(local, "pairs")  # the training arrays, byte for byte
+
+    # The executor is in no key: switching it back leaves every stage fresh, its build untouched.
+    builds = {stage: _manifest(on_ray, stage)["build"] for stage in STAGES}
+    result = on_ray.run("run", "--until", "pairs", "--set", "workspace.executor=local")
+    assert result.output.count(": fresh (key") == len(STAGES), result.output
+    assert {stage: _manifest(on_ray, stage)["build"] for stage in STAGES} == builds
+
+    # bertwb sql reads what Ray built, tables and views alike, as it reads a local build.
+    query = ("select (select count(*) from tokens) as sentences, (select sum(len(ids)) from tokens) as tokens, "
+             "(select count(*) from pairs_text where text like '%[MASK]%') as masked_pairs")
+    answers = [project.run("sql", query, "--format", "json").output for project in (on_ray, local)]
+    assert answers[0] == answers[1]
+    assert json.loads(answers[0])[0]["masked_pairs"] > 100
+
+
+def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delitem(sys.modules, "bertwb.data.ray_map", raising=False)
+    monkeypatch.delattr(bertwb.data, "ray_map", raising=False)  # else `from bertwb.data import ray_map` finds it
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if Ray were not installed
+    result = project.run("run", "--set", "workspace.executor=ray", expect=None)
+    assert_one_line_error(result, "workspace.executor", "pip install 'bertwb[ray]'")
+    assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+def test_no_cluster_at_ray_address_is_one_line_not_a_hang(project: Project):
+    """``ray.init`` retries an address where nothing listens forever; bertwb asks first and says so."""
+    pytest.importorskip("ray")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"  # free once closed: nothing listens there
+    result = subprocess.run([PYTHON, "-m", "bertwb", "ingest", "--config", str(project.config), "--set",
+                             "workspace.executor=ray"], env={**os.environ, "RAY_ADDRESS": address},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"RAY_ADDRESS={address}" in errors[0] and "ray start --head" in errors[0], errors
+    assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_cluster: str,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """Its tasks could make other bytes: the stage refuses the cluster before any work, naming what differs."""
+    from bertwb.data import ray_map
+
+    here = ray_map.environment()
+    monkeypatch.setattr(ray_map, "_nodes_checked", False)
+    # This process now reads another tokenizers version; the nodes' tasks, other processes, read theirs.
+    # (Not a replaced ray_map.environment: a task pickles a replacement with itself and runs it there too.)
+    version = ray_map.metadata.version
+    monkeypatch.setattr(ray_map.metadata, "version", lambda name: "0.0.1" if name == "tokenizers" else version(name))
+    result = project.run("ingest", "--set", "workspace.executor=ray", expect=None)
+    assert_one_line_error(result, "workspace.executor", f"tokenizers {here['tokenizers']} there, 0.0.1 here",
+                          "install the same bertwb")
+    assert not (project.workspace / "manifests" / "ingest.json").exists()
