@@ -45,8 +45,11 @@ RAY = Path(sys.executable).parent / "ray"
 TOKEN_AUTH = {"RAY_AUTH_MODE": "token"}
 
 
+CODE = str(Path(__file__).resolve().parents[1])  # this checkout, for the stages and the cluster's workers
+
+
 class Cluster:
-    """A Ray head on this machine with ``cpus`` CPUs, its files under ``folder``."""
+    """A Ray head on this machine with ``cpus`` CPUs, its files under ``folder``, its workers on this checkout."""
 
     def __init__(self, folder: Path, cpus: int):
         self.folder, self.cpus = folder, cpus
@@ -58,7 +61,7 @@ class Cluster:
         result = subprocess.run([str(RAY), "start", "--head", "--port",
                                  str(self.port), "--num-cpus", str(cpus), "--temp-dir", str(folder),
                                  "--include-dashboard=false", "--disable-usage-stats"],
-                                capture_output=True, text=True, env={**os.environ, **TOKEN_AUTH})
+                                capture_output=True, text=True, env={**os.environ, **TOKEN_AUTH, "PYTHONPATH": CODE})
         if result.returncode != 0:
             sys.exit(f"ray start failed:\n{result.stderr}")
         self.start_s = time.perf_counter() - started
@@ -132,7 +135,6 @@ def run_stage(folder: Path, stage: str, env: dict[str, str], cluster: Cluster | 
 
 def measure(corpus: Path, root: Path, cluster: Cluster) -> dict[str, dict[str, dict]]:
     """{executor: {stage: figures}}, the two executors alternating which goes first."""
-    code = str(Path(__file__).resolve().parents[1])
     results: dict[str, dict[str, dict]] = {"local": {}, "ray": {}}
     folders, envs = {}, {}
     for executor in results:
@@ -140,7 +142,7 @@ def measure(corpus: Path, root: Path, cluster: Cluster) -> dict[str, dict[str, d
         folders[executor].mkdir(parents=True)
         settings = {"workspace": {"executor": executor}, "ingest": {"inputs": [str(corpus)]}, **SETTINGS}
         (folders[executor] / "bertwb.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-        envs[executor] = {**os.environ, "PYTHONPATH": code}
+        envs[executor] = {**os.environ, "PYTHONPATH": CODE}
         envs[executor].pop("RAY_ADDRESS", None)
     envs["ray"].update(RAY_ADDRESS=cluster.address, **TOKEN_AUTH)
     for number, stage in enumerate(STAGES):
