@@ -296,6 +296,8 @@ def main() -> None:
         config = BertConfig.from_preset(args.preset, VOCAB)
         model_line = f"L{config.num_layers} H{config.hidden_size} A{config.num_heads}, vocab {VOCAB}, from scratch"
     title = f"Fine-tuning parity, {args.task}{', published model' if args.model else ''}, CPU"
+    if args.task == "qa" and args.squad != "both":  # one version alone has a results row of its own
+        title += f", SQuAD {args.squad}"
     sections, headline = [], []
     for variant, by_side in results.items():
         metric_names = [k for k in by_side["bertwb"]
