@@ -100,7 +100,7 @@ def to_hf_state_dict(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Te
 
 def from_hf_state_dict(
     hf_state: dict[str, torch.Tensor], config: BertConfig, kind: str = "pretraining",
-    label_names: list[str] | None = None,
+    label_names: list[str] | None = None, model_state: dict[str, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
     """Rename a Hugging Face BERT state dict for a bertwb model of `config` and `kind` (see `new_model`).
 
@@ -109,11 +109,14 @@ def from_hf_state_dict(
     lacks (e.g. `cls.*` from a bare `BertModel` checkpoint); unexpected keys are HF names the model has no
     place for (e.g. `classifier.*` when loading a pre-training model). The MLM decoder always uses the word
     embeddings, as HF does with `tie_word_embeddings`. Accepts bare `BertModel` keys (no `bert.` prefix)
-    and gamma/beta names.
+    and gamma/beta names. ``model_state``, the state dict of the model the result is for when the caller
+    has built it, gives the expected names and shapes; without it they come from a model built on the meta
+    device, whose init imports torch._dynamo (about a second of every command that loads a model).
     """
-    with torch.device("meta"):  # shapes only: no memory, no init
-        model = new_model(config, kind, label_names)
-        expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    if model_state is None:
+        with torch.device("meta"):  # shapes only: no memory
+            model_state = new_model(config, kind, label_names).state_dict()
+    expected = {name: tuple(t.shape) for name, t in model_state.items()}
     state, unexpected = {}, []
     canonical_present = set(hf_state) & set(HF_ALIASES.values())
     for key, tensor in hf_state.items():

@@ -246,7 +246,8 @@ def load_model(model_dir: ModelDir, device: torch.device | str = "cpu", kind: st
         state, report = _check_bertwb_state(model_dir, state, model.state_dict(), strict=same)
     else:
         try:
-            state, missing, unexpected = from_hf_state_dict(state, model_dir.config, target, label_names)
+            state, missing, unexpected = from_hf_state_dict(state, model_dir.config, target, label_names,
+                                                            model.state_dict())
         except BertwbError as exc:
             raise BertwbError(f"{model_dir.path}: {exc}") from None
         if not state:
