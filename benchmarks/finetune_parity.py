@@ -161,13 +161,16 @@ def commands(task: str, work: Path, train: Path, dev: Path, init: Path, stride: 
     }
 
 
-def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict]:
+def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...], first_seed: int = SEED,
+              ) -> tuple[dict[str, dict[str, float]], dict]:
     """The ``only`` sides' training and prediction commands, alternating, each repeat in the other order and with
-    the next training seed (``make_sides(seed)``); the median times and every repeat's scores (``scorer``)."""
+    the next training seed from ``first_seed`` (``make_sides(seed)``); the median times and every repeat's scores
+    (``scorer``), each printed as soon as it is known."""
     times: dict[str, dict[str, list[float]]] = {}
     scores: dict[str, dict[str, list[float]]] = {}
     for repeat in range(repeats):
-        sides = {name: side for name, side in make_sides(SEED + repeat).items() if name in only}
+        seed = first_seed + repeat
+        sides = {name: side for name, side in make_sides(seed).items() if name in only}
         order = list(sides) if repeat % 2 == 0 else list(sides)[::-1]
         for phase in ("train", "predict"):
             for name in order:
@@ -175,10 +178,12 @@ def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...]) -> tuple[
                 side = times.setdefault(name, {"train": [], "predict": [], "rss": []})
                 side[phase].append(seconds)
                 side["rss"].append(rss)
-                print(f"  {name} {phase} (seed {SEED + repeat}): {seconds:.1f} s, peak RSS {rss:,.0f} MB", flush=True)
+                print(f"  {name} {phase} (seed {seed}): {seconds:.1f} s, peak RSS {rss:,.0f} MB", flush=True)
         for name in sides:
-            for metric, value in scorer(sides[name][2]).items():
+            scored = scorer(sides[name][2])
+            for metric, value in scored.items():
                 scores.setdefault(name, {}).setdefault(metric, []).append(value)
+            print(f"  {name} scores (seed {seed}): " + ", ".join(f"{m} {v:.1f}" for m, v in scored.items()), flush=True)
     medians = {name: {"train": statistics.median(t["train"]), "predict": statistics.median(t["predict"]),
                       "rss": max(t["rss"])} for name, t in times.items()}
     return medians, scores
@@ -233,6 +238,8 @@ def main() -> None:
     parser.add_argument("--dev-limit", type=int, default=0, help="first N dev sentences/questions (0: all)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side, every other one in the "
                         "other order (2: bertwb first, then transformers first)")
+    parser.add_argument("--first-seed", type=int, default=SEED, help="the first repeat's training seed (the "
+                        "next repeats take the next ones): more seeds over several runs")
     parser.add_argument("--sides", choices=["both", "bertwb"], default="both",
                         help="bertwb: run bertwb's side only (no speed-up, no gap: a what-if over seeds)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -282,7 +289,8 @@ def main() -> None:
             print(f"{args.task} {variant if args.task == 'qa' else ''}: {n_train:,} train, {n_dev:,} dev", flush=True)
             times, scores = run_sides(
                 functools.partial(commands, args.task, work, train, dev, init, stride, variant == "2.0", args),
-                args.repeats, functools.partial(score, args.task, dev, version=variant), only)
+                args.repeats, functools.partial(score, args.task, dev, version=variant), only,
+                args.first_seed)
             results[variant] = {side: {**times[side], "examples_per_s": n_train * args.epochs / times[side]["train"],
                                        **{m: statistics.mean(v) for m, v in scores[side].items()},
                                        "spread": scores[side]} for side in times}
@@ -315,7 +323,7 @@ def main() -> None:
         n_train, n_dev = sizes[variant]
         windows = (f", doc_stride {args.doc_stride} (transformers' stride {by_side['stride']}), max_query_length "
                    f"{args.max_query_length}" if args.task == "qa" else "")
-        seeds = f"seeds {SEED}–{SEED + args.repeats - 1}"
+        seeds = f"seeds {args.first_seed}–{args.first_seed + args.repeats - 1}"
         ours = by_side["bertwb"]
         if "transformers" in by_side:
             theirs = by_side["transformers"]
