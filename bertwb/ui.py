@@ -286,48 +286,68 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def _where(step: int, total_steps: int, budget_hours: float, stats: dict[str, Any]) -> str:
+    """``step 40/100``, or under a time budget ``step 40 · 37% of 0.25 h`` (the steps are then only a cap)."""
+    if budget_hours:
+        return f"step {step:,} · {100 * stats.get('budget_share', 0.0):.0f}% of {budget_hours:g} h"
+    return f"step {step:,}/{total_steps:,}"
+
+
 class _PlainTraining:
     """One plain line per logging step, for pipes, Make and CI."""
 
-    def __init__(self, description: str, total_steps: int, progress: LineParts):
+    def __init__(self, description: str, total_steps: int, progress: LineParts, budget_hours: float):
         self.description, self.total_steps, self.progress = description, total_steps, progress
+        self.budget_hours = budget_hours
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        err.print(plain(f"{self.description}: step {step:,}/{self.total_steps:,} · "
-                        f"{_training_line(stats, self.progress)}"))
+        where = _where(step, self.total_steps, self.budget_hours, stats)
+        err.print(plain(f"{self.description}: {where} · {_training_line(stats, self.progress)}"))
 
     def note(self, message: str) -> None:
         err.print(plain(f"{self.description}: {message}"))
 
 
 class _RichTraining:
-    """A live bar (step of total, elapsed) with the latest metrics beside it; notes print above it."""
+    """A live bar (step of total, elapsed) with the latest metrics beside it; notes print above it.
 
-    def __init__(self, bar: Progress, task: int, description: str, progress: LineParts):
+    Under a time budget the bar fills with the budget's share spent, not with steps: the step count is
+    then only a cap that the hours, not the steps, are meant to end.
+    """
+
+    def __init__(self, bar: Progress, task: int, description: str, progress: LineParts, total_steps: int,
+                 budget_hours: float):
         self._bar, self._task, self.description, self.progress = bar, task, description, progress
+        self.total_steps, self.budget_hours = total_steps, budget_hours
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        self._bar.update(self._task, completed=step, stats=shown(_training_line(stats, self.progress)))
+        completed = stats.get("budget_share", 0.0) * self.total_steps if self.budget_hours else step
+        self._bar.update(self._task, completed=completed,
+                         where=shown(_where(step, self.total_steps, self.budget_hours, stats)),
+                         stats=shown(_training_line(stats, self.progress)))
 
     def note(self, message: str) -> None:
         self._bar.console.print(Text.assemble(plain(self.description, "bold"), ": ", plain(message)))
 
 
 @contextmanager
-def training(description: str, total_steps: int, start_step: int, progress: LineParts) -> Iterator[Any]:
+def training(description: str, total_steps: int, start_step: int, progress: LineParts,
+             budget_hours: float = 0.0) -> Iterator[Any]:
     """A training view with ``update(step, stats)`` and ``note(message)``.
 
     ``stats`` holds lr, tokens_per_s, eta_s and the objective's metrics, which ``progress`` turns into
-    the line's pieces. A live rich view on a terminal; plain lines elsewhere; nothing when quiet.
+    the line's pieces, and under a time budget (``budget_hours``) ``budget_share``, the share spent.
+    A live rich view on a terminal; plain lines elsewhere; nothing when quiet.
     """
     if not _narrating():
         yield _Silent()
         return
     if not interactive():
-        yield _PlainTraining(description, total_steps, progress)
+        yield _PlainTraining(description, total_steps, progress, budget_hours)
         return
-    columns = [_description_column(), BarColumn(bar_width=24), MofNCompleteColumn(),
+    columns = [_description_column(), BarColumn(bar_width=24), TextColumn("{task.fields[where]}", markup=False),
                TimeElapsedColumn(), TextColumn("{task.fields[stats]}", markup=False)]
     with Progress(*columns, console=err, transient=False, refresh_per_second=4) as bar:
-        task = bar.add_task(shown(description), total=total_steps, completed=start_step, stats="starting…")
-        yield _RichTraining(bar, task, description, progress)
+        task = bar.add_task(shown(description), total=total_steps, completed=0 if budget_hours else start_step,
+                            where=_where(start_step, total_steps, budget_hours, {}), stats="starting…")
+        yield _RichTraining(bar, task, description, progress, total_steps, budget_hours)

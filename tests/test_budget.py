@@ -48,8 +48,11 @@ def _weights(project: Project) -> dict[str, torch.Tensor]:
 
 
 def test_a_budget_stops_in_time_at_a_checkpoint_with_the_schedule_ended(trainer: Project, fake_clock: FakeClock):
-    trainer.run("pretrain", *_budget(trainer, 20))
+    shown = trainer.run("pretrain", *_budget(trainer, 20)).output
     metrics = run_metrics(trainer)
+    # the progress line counts the hours, not the step cap of 1000 that the budget never reaches
+    assert f"pretrain: step 20 · 100% of {20 * STEP_SECONDS / 3600:g} h" in shown
+    assert "/1,000" not in shown
     # after step 20 the clock says 20 s and a step takes 1 s: a 21st would end past the budget
     assert [m["step"] for m in metrics] == list(range(1, 21))
     assert fake_clock.now == 20 * STEP_SECONDS

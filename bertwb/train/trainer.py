@@ -231,7 +231,7 @@ class Trainer:
                 handle.write(json.dumps(metrics) + "\n")
             if self.events is not None:
                 self.events.write(metrics)
-        view.update(done, metrics)
+        view.update(done, {**metrics, "budget_share": self.time_share} if self.budget.enabled else metrics)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -340,7 +340,8 @@ class Trainer:
         if self.dist.rank != 0:
             yield _Silent()
             return
-        with ui.training(self.name, self.total_steps, self.start_step, self.objective.progress) as view:
+        with ui.training(self.name, self.total_steps, self.start_step, self.objective.progress,
+                         self.budget.seconds / 3600) as view:
             yield view
 
 
