@@ -1,9 +1,10 @@
 """Disk use you can plan: the bytes each data artifact takes, and per MB of corpus, for ``bertwb status``.
 
 An artifact is a table, whose bytes are the database blocks its column segments fill (a block shared by
-several tables split equally, so tables add up to the blocks they use), or a stage's folder, whose bytes
-are its files' sizes. "Per corpus MB" divides by the input bytes the last ingest read (compressed files at
-their size on disk); README, "Disk per corpus MB", has measured figures.
+several tables split equally, so tables add up to the blocks they use) or, built by the ray executor, its
+Parquet files' sizes; or a stage's folder, whose bytes are its other files' sizes. "Per corpus MB" divides
+by the input bytes the last ingest read (compressed files at their size on disk); README, "Disk per corpus
+MB", has measured figures.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from bertwb.data import shard_files
 from bertwb.stage import Stage
 from bertwb.workspace import Workspace
 
@@ -21,14 +23,22 @@ def stage_usage(stage: Stage, ws: Workspace, tables: dict[str, int] | None) -> l
     """The artifacts a data stage (one with tables) built and their bytes (None for a table while another
     process holds the database), per corpus MB where the corpus size is known; nothing for a stage that
     has not run, or that trains (its size does not follow the corpus)."""
-    if not stage.tables or ws.read_manifest(stage.name) is None:
+    manifest = ws.read_manifest(stage.name)
+    if not stage.tables or manifest is None:
         return []
     corpus_mb = corpus_bytes(ws) / 1e6 or None
-    found: list[tuple[str, str, int | None]] = [(name, "table", None if tables is None else tables.get(name, 0))
-                                                for name in stage.tables]
     folder = ws.stage_dir(stage.name)
+    found: list[tuple[str, str, int | None]] = []
+    in_parquet = 0
+    for name in stage.tables:
+        parquet = shard_files.table_folder(folder, name)
+        if manifest.get("has_files") and parquet.is_dir():
+            found.append((name, "parquet", folder_bytes(parquet)))
+            in_parquet += found[-1][2] or 0
+        else:
+            found.append((name, "table", None if tables is None else tables.get(name, 0)))
     if stage.has_files and folder.is_dir():
-        found.append((f"{stage.name}/", "files", folder_bytes(folder)))
+        found.append((f"{stage.name}/", "files", folder_bytes(folder) - in_parquet))
     return [{"artifact": name, "kind": kind, "bytes": size,
              "bytes_per_corpus_mb": None if size is None or corpus_mb is None else round(size / corpus_mb)}
             for name, kind, size in found]

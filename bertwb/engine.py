@@ -322,7 +322,7 @@ def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
             "state": state.state,
             "reason": state.reason,
             "key": (manifest.get("key") or "")[:8] or None,
-            "size_bytes": sum(outputs.get("files", {}).values()) if stage.has_files else None,
+            "size_bytes": sum(outputs.get("files", {}).values()) if manifest.get("has_files") else None,
             "rows": outputs.get("tables") or None,
             "finished_at": manifest.get("finished_at"),
             "duration_s": manifest.get("duration_s"),
