@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from bertwb.data.pair_builder import Built, PairJob
 from bertwb.data.pairs import ARRAYS
-from bertwb.data.shard_files import FILES, write_parquet
+from bertwb.data.shard_files import FILES, write_parquet, written
 
 # The ``pairs`` table over its Parquet files, columns and types as the local build's table has them.
 VIEW = f"""select (regexp_extract(filename, 'pairs-(\\d+)\\.parquet$', 1)::BIGINT + file_row_number)::BIGINT as pair_id,
@@ -68,6 +68,8 @@ class PairShard:
     split: str
     pairs: int
     source_tokens: int
+    rows_bytes: int  # the sizes of the two files it wrote
+    arrays_bytes: int
 
 
 @dataclass(frozen=True)
@@ -82,17 +84,18 @@ class PairShardJob:
         number, task = numbered
         built = self.job.build(task)
         folder = Path(self.pieces)
-        write_parquet(pair_rows(built, self.phase, None), folder / f"{number:08d}.parquet")
+        rows_bytes = write_parquet(pair_rows(built, self.phase, None), folder / f"{number:08d}.parquet")
         arrays = {field.name: value for field in dataclasses.fields(built)
                   if isinstance(value := getattr(built, field.name), np.ndarray)}
         tmp = folder / f".{number:08d}.tmp-{os.getpid()}.npz"
         np.savez(tmp, **arrays)
         os.replace(tmp, folder / f"{number:08d}.npz")
-        return PairShard(number, built.split, len(built.len_a), built.source_tokens)
+        return PairShard(number, built.split, len(built.len_a), built.source_tokens, rows_bytes,
+                         (folder / f"{number:08d}.npz").stat().st_size)
 
     def take(self, shard: PairShard) -> Built:
         """The arrays task ``shard`` wrote, read back (and their file removed) for the driver's flat files."""
-        path = Path(self.pieces) / f"{shard.number:08d}.npz"
+        path = written(Path(self.pieces) / f"{shard.number:08d}.npz", shard.arrays_bytes)
         with np.load(path) as arrays:
             built = Built(shard.split, shard.source_tokens, **{name: arrays[name] for name in arrays.files})
         path.unlink()

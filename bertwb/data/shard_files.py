@@ -14,6 +14,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from bertwb.errors import BertwbError
+
 TABLES_DIR = "tables"  # in a stage's folder: one folder of Parquet files per table
 FILES = "{files}"  # in a view's select: where the table's files go (`view_sql`)
 PLAIN_VIEW = f"select * from read_parquet({FILES})"
@@ -55,6 +57,20 @@ def write_parquet(rows: Any, path: Path) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     return path.stat().st_size
+
+
+def written(path: Path, size: int) -> Path:
+    """``path``, which a Ray task wrote with ``size`` bytes; a one-line error when this machine does not see
+    it so (a node that writes elsewhere would leave its rows out of the table, silently)."""
+    try:
+        seen = path.stat().st_size
+    except OSError:
+        seen = None
+    if seen != size:
+        found = "does not see it" if seen is None else f"sees {seen:,} bytes"
+        raise BertwbError(f"a Ray task wrote {path} ({size:,} bytes), but this machine {found}; put the workspace "
+                          "(workspace.dir) on storage every node mounts, at the same path on each")
+    return path
 
 
 def folders(stage_folders: list[Path]) -> list[Path]:

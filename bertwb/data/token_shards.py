@@ -29,6 +29,7 @@ class BatchCounts:
     unseen_sentences: int
     unseen_tokens: int
     unseen_unk: int
+    file_bytes: int = 0  # the size of the Parquet file a Ray task wrote the rows to
 
 
 def batch_counts(batch: pa.RecordBatch, lengths: np.ndarray, flat: np.ndarray, vocab_size: int, unk_id: int,
@@ -69,5 +70,7 @@ class TokensJob:
     def run(self, task: tuple[int, pa.RecordBatch]) -> BatchCounts:
         number, batch = task
         lengths, flat = self.encode.encode(batch.column("text"))
-        write_parquet(tokens_rows(batch, lengths, flat), Path(self.folder) / shard_name(number))
-        return batch_counts(batch, lengths, flat, self.vocab_size, self.unk_id, self.in_sample)
+        size = write_parquet(tokens_rows(batch, lengths, flat), Path(self.folder) / shard_name(number))
+        counts = batch_counts(batch, lengths, flat, self.vocab_size, self.unk_id, self.in_sample)
+        counts.file_bytes = size
+        return counts

@@ -32,7 +32,7 @@ from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
 from bertwb.data.pair_shards import VIEW as PAIRS_VIEW
 from bertwb.data.pair_shards import PairShardJob, pair_rows, parquet_name
 from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
-from bertwb.data.shard_files import write_parquet
+from bertwb.data.shard_files import write_parquet, written
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 
@@ -148,7 +148,7 @@ def _built_on_cluster(job: PairJob, tasks: Iterator[tuple[Shard, int]], workers:
     shard_job = PairShardJob(job, phase, str(pieces))
     try:
         for shard in map_ordered(shard_job.run, enumerate(tasks), workers, "ray"):
-            rows = pieces / f"{shard.number:08d}.parquet"
+            rows = written(pieces / f"{shard.number:08d}.parquet", shard.rows_bytes)
             if shard.pairs:  # an empty file's name would be its successor's
                 os.replace(rows, tables / parquet_name(writer.next_pair_id))
             else:

@@ -27,7 +27,7 @@ from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
-from bertwb.data.shard_files import shard_name, write_parquet
+from bertwb.data.shard_files import shard_name, write_parquet, written
 from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
 from bertwb.data.word_ids import EncodeJob, batch_encoder
 from bertwb.stage import Build, Stage
@@ -373,7 +373,9 @@ def _tokenise_on_cluster(tokenizer: Tokenizer, con: Any, folder: Path, n_sentenc
     batches = _batches(con, cursor, batch_size)
     try:
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar:
-            for counts in map_ordered(job.run, enumerate(batch for _, batch in batches), workers, "ray"):
+            for number, counts in enumerate(map_ordered(job.run, enumerate(batch for _, batch in batches), workers,
+                                                        "ray")):
+                written(folder / shard_name(number), counts.file_bytes)
                 totals.add(counts)
                 bar.advance(counts.sentences)
                 faults.point("work")
