@@ -1,6 +1,6 @@
 """``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
-identities one local process gives; a killed driver leaves the stage stale; ``bertwb sql`` reads what Ray
-built; no Ray, or no cluster at ``RAY_ADDRESS``, is one line.
+identities one local process gives, their tables as Parquet files in the stage folders; a killed driver or a
+deleted file leaves the stage stale; ``bertwb sql`` reads what Ray built; no Ray, or no cluster, is one line.
 
 The cluster starts once for the module (its files under pytest's tmp dir). The CLI runs in this process,
 joining it as any driver joins a running cluster, except where a driver must die (a subprocess).
@@ -14,8 +14,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from types import SimpleNamespace
+from typing import Callable, Iterable, Iterator
 
+import duckdb
 import pytest
 
 import bertwb.data
@@ -23,6 +25,7 @@ import bertwb.data
 from conftest import PYTHON, SAMPLE_CORPUS, Project, assert_one_line_error
 
 STAGES = ("ingest", "vocab", "pairs")
+TABLES = {"ingest": ("documents", "sentences"), "vocab": ("vocab", "tokens"), "pairs": ("pairs",)}
 # Small everything, so every seam is crossed several times: ~24 byte ranges per file, ranges of 3,200
 # sentences in batches of 200 (several ranges), shards of ~1,000 tokens, two dupes.
 CONFIG = """
@@ -76,10 +79,15 @@ def _manifest(project: Project, stage: str) -> dict:
 
 
 def _files(project: Project, stage: str) -> dict[str, bytes]:
-    """Every file a stage built, by its path in the stage's folder (the build's id left out)."""
+    """Every file a stage built, by its path in the stage's folder (the build's id and its tables' Parquet
+    files, which a local build keeps in DuckDB, left out)."""
     folder = project.workspace / stage
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
-            if path.is_file() and path.name != ".bertwb-build"}
+            if path.is_file() and path.name != ".bertwb-build" and path.relative_to(folder).parts[0] != "tables"}
+
+
+def _states(project: Project) -> dict[str, tuple[str, str]]:
+    return {row["stage"]: (row["state"], row["reason"]) for row in json.loads(project.run("status", "--json").output)}
 
 
 def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: str):
@@ -95,9 +103,12 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
                                  "RAY_AUTH_MODE": "token", "BERTWB_FAULT": "pairs.work#3"},
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == 137, killed.stderr
-    states = {row["stage"]: row["state"] for row in json.loads(on_ray.run("status", "--json").output)}
-    assert states["vocab"] == "fresh" and states["pairs"] != "fresh", states
+    states = _states(on_ray)
+    assert states["vocab"][0] == "fresh" and states["pairs"][0] != "fresh", states
+    [left] = on_ray.workspace.glob(".pairs.tmp-*")  # what the tasks had written, never committed
+    assert list(left.rglob("*.parquet")), "the tasks wrote their rows to files in the workspace"
     on_ray.run("run", "--until", "pairs")
+    assert not list(on_ray.workspace.glob(".pairs.tmp-*")), "the next run cleans what the killed one left"
 
     for stage in STAGES:
         mine, theirs = _manifest(on_ray, stage), _manifest(local, stage)
@@ -111,6 +122,17 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     assert vocab["vocab.txt"] == _files(local, "vocab")["vocab.txt"] and len(vocab["vocab.txt"].split()) == 320
     assert _files(on_ray, "pairs") == _files(local, "pairs")  # the training arrays, byte for byte
 
+    # Ray's tables are Parquet files in each stage's folder, which DuckDB reads as they are; a local
+    # build keeps them in bertwb.duckdb.
+    for stage, tables in TABLES.items():
+        for table in tables:
+            files = sorted((on_ray.workspace / stage / "tables" / table).glob("*.parquet"))
+            rows = duckdb.sql(f"select count(*) from read_parquet({[str(path) for path in files]})").fetchone()[0]
+            assert rows == _manifest(on_ray, stage)["outputs"]["tables"][table] > 0, (stage, table)
+            assert f"{stage}/tables/{table}/{files[0].name}" in _manifest(on_ray, stage)["outputs"]["files"]
+    assert len(list((on_ray.workspace / "vocab" / "tables" / "tokens").glob("*.parquet"))) > 10, "one per task"
+    assert not list(local.workspace.rglob("*.parquet")) and not (local.workspace / "ingest").exists()
+
     # The executor is in no key: switching it back leaves every stage fresh, its build untouched.
     builds = {stage: _manifest(on_ray, stage)["build"] for stage in STAGES}
     result = on_ray.run("run", "--until", "pairs", "--set", "workspace.executor=local")
@@ -123,6 +145,28 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     answers = [project.run("sql", query, "--format", "json").output for project in (on_ray, local)]
     assert answers[0] == answers[1]
     assert json.loads(answers[0])[0]["masked_pairs"] > 100
+    # DuckDB may read the tables' folders, so bertwb sql must keep every other statement out of them.
+    tokens = on_ray.workspace / "vocab" / "tables" / "tokens"
+    for flags in ((), ("--write",)):
+        refused = on_ray.run("sql", f"COPY (select 1) TO '{tokens}/x.parquet'", *flags, expect=None)
+        assert_one_line_error(refused, f"sql: {tokens}/x.parquet holds a table of the workspace")
+    assert not (tokens / "x.parquet").exists()
+
+    # A table file deleted: its stage is stale, saying which file, and the next run rebuilds it. The same
+    # rows again give the same identity, so the stage below it stays fresh.
+    missing = "vocab/tables/tokens/part-00000003.parquet"
+    (on_ray.workspace / missing).unlink()
+    states = _states(on_ray)
+    assert states["vocab"] == ("stale", f"output missing: {missing}") and states["pairs"][0] == "stale", states
+    rerun = on_ray.run("run", "--until", "pairs").output
+    assert f"vocab: running (stale: output missing: {missing})" in rerun and "pairs: fresh" in rerun, rerun
+    assert (on_ray.workspace / missing).is_file()
+
+    # Built again locally, ingest's tables go back into DuckDB and its folder goes: the same identity.
+    on_ray.run("ingest", "--force", "--set", "workspace.executor=local")
+    assert not (on_ray.workspace / "ingest").exists()
+    assert _manifest(on_ray, "ingest")["identity"] == _manifest(local, "ingest")["identity"]
+    assert all(state == "fresh" for state, _ in list(_states(on_ray).values())[:3])
 
 
 def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeypatch: pytest.MonkeyPatch):
@@ -164,3 +208,28 @@ def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_c
     assert_one_line_error(result, "workspace.executor", f"tokenizers {here['tokenizers']} there, 0.0.1 here",
                           "install the same bertwb")
     assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch):
+    """A task's file that this machine cannot see would leave its rows out of the table: the stage stops.
+
+    A stand-in cluster (no Ray needed) runs each task here, then loses its file, as a node whose
+    workspace.dir is on its own disk would."""
+    from bertwb.data import ordered_map
+
+    project.run("ingest")
+
+    def elsewhere(function: Callable, tasks: Iterable, in_flight: int) -> Iterator:
+        for task in tasks:
+            result = function(task)
+            for path in project.workspace.glob(".vocab.tmp-*/tables/tokens/part-00000002.parquet"):
+                path.unlink()  # one batch's rows of several: the table would just be shorter
+            yield result
+
+    monkeypatch.setattr(ordered_map, "_ray_map", lambda: SimpleNamespace(cluster_cpus=lambda: 2,
+                                                                         map_ordered=elsewhere))
+    result = project.run("vocab", "--set", "workspace.executor=ray", "--set", "vocab.batch_size=100", expect=None)
+    assert_one_line_error(result, "a Ray task wrote", "part-00000002.parquet", "but this machine does not see it",
+                          "on storage every node mounts")
+    assert not (project.workspace / "manifests" / "vocab.json").exists()
+    assert not list(project.workspace.glob(".vocab.tmp-*")), "the failed build's folder was removed"
