@@ -83,8 +83,7 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
                 swap_in(out_dir, ws.stage_dir(name))
             faults.point("before_manifest")
             ws.commit_pending(name)
-            if not has_files and ws.files_build(name) is not None:
-                shutil.rmtree(ws.stage_dir(name), ignore_errors=True)  # an earlier build's Parquet, now in DuckDB
+            _drop_old_folder(ws, name, has_files)
     except BaseException as exc:
         _clean_up(con, new_tables, out_dir)
         if not committing:
@@ -106,6 +105,7 @@ def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
         pending = ws.read_pending(name)
         if pending is not None and _in_place(name, pending, ws, tables):
             ws.commit_pending(name)
+            _drop_old_folder(ws, name, bool(pending.get("has_files")))
             ui.stage_line(name, "finished the commit an interrupted run left")
         else:
             ws.discard_pending(name)
@@ -126,6 +126,13 @@ def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[st
     if any(tables.get(table) != TABLE_LABEL + str(build) for table in pending.get("outputs", {}).get("tables", {})):
         return False
     return not pending.get("has_files") or ws.files_build(name) == build
+
+
+def _drop_old_folder(ws: Workspace, name: str, has_files: bool) -> None:
+    """After a commit of a stage that built no folder, the folder of an earlier build of it (its tables as
+    Parquet, now in DuckDB)."""
+    if not has_files and ws.files_build(name) is not None:
+        shutil.rmtree(ws.stage_dir(name), ignore_errors=True)
 
 
 def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) -> None:
