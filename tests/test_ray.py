@@ -86,6 +86,12 @@ def _files(project: Project, stage: str) -> dict[str, bytes]:
             if path.is_file() and path.name != ".bertwb-build" and path.relative_to(folder).parts[0] != "tables"}
 
 
+def _disk(project: Project) -> dict[str, dict]:
+    """`bertwb status`'s disk rows: each artifact's kind and bytes, by name."""
+    return {item["artifact"]: item for row in json.loads(project.run("status", "--json").output)
+            for item in row["disk"]}
+
+
 def _states(project: Project) -> dict[str, tuple[str, str]]:
     return {row["stage"]: (row["state"], row["reason"]) for row in json.loads(project.run("status", "--json").output)}
 
@@ -107,8 +113,10 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     assert states["vocab"][0] == "fresh" and states["pairs"][0] != "fresh", states
     [left] = on_ray.workspace.glob(".pairs.tmp-*")  # what the tasks had written, never committed
     assert list(left.rglob("*.parquet")), "the tasks wrote their rows to files in the workspace"
+    assert _disk(on_ray)[f"{left.name}/"]["kind"] == "temporary", "status counts it until it goes"
     on_ray.run("run", "--until", "pairs")
     assert not list(on_ray.workspace.glob(".pairs.tmp-*")), "the next run cleans what the killed one left"
+    assert not [name for name, item in _disk(on_ray).items() if item["kind"] == "temporary"]
 
     for stage in STAGES:
         mine, theirs = _manifest(on_ray, stage), _manifest(local, stage)
@@ -210,11 +218,55 @@ def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_c
     assert not (project.workspace / "manifests" / "ingest.json").exists()
 
 
+# A stand-in for a cluster whose nodes share the workspace: each task runs in the driver's process. What
+# the tests below check is bertwb's storage and commit, which run as they do on Ray; leaving Ray's scheduling
+# out lets them kill a driver a few times in seconds.
+STAND_IN = ("import types, bertwb.data.ordered_map as om\n"
+            "om._ray_map = lambda: types.SimpleNamespace(cluster_cpus=lambda: 2,\n"
+            "                                            map_ordered=lambda f, ts, n: map(f, ts))")
+KILLED_DRIVER = STAND_IN + "\nimport sys, bertwb.cli\nbertwb.cli.cli.main(args=sys.argv[1:], prog_name='bertwb')"
+COMMIT_POINTS = ("before_commit", "mid_swap", "after_swap", "after_tables", "before_manifest")
+
+
+def _stand_in() -> SimpleNamespace:
+    return SimpleNamespace(cluster_cpus=lambda: 2, map_ordered=lambda function, tasks, in_flight: map(function, tasks))
+
+
+def test_a_ray_build_killed_at_any_point_of_its_commit_leaves_status_truthful(project: Project,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """Parquet tables commit folder first, then views, then the manifest: a driver killed at any point of it
+    leaves a workspace whose status calls fresh only what a whole build made, under the old config and the
+    new, and the next run builds exactly what an uninterrupted one does."""
+    from faultkit import artifacts, assert_status_truthful, status_rows
+
+    from bertwb.data import ordered_map
+
+    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    ray, change = ("--set", "workspace.executor=ray"), ("--set", "vocab.vocab_size=128")
+    project.run("run", "--until", "vocab", *ray, *change)
+    expected_b = artifacts(project.workspace, ("ingest", "vocab"))
+    project.run("vocab", *ray)
+    expected_a = artifacts(project.workspace, ("ingest", "vocab"))
+    assert expected_a["vocab"] != expected_b["vocab"] and "table tokens" in expected_a["vocab"]
+    for point in COMMIT_POINTS:
+        killed = subprocess.run([PYTHON, "-c", KILLED_DRIVER, "vocab", "--config", str(project.config), *ray, *change],
+                                env={**os.environ, "BERTWB_FAULT": f"vocab.{point}"}, capture_output=True, text=True,
+                                timeout=120)
+        assert killed.returncode == 137, (point, killed.stderr)
+        assert_status_truthful(project, expected_a, *ray)
+        assert_status_truthful(project, expected_b, *ray, *change)
+        project.run("vocab", *ray, *change)
+        assert status_rows(project, *ray, *change)["vocab"]["state"] == "fresh", point
+        assert artifacts(project.workspace, ("vocab",))["vocab"] == expected_b["vocab"], point
+        assert not list(project.workspace.glob(".*.tmp-*")) and not list(project.workspace.glob("manifests/*.pending*"))
+        project.run("vocab", *ray)  # back to the first build for the next point
+
+
 def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch):
     """A task's file that this machine cannot see would leave its rows out of the table: the stage stops.
 
-    A stand-in cluster (no Ray needed) runs each task here, then loses its file, as a node whose
-    workspace.dir is on its own disk would."""
+    The stand-in cluster runs each task here, then loses its file, as a node whose workspace.dir is on
+    its own disk would."""
     from bertwb.data import ordered_map
 
     project.run("ingest")
