@@ -120,6 +120,12 @@ def table_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     return dict(con.execute(query).fetchall())
 
 
+def view_sources(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The SQL of every view by name (a Parquet table's names its files)."""
+    query = "select view_name, sql from duckdb_views() where schema_name = 'main' and not temporary and not internal"
+    return dict(con.execute(query).fetchall())
+
+
 def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[str, str | None]) -> bool:
     """Whether every table and the directory of a pending commit are already its build's."""
     build = pending.get("build")

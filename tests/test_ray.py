@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -285,3 +286,22 @@ def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, mo
                           "on storage every node mounts")
     assert not (project.workspace / "manifests" / "vocab.json").exists()
     assert not list(project.workspace.glob(".vocab.tmp-*")), "the failed build's folder was removed"
+
+
+def test_a_copied_workspace_never_reads_the_original_s_parquet_files(project: Project, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """The views name their files by absolute path: a copy of the workspace would read the original's files,
+    whatever happens to them later. The copy's stages with Parquet tables are stale, and a run rebuilds them."""
+    from bertwb.data import ordered_map
+
+    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    project.run("ingest", "--set", "workspace.executor=ray")
+    copy = Project(tmp_path / "copy")
+    shutil.copytree(project.root, copy.root)
+    state, reason = _states(copy)["ingest"]
+    assert state == "stale", reason
+    assert reason.startswith(f"moved: table documents reads Parquet files outside {copy.workspace}"), reason
+    assert "ingest: running (stale: moved" in copy.run("ingest", "--set", "workspace.executor=ray").output
+    assert _states(copy)["ingest"][0] == "fresh" and _states(project)["ingest"][0] == "fresh"
+    assert str(copy.workspace) in json.loads(copy.run("sql", "select sql from duckdb_views() where view_name = "
+                                                      "'sentences'", "--format", "json").output)[0]["sql"]

@@ -45,6 +45,12 @@ def view_sql(select: str, folder: Path) -> str:
     return select.replace(FILES, f"'{pattern}'")
 
 
+def reads_folder(view: str, folder: Path) -> bool:
+    """Whether the SQL of a view that `view_sql` made reads the files of ``folder`` (not those of a workspace
+    this one was copied or moved from)."""
+    return view_sql(FILES, folder) in view
+
+
 def write_parquet(rows: Any, path: Path) -> int:
     """Write the Arrow table ``rows`` to ``path``, whole or not at all; return its size in bytes."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only the ray executor writes Parquet; status never does
