@@ -107,7 +107,7 @@ def _refuse_writes_to_tables(query: str, tables: list[str]) -> None:
         for position, kind in duckdb.tokenize(statement.query):
             literal = _STRING.match(statement.query, position) if kind == duckdb.token_type.string_const else None
             path = os.path.abspath(os.path.expanduser(literal.group(1).replace("''", "'"))) if literal else ""
-            if literal and any((path + os.sep).startswith(folder) for folder in tables):
+            if literal and any((os.path.realpath(path) + os.sep).startswith(folder) for folder in tables):
                 raise BertwbError(f"sql: {path} holds a table of the workspace, which bertwb sql never writes "
                                   "(save a result with --output FILE outside the workspace)")
 
