@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bertwb.data import shard_files
+from bertwb.errors import BertwbError
 
 if TYPE_CHECKING:
     import duckdb
@@ -115,13 +116,20 @@ class Build:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def share_table(self, name: str, select: str = shard_files.PLAIN_VIEW) -> None:
+    def share_table(self, name: str, select: str = shard_files.PLAIN_VIEW, rows: int | None = None) -> None:
         """Make the Parquet files in `shard_folder` table ``name`` of this build: ``select`` over them (a view,
-        made again over the stage's folder when the commit has swapped it in)."""
+        made again over the stage's folder when the commit has swapped it in). ``rows``: how many rows the
+        tasks wrote; a one-line error when the files that this machine sees hold another number."""
         self.parquet[name] = select
-        for leftover in self.shard_folder(name).glob(".*"):  # a killed task's half-written file (a retry wrote it)
+        folder = self.shard_folder(name)
+        for leftover in folder.glob(".*"):  # a killed task's half-written file (a retry wrote it whole)
             leftover.unlink()
-        self.con.execute(f'create view "{self.table(name)}" as {shard_files.view_sql(select, self.shard_folder(name))}')
+        self.con.execute(f'create view "{self.table(name)}" as {shard_files.view_sql(select, folder)}')
+        found = self.con.execute(f'select count(*) from "{self.table(name)}"').fetchone()[0]
+        if rows is not None and found != rows:
+            raise BertwbError(f"{folder}: the Parquet files of table {name} hold {found:,} rows here, and the Ray "
+                              f"tasks wrote {rows:,}; put the workspace (workspace.dir) on storage every node "
+                              "mounts, at the same path on each")
 
     def upstream_dir(self, stage: str) -> Path:
         return self.workspace.stage_dir(stage)

@@ -263,27 +263,37 @@ def test_a_ray_build_killed_at_any_point_of_its_commit_leaves_status_truthful(pr
         project.run("vocab", *ray)  # back to the first build for the next point
 
 
-def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch):
-    """A task's file that this machine cannot see would leave its rows out of the table: the stage stops.
+@pytest.mark.parametrize("when, facts", [
+    ("as the task ends", ["a Ray task wrote", "part-00000002.parquet", "but this machine does not see it"]),
+    ("after every task", ["the Parquet files of table tokens hold", "and the Ray tasks wrote"]),
+])
+def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch,
+                                                            when: str, facts: list[str]):
+    """A task's file that this machine cannot see would leave its rows out of the table: the stage stops,
+    whether the file is missing when its task's result comes back or only from the table's folder later.
 
-    The stand-in cluster runs each task here, then loses its file, as a node whose workspace.dir is on
-    its own disk would."""
+    The stand-in cluster runs each task here, then loses one file, as a node whose workspace.dir is on
+    its own disk would (one batch's rows of several: the table would just be shorter)."""
     from bertwb.data import ordered_map
 
     project.run("ingest")
 
+    def lose_a_file() -> None:
+        for path in project.workspace.glob(".vocab.tmp-*/tables/tokens/part-00000002.parquet"):
+            path.unlink()
+
     def elsewhere(function: Callable, tasks: Iterable, in_flight: int) -> Iterator:
         for task in tasks:
             result = function(task)
-            for path in project.workspace.glob(".vocab.tmp-*/tables/tokens/part-00000002.parquet"):
-                path.unlink()  # one batch's rows of several: the table would just be shorter
+            if when == "as the task ends":
+                lose_a_file()
             yield result
+        lose_a_file()
 
     monkeypatch.setattr(ordered_map, "_ray_map", lambda: SimpleNamespace(cluster_cpus=lambda: 2,
                                                                          map_ordered=elsewhere))
     result = project.run("vocab", "--set", "workspace.executor=ray", "--set", "vocab.batch_size=100", expect=None)
-    assert_one_line_error(result, "a Ray task wrote", "part-00000002.parquet", "but this machine does not see it",
-                          "on storage every node mounts")
+    assert_one_line_error(result, *facts, "on storage every node mounts")
     assert not (project.workspace / "manifests" / "vocab.json").exists()
     assert not list(project.workspace.glob(".vocab.tmp-*")), "the failed build's folder was removed"
 

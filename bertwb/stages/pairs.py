@@ -98,7 +98,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if tables is not None:
         if next_pair_id == 0:  # no pairs at all: one empty file gives the view its columns
             write_parquet(pair_rows(_no_pairs(), None, None), tables / parquet_name(0))
-        build.share_table("pairs", PAIRS_VIEW)
+        build.share_table("pairs", PAIRS_VIEW, rows=next_pair_id)
     if phases[0][0] is not None:
         (build.out_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
     n_shards = sum(len(plan) for plan in plans.values())

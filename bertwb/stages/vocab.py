@@ -79,7 +79,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample,
                              cfg.workspace.executor, cluster, build.shard_folder("tokens") if on_cluster else None)
     if on_cluster:
-        build.share_table("tokens")
+        build.share_table("tokens", rows=n_sentences)
     counts, n_tokens, n_words, n_unk = tokenised.counts, tokenised.tokens, tokenised.words, tokenised.unk
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
