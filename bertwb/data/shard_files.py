@@ -52,10 +52,10 @@ def reads_folder(view: str, folder: Path) -> bool:
 
 
 def write_parquet(rows: Any, path: Path) -> int:
-    """Write the Arrow table ``rows`` to ``path``, whole or not at all; return its size in bytes."""
+    """Write the Arrow table ``rows`` to ``path``, whole or not at all; return its size in bytes. The folder
+    must exist: a task of a killed build must not make its folder again after the next run removed it."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only the ray executor writes Parquet; status never does
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         pq.write_table(rows, tmp)
