@@ -136,7 +136,7 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     for stage, tables in TABLES.items():
         for table in tables:
             files = sorted((on_ray.workspace / stage / "tables" / table).glob("*.parquet"))
-            rows = duckdb.sql(f"select count(*) from read_parquet({[str(path) for path in files]})").fetchone()[0]
+            rows = duckdb.sql(f"select count(*) from read_parquet({[str(path) for path in files]})").fetchall()[0][0]
             assert rows == _manifest(on_ray, stage)["outputs"]["tables"][table] > 0, (stage, table)
             assert f"{stage}/tables/{table}/{files[0].name}" in _manifest(on_ray, stage)["outputs"]["files"]
     assert len(list((on_ray.workspace / "vocab" / "tables" / "tokens").glob("*.parquet"))) > 10, "one per task"
