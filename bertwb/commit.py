@@ -2,10 +2,10 @@
 
 A build's ``<table>__new`` tables and temporary folder go in by (1) writing ``manifests/<stage>.pending.json``,
 (2) swapping the tables in one DuckDB transaction that labels them with the build id (`TABLE_LABEL`), (3)
-swapping the folder in (its ``.bertwb-build`` holds the id), (4) renaming the pending manifest over the old.
-A crash leaves each part old or new, the engine's `check` calls a mix stale, and `settle` finishes a commit
-that lacked only step 4 and discards any other. ``identity`` hashes the outputs' digests: same outputs, same id.
-"""
+swapping the folder in (its ``.bertwb-build`` holds the id), (4) renaming the pending manifest over the old;
+Parquet tables (`Build.share_table`) go in as labelled views over their files, after the folder (3, then 2).
+A crash leaves each part old or new, `check` calls a mix stale, `settle` finishes a commit that lacked only
+step 4 and discards any other. ``identity`` hashes the outputs' digests: same outputs, same id."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import duckdb
 
 from bertwb import __version__, faults, ui
 from bertwb.config import Config
+from bertwb.data import shard_files
 from bertwb.stage import Build, Stage
 from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
 
@@ -46,8 +47,10 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
     committing = False
     try:
         with faults.within(name):
-            summary = stage.run(cfg, Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime))
-            outputs = _outputs(stage, out_dir, con)
+            build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime)
+            summary = stage.run(cfg, build)
+            has_files = stage.has_files or bool(build.parquet)  # ingest's tables in Parquet: a folder too
+            outputs = _outputs(stage, out_dir, con, has_files)
             finished = time.time()
             manifest = {
                 "format": MANIFEST_FORMAT,
@@ -56,7 +59,7 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
                 **parts,
                 "build": build_id,
                 "identity": _identity(outputs["digests"]),
-                "has_files": stage.has_files,
+                "has_files": has_files,
                 "config": str(cfg.path) if cfg.path else None,
                 "outputs": outputs,
                 "started_at": _iso(started),
@@ -65,17 +68,22 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
                 "versions": _versions(),
                 "summary": summary,
             }
-            if stage.has_files:
+            if has_files:
                 _write_synced(out_dir / BUILD_FILE, build_id + "\n")
             ws.write_pending(name, manifest)
             faults.point("before_commit")
             committing = True
-            _commit_tables(con, stage, build_id, summary)
+            if build.parquet:  # its views must find their files in place when they are made
+                swap_in(out_dir, ws.stage_dir(name))
+            views = {table: shard_files.view_sql(select, shard_files.table_folder(ws.stage_dir(name), table))
+                     for table, select in build.parquet.items()}
+            _commit_tables(con, stage, build_id, summary, views)
             faults.point("after_tables")
-            if stage.has_files:
+            if has_files and not build.parquet:
                 swap_in(out_dir, ws.stage_dir(name))
             faults.point("before_manifest")
             ws.commit_pending(name)
+            _drop_old_folder(ws, name, has_files)
     except BaseException as exc:
         _clean_up(con, new_tables, out_dir)
         if not committing:
@@ -97,6 +105,7 @@ def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
         pending = ws.read_pending(name)
         if pending is not None and _in_place(name, pending, ws, tables):
             ws.commit_pending(name)
+            _drop_old_folder(ws, name, bool(pending.get("has_files")))
             ui.stage_line(name, "finished the commit an interrupted run left")
         else:
             ws.discard_pending(name)
@@ -104,8 +113,16 @@ def settle(ws: Workspace, con: duckdb.DuckDBPyConnection) -> None:
 
 
 def table_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
-    """Every table's comment (its build label, `TABLE_LABEL` and the build id) by name."""
-    query = "select table_name, comment from duckdb_tables() where schema_name = 'main' and not temporary"
+    """Every table's and view's comment (a stage's table: its build label, `TABLE_LABEL` and the build id) by name."""
+    query = ("select table_name, comment from duckdb_tables() where schema_name = 'main' and not temporary "
+             "union all select view_name, comment from duckdb_views() "
+             "where schema_name = 'main' and not temporary and not internal")
+    return dict(con.execute(query).fetchall())
+
+
+def view_sources(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The SQL of every view by name (a Parquet table's names its files)."""
+    query = "select view_name, sql from duckdb_views() where schema_name = 'main' and not temporary and not internal"
     return dict(con.execute(query).fetchall())
 
 
@@ -115,6 +132,13 @@ def _in_place(name: str, pending: dict[str, Any], ws: Workspace, tables: dict[st
     if any(tables.get(table) != TABLE_LABEL + str(build) for table in pending.get("outputs", {}).get("tables", {})):
         return False
     return not pending.get("has_files") or ws.files_build(name) == build
+
+
+def _drop_old_folder(ws: Workspace, name: str, has_files: bool) -> None:
+    """After a commit of a stage that built no folder, the folder of an earlier build of it (its tables as
+    Parquet, now in DuckDB)."""
+    if not has_files and ws.files_build(name) is not None:
+        shutil.rmtree(ws.stage_dir(name), ignore_errors=True)
 
 
 def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) -> None:
@@ -128,19 +152,31 @@ def _clean_up(con: duckdb.DuckDBPyConnection, tables: list[str], out_dir: Path) 
 
 
 def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
+    """Drop each of ``tables``, a table or a view (a table built as Parquet files)."""
     for table in tables:
-        con.execute(f'drop table if exists "{table}"')
+        kinds = con.execute("select 'table' from duckdb_tables() where table_name = $name and schema_name = 'main' "
+                            "and not temporary union all select 'view' from duckdb_views() where view_name = $name "
+                            "and schema_name = 'main' and not temporary", {"name": table}).fetchall()
+        for (kind,) in kinds:
+            con.execute(f'drop {kind} "{table}"')
 
 
-def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any]) -> None:
-    """Swap every ``t__new`` in for ``t`` and label it with the build, record the summary's numbers in
-    ``stage_metrics`` and (re)create the stage's views: one transaction."""
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any],
+                   parquet: dict[str, str]) -> None:
+    """Swap every ``t__new`` in for ``t`` (or for a table in ``parquet``, make ``t`` the view that query gives)
+    and label it with the build, record the summary's numbers in ``stage_metrics`` and (re)create the stage's
+    views: one transaction."""
     con.execute("begin transaction")
     try:
         for table in stage.tables:
-            con.execute(f'drop table if exists "{table}"')
-            con.execute(f'alter table "{table}__new" rename to "{table}"')
-            con.execute(f"comment on table \"{table}\" is '{TABLE_LABEL}{build_id}'")
+            _drop_tables(con, [table])
+            if table in parquet:
+                _drop_tables(con, [f"{table}__new"])
+                con.execute(f'create view "{table}" as {parquet[table]}')
+            else:
+                con.execute(f'alter table "{table}__new" rename to "{table}"')
+            kind = "view" if table in parquet else "table"
+            con.execute(f"comment on {kind} \"{table}\" is '{TABLE_LABEL}{build_id}'")
         _record_metrics(con, stage.name, summary)
         for view in stage.views:
             con.execute(view)
@@ -180,15 +216,20 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> list[tuple[str, float 
     return rows
 
 
-def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection, has_files: bool) -> dict[str, Any]:
     """The new outputs, as they will be once swapped in: file sizes and row counts, and a digest of each
-    (sha256 of a file; row count and a sum of row hashes of a table, which no row order changes)."""
+    (sha256 of a file; row count and a sum of row hashes of a table, which no row order changes). A table's
+    Parquet files are listed with their sizes (a missing one makes the stage stale) and digested as its rows,
+    so the identity is the same whichever executor built it."""
     files, digests = {}, {}
-    if stage.has_files:
+    if has_files:
         for path in sorted(out_dir.rglob("*")):
             if path.is_file() and path.name != BUILD_FILE:
-                rel = f"{stage.name}/{path.relative_to(out_dir).as_posix()}"
+                inside = path.relative_to(out_dir).as_posix()
+                rel = f"{stage.name}/{inside}"
                 files[rel] = path.stat().st_size
+                if shard_files.is_table_file(inside):
+                    continue
                 with open(path, "rb") as handle:
                     digests[rel] = hashlib.file_digest(handle, "sha256").hexdigest()
     tables = {}

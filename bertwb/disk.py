@@ -1,18 +1,21 @@
 """Disk use you can plan: the bytes each data artifact takes, and per MB of corpus, for ``bertwb status``.
 
 An artifact is a table, whose bytes are the database blocks its column segments fill (a block shared by
-several tables split equally, so tables add up to the blocks they use), or a stage's folder, whose bytes
-are its files' sizes. "Per corpus MB" divides by the input bytes the last ingest read (compressed files at
-their size on disk); README, "Disk per corpus MB", has measured figures.
+several tables split equally, so tables add up to the blocks they use) or its Parquet files' sizes (the
+ray executor's); a stage's folder, whose bytes are its other files' sizes; or a build's temporary folder.
+"Per corpus MB" divides by the input bytes the last ingest read (compressed files at their size on disk);
+README, "Disk per corpus MB", has measured figures.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from bertwb.data import shard_files
 from bertwb.stage import Stage
 from bertwb.workspace import Workspace
 
@@ -20,15 +23,26 @@ from bertwb.workspace import Workspace
 def stage_usage(stage: Stage, ws: Workspace, tables: dict[str, int] | None) -> list[dict[str, Any]]:
     """The artifacts a data stage (one with tables) built and their bytes (None for a table while another
     process holds the database), per corpus MB where the corpus size is known; nothing for a stage that
-    has not run, or that trains (its size does not follow the corpus)."""
-    if not stage.tables or ws.read_manifest(stage.name) is None:
+    has not run, or that trains (its size does not follow the corpus). A build's temporary folder (under way,
+    or left by a killed run until the next run removes it) counts too: a cluster's tasks fill it."""
+    manifest = ws.read_manifest(stage.name)
+    if not stage.tables:
         return []
     corpus_mb = corpus_bytes(ws) / 1e6 or None
-    found: list[tuple[str, str, int | None]] = [(name, "table", None if tables is None else tables.get(name, 0))
-                                                for name in stage.tables]
     folder = ws.stage_dir(stage.name)
-    if stage.has_files and folder.is_dir():
-        found.append((f"{stage.name}/", "files", folder_bytes(folder)))
+    found: list[tuple[str, str, int | None]] = []
+    in_parquet = 0
+    for name in stage.tables if manifest is not None else ():
+        parquet = shard_files.table_folder(folder, name)
+        if manifest.get("has_files") and parquet.is_dir():
+            found.append((name, "parquet", folder_bytes(parquet)))
+            in_parquet += found[-1][2] or 0
+        else:
+            found.append((name, "table", None if tables is None else tables.get(name, 0)))
+    if stage.has_files and folder.is_dir() and manifest is not None:
+        found.append((f"{stage.name}/", "files", folder_bytes(folder) - in_parquet))
+    found += [(f"{tmp.name}/", "temporary", folder_bytes(tmp)) for tmp in sorted(ws.root.glob(f".{stage.name}.tmp-*"))
+              if tmp.is_dir()]
     return [{"artifact": name, "kind": kind, "bytes": size,
              "bytes_per_corpus_mb": None if size is None or corpus_mb is None else round(size / corpus_mb)}
             for name, kind, size in found]
@@ -41,7 +55,15 @@ def corpus_bytes(ws: Workspace) -> int:
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    """The sizes of the files below ``folder``; a file or folder gone meanwhile (a build under way) counts 0."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total
 
 
 def table_bytes(ws: Workspace) -> dict[str, int] | None:

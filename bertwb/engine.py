@@ -16,6 +16,7 @@ import duckdb
 
 from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
+from bertwb.data import shard_files
 from bertwb.errors import BertwbError
 from bertwb.keys import input_fingerprints, stage_key
 from bertwb.stage import Stage
@@ -45,31 +46,32 @@ class _Probe:
     _tables: dict[str, str | None] | None = None
     _read: bool = False
     problem: str | None = None  # the database does not open, or is shorter than its tables need
+    views: dict[str, str] = field(default_factory=dict)  # each view's SQL (a Parquet table's names its files)
 
     def tables(self) -> dict[str, str | None] | None:
         if not self._read:
             self._read = True
             try:
-                self._tables, self.problem = _read_tables(self.ws, self.con)
+                self._tables, self.problem, self.views = _read_tables(self.ws, self.con)
             except BertwbError as exc:
                 self._tables, self.problem = {}, str(exc)
         return self._tables
 
 
 def _read_tables(ws: Workspace, con: duckdb.DuckDBPyConnection | None) -> tuple[dict[str, str | None] | None,
-                                                                                str | None]:
-    """Every table's comment (its build label) by name, and whether the file is truncated; (None, None)
-    when the database is busy (another bertwb writes to it)."""
+                                                                                str | None, dict[str, str]]:
+    """Every table's comment (its build label) by name, whether the file is truncated, and every view's SQL;
+    (None, None, {}) when the database is busy (another bertwb writes to it)."""
     if con is not None:
-        return commit.table_labels(con), environment.truncation(con, ws.db_path)
+        return commit.table_labels(con), environment.truncation(con, ws.db_path), commit.view_sources(con)
     if not ws.db_path.exists():
-        return {}, None
+        return {}, None, {}
     try:
         with duckdb.connect(str(ws.db_path), read_only=True) as ro:
-            return commit.table_labels(ro), environment.truncation(ro, ws.db_path)
+            return commit.table_labels(ro), environment.truncation(ro, ws.db_path), commit.view_sources(ro)
     except duckdb.Error as exc:
         if "lock" in str(exc).lower():
-            return None, None
+            return None, None, {}
         raise environment.user_error(exc, ws.root) or environment.damaged_database(ws.db_path, str(exc)) from None
 
 
@@ -179,6 +181,10 @@ def _inconsistent(name: str, manifest: dict[str, Any], ws: Workspace, probe: _Pr
                 return f"output missing: table {table}"
             if tables[table] != commit.TABLE_LABEL + str(build):
                 return f"interrupted commit: table {table} is not the build its manifest describes{interrupted}"
+            folder = shard_files.table_folder(ws.stage_dir(name), table)
+            if table in probe.views and not shard_files.reads_folder(probe.views[table], folder):
+                return (f"moved: table {table} reads Parquet files outside {ws.root} (the workspace was moved or "
+                        "copied); the next run rebuilds it")
     return None
 
 
@@ -322,7 +328,7 @@ def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
             "state": state.state,
             "reason": state.reason,
             "key": (manifest.get("key") or "")[:8] or None,
-            "size_bytes": sum(outputs.get("files", {}).values()) if stage.has_files else None,
+            "size_bytes": sum(outputs.get("files", {}).values()) if manifest.get("has_files") else None,
             "rows": outputs.get("tables") or None,
             "finished_at": manifest.get("finished_at"),
             "duration_s": manifest.get("duration_s"),

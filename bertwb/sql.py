@@ -1,10 +1,10 @@
 """``bertwb sql``: run a query against the workspace database, read-only unless asked otherwise.
 
 Read-only: the database opens read-only and DuckDB is locked down before the query runs (no file, other
-database, extension or network outside it; ``lock_configuration`` last, so no ``SET`` undoes it). With
-``--write`` DuckDB reaches only the quoted paths outside the workspace and the config file
-(``allowed_paths``, ``enable_external_access`` off); anything else is refused with one line (`WRITE_HINT`).
-Results come out as Arrow, which needs no optional module for any type; bertwb writes ``--output`` itself.
+database, extension or network outside it but the ray executor's Parquet tables, `table_folders`, which only
+a query may name; ``lock_configuration`` last, so no ``SET`` undoes it). With ``--write`` DuckDB reaches only
+those and the quoted paths outside the workspace and the config file (``allowed_paths``); anything else is
+refused with one line (`WRITE_HINT`). Results come out as Arrow; bertwb writes ``--output`` itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from bertwb import environment, outputs, ui
+from bertwb.data import shard_files
 from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.outputs import Protected
@@ -74,10 +75,12 @@ def run_query(ws: Workspace, query: str, write: bool = False, keep: list[Protect
     the workspace) is reached (see the module doc).
     """
     keep = keep if keep is not None else [Protected(ws.root, "the workspace")]
-    con = connect(ws, write)
+    tables = table_folders(ws)
+    con = connect(ws, write, tables)
     try:
+        _refuse_writes_to_tables(query, tables)
         if write:
-            _allow_only_named_paths(con, query, keep)
+            _allow_only_named_paths(con, query, keep, tables)
         relation = con.sql(query)
         return relation.to_arrow_table() if relation is not None else None
     except duckdb.Error as exc:
@@ -88,12 +91,35 @@ def run_query(ws: Workspace, query: str, write: bool = False, keep: list[Protect
         con.close()
 
 
-def _allow_only_named_paths(con: duckdb.DuckDBPyConnection, query: str, keep: list[Protected]) -> None:
+def table_folders(ws: Workspace) -> list[str]:
+    """The folders of the tables that the ray executor stored as Parquet files (each ending in a separator)."""
+    stages = [path for path in ws.root.iterdir() if path.is_dir()] if ws.root.is_dir() else []
+    return [str(folder.resolve()) + os.sep for folder in shard_files.folders(stages)]
+
+
+def _refuse_writes_to_tables(query: str, tables: list[str]) -> None:
+    """Only a query may name a path in a Parquet table's folder (DuckDB may read them, so could write there)."""
+    if not tables:
+        return
+    for statement in duckdb.extract_statements(query):
+        if statement.type == duckdb.StatementType.SELECT:
+            continue
+        for position, kind in duckdb.tokenize(statement.query):
+            literal = _STRING.match(statement.query, position) if kind == duckdb.token_type.string_const else None
+            path = os.path.abspath(os.path.expanduser(literal.group(1).replace("''", "'"))) if literal else ""
+            if literal and any((os.path.realpath(path) + os.sep).startswith(folder) for folder in tables):
+                raise BertwbError(f"sql: {path} holds a table of the workspace, which bertwb sql never writes "
+                                  "(save a result with --output FILE outside the workspace)")
+
+
+def _allow_only_named_paths(con: duckdb.DuckDBPyConnection, query: str, keep: list[Protected],
+                            tables: list[str]) -> None:
     """Let DuckDB reach only the quoted strings of ``query`` that name no path of ``keep`` (as files, with
     the names DuckDB writes beside one: ``tmp_NAME`` while replacing it, ``NAME.wal`` for an attached
-    database; as folders, those that hold none), then turn external access off for good."""
+    database; as folders, those that hold none) and the folders of the Parquet ``tables``, then turn
+    external access off for good."""
     files: set[str] = set()
-    folders: set[str] = set()
+    folders: set[str] = set(tables)
     for position, kind in duckdb.tokenize(query):
         literal = _STRING.match(query, position) if kind == duckdb.token_type.string_const else None
         if literal is None or not literal.group(1):
@@ -136,8 +162,9 @@ def _refused_write(exc: duckdb.Error, keep: list[Protected]) -> BertwbError | No
     return BertwbError(f"sql --write: {path} is not a path the query names in quotes; {WRITE_HINT}")
 
 
-def connect(ws: Workspace, write: bool = False) -> duckdb.DuckDBPyConnection:
-    """The workspace database: read-write with ``write``, else read-only and locked down (READ_ONLY_SETTINGS).
+def connect(ws: Workspace, write: bool = False, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """The workspace database: read-write with ``write``, else read-only and locked down (READ_ONLY_SETTINGS),
+    reading no file but the Parquet tables' in ``tables`` (`table_folders`).
 
     A file cut short still opens and answers from its catalog (table names, row counts) while its data
     is gone, so the answer comes with a warning that says so and how to rebuild.
@@ -148,6 +175,8 @@ def connect(ws: Workspace, write: bool = False) -> duckdb.DuckDBPyConnection:
         ui.warn(f"{ws.db_path} is damaged ({damage}): what the query answers from it may be wrong or incomplete; "
                 "move it aside (or delete it) and run `bertwb run` to rebuild the tables")
     if not write:
+        if tables:
+            con.execute("set allowed_directories = ?", [tables])
         for name, value in READ_ONLY_SETTINGS:
             con.execute(f"set {name} = {value}")
     return con

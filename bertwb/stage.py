@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from bertwb.data import shard_files
+from bertwb.errors import BertwbError
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -98,12 +101,35 @@ class Build:
     key: str = ""  # the stage key this build will be committed under
     forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
     runtime: Any = None  # what the command hands the stage, e.g. a training process group
+    # tables built as Parquet files (`share_table`): name → the select of its view, over `shard_files.FILES`
+    parquet: dict[str, str] = field(default_factory=dict)
 
     def table(self, name: str) -> str:
         """The temporary name to build table ``name`` under."""
         if name not in self.stage.tables:
             raise ValueError(f"stage {self.stage.name} does not declare table {name}")
         return f"{name}__new"
+
+    def shard_folder(self, name: str) -> Path:
+        """The folder (made here) where table ``name``'s Parquet files go, for `share_table`."""
+        folder = shard_files.table_folder(self.out_dir, self.table(name).removesuffix("__new"))
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def share_table(self, name: str, select: str = shard_files.PLAIN_VIEW, rows: int | None = None) -> None:
+        """Make the Parquet files in `shard_folder` table ``name`` of this build: ``select`` over them (a view,
+        made again over the stage's folder when the commit has swapped it in). ``rows``: how many rows the
+        tasks wrote; a one-line error when the files that this machine sees hold another number."""
+        self.parquet[name] = select
+        folder = self.shard_folder(name)
+        for leftover in folder.glob(".*"):  # a killed task's half-written file (a retry wrote it whole)
+            leftover.unlink()
+        self.con.execute(f'create view "{self.table(name)}" as {shard_files.view_sql(select, folder)}')
+        found = self.con.execute(f'select count(*) from "{self.table(name)}"').fetchone()[0]
+        if rows is not None and found != rows:
+            raise BertwbError(f"{folder}: the Parquet files of table {name} hold {found:,} rows here, and the Ray "
+                              f"tasks wrote {rows:,}; put the workspace (workspace.dir) on storage every node "
+                              "mounts, at the same path on each")
 
     def upstream_dir(self, stage: str) -> Path:
         return self.workspace.stage_dir(stage)

@@ -1,6 +1,6 @@
 """``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
-identities one local process gives; a killed driver leaves the stage stale; ``bertwb sql`` reads what Ray
-built; no Ray, or no cluster at ``RAY_ADDRESS``, is one line.
+identities one local process gives, their tables as Parquet files in the stage folders; a killed driver or a
+deleted file leaves the stage stale; ``bertwb sql`` reads what Ray built; no Ray, or no cluster, is one line.
 
 The cluster starts once for the module (its files under pytest's tmp dir). The CLI runs in this process,
 joining it as any driver joins a running cluster, except where a driver must die (a subprocess).
@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from types import SimpleNamespace
+from typing import Callable, Iterable, Iterator
 
+import duckdb
 import pytest
 
 import bertwb.data
@@ -23,6 +26,7 @@ import bertwb.data
 from conftest import PYTHON, SAMPLE_CORPUS, Project, assert_one_line_error
 
 STAGES = ("ingest", "vocab", "pairs")
+TABLES = {"ingest": ("documents", "sentences"), "vocab": ("vocab", "tokens"), "pairs": ("pairs",)}
 # Small everything, so every seam is crossed several times: ~24 byte ranges per file, ranges of 3,200
 # sentences in batches of 200 (several ranges), shards of ~1,000 tokens, two dupes.
 CONFIG = """
@@ -76,10 +80,21 @@ def _manifest(project: Project, stage: str) -> dict:
 
 
 def _files(project: Project, stage: str) -> dict[str, bytes]:
-    """Every file a stage built, by its path in the stage's folder (the build's id left out)."""
+    """Every file a stage built, by its path in the stage's folder (the build's id and its tables' Parquet
+    files, which a local build keeps in DuckDB, left out)."""
     folder = project.workspace / stage
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
-            if path.is_file() and path.name != ".bertwb-build"}
+            if path.is_file() and path.name != ".bertwb-build" and path.relative_to(folder).parts[0] != "tables"}
+
+
+def _disk(project: Project) -> dict[str, dict]:
+    """`bertwb status`'s disk rows: each artifact's kind and bytes, by name."""
+    return {item["artifact"]: item for row in json.loads(project.run("status", "--json").output)
+            for item in row["disk"]}
+
+
+def _states(project: Project) -> dict[str, tuple[str, str]]:
+    return {row["stage"]: (row["state"], row["reason"]) for row in json.loads(project.run("status", "--json").output)}
 
 
 def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, ray_cluster: str):
@@ -95,9 +110,14 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
                                  "RAY_AUTH_MODE": "token", "BERTWB_FAULT": "pairs.work#3"},
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == 137, killed.stderr
-    states = {row["stage"]: row["state"] for row in json.loads(on_ray.run("status", "--json").output)}
-    assert states["vocab"] == "fresh" and states["pairs"] != "fresh", states
+    states = _states(on_ray)
+    assert states["vocab"][0] == "fresh" and states["pairs"][0] != "fresh", states
+    [left] = on_ray.workspace.glob(".pairs.tmp-*")  # what the tasks had written, never committed
+    assert list(left.rglob("*.parquet")), "the tasks wrote their rows to files in the workspace"
+    assert _disk(on_ray)[f"{left.name}/"]["kind"] == "temporary", "status counts it until it goes"
     on_ray.run("run", "--until", "pairs")
+    assert not list(on_ray.workspace.glob(".pairs.tmp-*")), "the next run cleans what the killed one left"
+    assert not [name for name, item in _disk(on_ray).items() if item["kind"] == "temporary"]
 
     for stage in STAGES:
         mine, theirs = _manifest(on_ray, stage), _manifest(local, stage)
@@ -111,6 +131,17 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     assert vocab["vocab.txt"] == _files(local, "vocab")["vocab.txt"] and len(vocab["vocab.txt"].split()) == 320
     assert _files(on_ray, "pairs") == _files(local, "pairs")  # the training arrays, byte for byte
 
+    # Ray's tables are Parquet files in each stage's folder, which DuckDB reads as they are; a local
+    # build keeps them in bertwb.duckdb.
+    for stage, tables in TABLES.items():
+        for table in tables:
+            files = sorted((on_ray.workspace / stage / "tables" / table).glob("*.parquet"))
+            rows = duckdb.sql(f"select count(*) from read_parquet({[str(path) for path in files]})").fetchall()[0][0]
+            assert rows == _manifest(on_ray, stage)["outputs"]["tables"][table] > 0, (stage, table)
+            assert f"{stage}/tables/{table}/{files[0].name}" in _manifest(on_ray, stage)["outputs"]["files"]
+    assert len(list((on_ray.workspace / "vocab" / "tables" / "tokens").glob("*.parquet"))) > 10, "one per task"
+    assert not list(local.workspace.rglob("*.parquet")) and not (local.workspace / "ingest").exists()
+
     # The executor is in no key: switching it back leaves every stage fresh, its build untouched.
     builds = {stage: _manifest(on_ray, stage)["build"] for stage in STAGES}
     result = on_ray.run("run", "--until", "pairs", "--set", "workspace.executor=local")
@@ -123,6 +154,28 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     answers = [project.run("sql", query, "--format", "json").output for project in (on_ray, local)]
     assert answers[0] == answers[1]
     assert json.loads(answers[0])[0]["masked_pairs"] > 100
+    # DuckDB may read the tables' folders, so bertwb sql must keep every other statement out of them.
+    tokens = on_ray.workspace / "vocab" / "tables" / "tokens"
+    for flags in ((), ("--write",)):
+        refused = on_ray.run("sql", f"COPY (select 1) TO '{tokens}/x.parquet'", *flags, expect=None)
+        assert_one_line_error(refused, f"sql: {tokens}/x.parquet holds a table of the workspace")
+    assert not (tokens / "x.parquet").exists()
+
+    # A table file deleted: its stage is stale, saying which file, and the next run rebuilds it. The same
+    # rows again give the same identity, so the stage below it stays fresh.
+    missing = "vocab/tables/tokens/part-00000003.parquet"
+    (on_ray.workspace / missing).unlink()
+    states = _states(on_ray)
+    assert states["vocab"] == ("stale", f"output missing: {missing}") and states["pairs"][0] == "stale", states
+    rerun = on_ray.run("run", "--until", "pairs").output
+    assert f"vocab: running (stale: output missing: {missing})" in rerun and "pairs: fresh" in rerun, rerun
+    assert (on_ray.workspace / missing).is_file()
+
+    # Built again locally, ingest's tables go back into DuckDB and its folder goes: the same identity.
+    on_ray.run("ingest", "--force", "--set", "workspace.executor=local")
+    assert not (on_ray.workspace / "ingest").exists()
+    assert _manifest(on_ray, "ingest")["identity"] == _manifest(local, "ingest")["identity"]
+    assert all(state == "fresh" for state, _ in list(_states(on_ray).values())[:3])
 
 
 def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeypatch: pytest.MonkeyPatch):
@@ -164,3 +217,101 @@ def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_c
     assert_one_line_error(result, "workspace.executor", f"tokenizers {here['tokenizers']} there, 0.0.1 here",
                           "install the same bertwb")
     assert not (project.workspace / "manifests" / "ingest.json").exists()
+
+
+# A stand-in for a cluster whose nodes share the workspace: each task runs in the driver's process. What
+# the tests below check is bertwb's storage and commit, which run as they do on Ray; leaving Ray's scheduling
+# out lets them kill a driver a few times in seconds.
+STAND_IN = ("import types, bertwb.data.ordered_map as om\n"
+            "om._ray_map = lambda: types.SimpleNamespace(cluster_cpus=lambda: 2,\n"
+            "                                            map_ordered=lambda f, ts, n: map(f, ts))")
+KILLED_DRIVER = STAND_IN + "\nimport sys, bertwb.cli\nbertwb.cli.cli.main(args=sys.argv[1:], prog_name='bertwb')"
+COMMIT_POINTS = ("before_commit", "mid_swap", "after_swap", "after_tables", "before_manifest")
+
+
+def _stand_in() -> SimpleNamespace:
+    return SimpleNamespace(cluster_cpus=lambda: 2, map_ordered=lambda function, tasks, in_flight: map(function, tasks))
+
+
+def test_a_ray_build_killed_at_any_point_of_its_commit_leaves_status_truthful(project: Project,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """Parquet tables commit folder first, then views, then the manifest: a driver killed at any point of it
+    leaves a workspace whose status calls fresh only what a whole build made, under the old config and the
+    new, and the next run builds exactly what an uninterrupted one does."""
+    from faultkit import artifacts, assert_status_truthful, status_rows
+
+    from bertwb.data import ordered_map
+
+    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    ray, change = ("--set", "workspace.executor=ray"), ("--set", "vocab.vocab_size=128")
+    project.run("run", "--until", "vocab", *ray, *change)
+    expected_b = artifacts(project.workspace, ("ingest", "vocab"))
+    project.run("vocab", *ray)
+    expected_a = artifacts(project.workspace, ("ingest", "vocab"))
+    assert expected_a["vocab"] != expected_b["vocab"] and "table tokens" in expected_a["vocab"]
+    for point in COMMIT_POINTS:
+        killed = subprocess.run([PYTHON, "-c", KILLED_DRIVER, "vocab", "--config", str(project.config), *ray, *change],
+                                env={**os.environ, "BERTWB_FAULT": f"vocab.{point}"}, capture_output=True, text=True,
+                                timeout=120)
+        assert killed.returncode == 137, (point, killed.stderr)
+        assert_status_truthful(project, expected_a, *ray)
+        assert_status_truthful(project, expected_b, *ray, *change)
+        project.run("vocab", *ray, *change)
+        assert status_rows(project, *ray, *change)["vocab"]["state"] == "fresh", point
+        assert artifacts(project.workspace, ("vocab",))["vocab"] == expected_b["vocab"], point
+        assert not list(project.workspace.glob(".*.tmp-*")) and not list(project.workspace.glob("manifests/*.pending*"))
+        project.run("vocab", *ray)  # back to the first build for the next point
+
+
+@pytest.mark.parametrize("when, facts", [
+    ("as the task ends", ["a Ray task wrote", "part-00000002.parquet", "but this machine does not see it"]),
+    ("after every task", ["the Parquet files of table tokens hold", "and the Ray tasks wrote"]),
+])
+def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch,
+                                                            when: str, facts: list[str]):
+    """A task's file that this machine cannot see would leave its rows out of the table: the stage stops,
+    whether the file is missing when its task's result comes back or only from the table's folder later.
+
+    The stand-in cluster runs each task here, then loses one file, as a node whose workspace.dir is on
+    its own disk would (one batch's rows of several: the table would just be shorter)."""
+    from bertwb.data import ordered_map
+
+    project.run("ingest")
+
+    def lose_a_file() -> None:
+        for path in project.workspace.glob(".vocab.tmp-*/tables/tokens/part-00000002.parquet"):
+            path.unlink()
+
+    def elsewhere(function: Callable, tasks: Iterable, in_flight: int) -> Iterator:
+        for task in tasks:
+            result = function(task)
+            if when == "as the task ends":
+                lose_a_file()
+            yield result
+        lose_a_file()
+
+    monkeypatch.setattr(ordered_map, "_ray_map", lambda: SimpleNamespace(cluster_cpus=lambda: 2,
+                                                                         map_ordered=elsewhere))
+    result = project.run("vocab", "--set", "workspace.executor=ray", "--set", "vocab.batch_size=100", expect=None)
+    assert_one_line_error(result, *facts, "on storage every node mounts")
+    assert not (project.workspace / "manifests" / "vocab.json").exists()
+    assert not list(project.workspace.glob(".vocab.tmp-*")), "the failed build's folder was removed"
+
+
+def test_a_copied_workspace_never_reads_the_original_s_parquet_files(project: Project, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """The views name their files by absolute path: a copy of the workspace would read the original's files,
+    whatever happens to them later. The copy's stages with Parquet tables are stale, and a run rebuilds them."""
+    from bertwb.data import ordered_map
+
+    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    project.run("ingest", "--set", "workspace.executor=ray")
+    copy = Project(tmp_path / "copy")
+    shutil.copytree(project.root, copy.root)
+    state, reason = _states(copy)["ingest"]
+    assert state == "stale", reason
+    assert reason.startswith(f"moved: table documents reads Parquet files outside {copy.workspace}"), reason
+    assert "ingest: running (stale: moved" in copy.run("ingest", "--set", "workspace.executor=ray").output
+    assert _states(copy)["ingest"][0] == "fresh" and _states(project)["ingest"][0] == "fresh"
+    assert str(copy.workspace) in json.loads(copy.run("sql", "select sql from duckdb_views() where view_name = "
+                                                      "'sentences'", "--format", "json").output)[0]["sql"]

@@ -2,9 +2,9 @@
 
 The stage: the files ``ingest.inputs`` names and their fingerprints for the key, each one's format, the
 tables and the summary of what was skipped. Reading a file is :mod:`bertwb.data.text_files`, cutting a large
-one for the workers :mod:`bertwb.data.corpus_pieces`. Invariants: rows are inserted in file and range order,
-so tables, split and summary are the same for any ``ingest.workers``; memory does not grow with the corpus;
-bad input is skipped and counted, but an unreadable file stops the stage (README, "Inputs", says why).
+one for the workers :mod:`bertwb.data.corpus_pieces`. Invariants: rows go in in file and range order, so
+tables, split and summary are the same for any ``ingest.workers`` or executor (ray: Parquet, `_to_parquet`);
+memory does not grow with the corpus; bad input is skipped and counted, but an unreadable file stops the stage.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if writer.next_id == 0:
         raise BertwbError(_no_documents(stats, len(files), cfg))
     duplicates = _finish_tables(con, build, cfg.ingest.dedupe)
+    if cfg.workspace.executor == "ray":
+        _to_parquet(con, build)
     faults.point("work")
     counts = con.execute(f"select count(*), sum(n_sentences), sum(n_chars), count(*) filter (split = 'valid') "
                          f"from {build.table('documents')}").fetchone()
@@ -324,6 +326,17 @@ class _Writer:
         for table in ("raw_documents", "raw_sentences"):
             self.con.execute(f"delete from {table} where raw_id >= ?", [raw_id])
         self.next_id = raw_id
+
+
+def _to_parquet(con: Any, build: Build) -> None:
+    """The finished tables as Parquet files in the stage's folder, which every node of a cluster reads.
+    The driver writes them: de-duplication and dense ids need every document, so no task can."""
+    for name in ("documents", "sentences"):
+        folder = str(build.shard_folder(name).resolve()).replace("'", "''")
+        con.execute(f"copy {build.table(name)} to '{folder}' (format parquet, file_size_bytes '256MB', "
+                    "filename_pattern 'part-{i}', overwrite_or_ignore true)")
+        con.execute(f"drop table {build.table(name)}")
+        build.share_table(name)
 
 
 def _finish_tables(con: Any, build: Any, dedupe: bool) -> int:

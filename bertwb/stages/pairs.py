@@ -1,10 +1,10 @@
 """pairs: tokenised documents → masked-LM + next-sentence instances, in ``pairs`` and the training arrays.
 
 Plans each split's shards (about ``pairs.shard_tokens`` tokens, at least two documents), builds them with
-:mod:`bertwb.data.pair_builder` (in ``pairs.workers`` processes) and writes the rows and the arrays that
-:mod:`bertwb.data.pairs` reads: one set per ``pretrain.phases`` phase, or one. Rows are in (phase, split,
-shard, dupe, document) order, the same for any number of workers; memory stays flat as the corpus grows.
-Where the instances differ from the original script's, and why: README, "Pre-training pairs".
+:mod:`bertwb.data.pair_builder` (in ``pairs.workers`` processes, or Ray tasks that write rows and arrays to
+files, :mod:`bertwb.data.pair_shards`) and writes the rows and the arrays :mod:`bertwb.data.pairs` reads: one
+set per ``pretrain.phases`` phase, or one. Rows are in (phase, split, shard, dupe, document) order, the same
+for any workers or executor; memory stays flat. How instances differ from the original: README, "Pre-training pairs".
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,7 +29,10 @@ from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
+from bertwb.data.pair_shards import VIEW as PAIRS_VIEW
+from bertwb.data.pair_shards import PairShardJob, pair_rows, parquet_name
 from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
+from bertwb.data.shard_files import write_parquet, written
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 
@@ -79,15 +83,22 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     cluster = cluster_cpus(cfg.workspace.executor)
     plans = {split: _plan_shards(con, split, cfg.pairs.shard_tokens) for split in SPLITS}
     _check_splits(plans)
-    con.execute(f"create table {build.table('pairs')} ({_COLUMNS})")
+    on_cluster = cfg.workspace.executor == "ray"  # Ray tasks write the rows as Parquet files of ``pairs``
+    tables = build.shard_folder("pairs") if on_cluster else None
+    if not on_cluster:
+        con.execute(f"create table {build.table('pairs')} ({_COLUMNS})")
     phases = cfg.pretrain_phases()
     sets, next_pair_id = {}, 0
     for phase, _, settings in phases:
         out_dir = build.out_dir / phase if phase else build.out_dir
         writer, workers = _build_set(con, build.table("pairs"), out_dir, plans, settings, phase, next_pair_id,
-                                     cfg.workspace.executor, cluster)
+                                     cfg.workspace.executor, cluster, tables)
         next_pair_id = writer.next_pair_id
         sets[phase] = writer.stats
+    if tables is not None:
+        if next_pair_id == 0:  # no pairs at all: one empty file gives the view its columns
+            write_parquet(pair_rows(_no_pairs(), None, None), tables / parquet_name(0))
+        build.share_table("pairs", PAIRS_VIEW, rows=next_pair_id)
     if phases[0][0] is not None:
         (build.out_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
     n_shards = sum(len(plan) for plan in plans.values())
@@ -95,11 +106,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 
 
 def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardPlan]], settings: PairsConfig,
-               phase: str | None, first_pair_id: int, executor: str, cluster: int) -> tuple[_Writer, int]:
+               phase: str | None, first_pair_id: int, executor: str, cluster: int,
+               tables: Path | None = None) -> tuple[_Writer, int]:
     """One pair set (every shard of both splits, ``dupe_factor`` times) into ``table`` and ``out_dir``;
-    with ``executor`` ray, built by Ray tasks on a cluster of ``cluster`` CPUs."""
+    with ``executor`` ray, built by Ray tasks on a cluster of ``cluster`` CPUs, which write the rows as
+    Parquet files that end up in ``tables`` (`_built_on_cluster`)."""
     rules = _masking_rules(con, settings)
-    writer = _Writer(con, table, out_dir, phase, first_pair_id)
+    writer = _Writer(con, None if executor == "ray" else table, out_dir, phase, first_pair_id)
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
     job = PairJob(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
                   split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
@@ -112,7 +125,9 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
     try:
         with ui.progress(f"pairs: building{f' {phase}' if phase else ''}", total=total_tokens * settings.dupe_factor,
                          unit="tokens") as bar:
-            for built in map_ordered(job.build, tasks, workers, executor):
+            built_shards = map_ordered(job.build, tasks, workers, executor) if executor == "local" \
+                else _built_on_cluster(job, tasks, workers, phase, writer, tables)
+            for built in built_shards:
                 writer.write(built)
                 bar.advance(built.source_tokens)
                 faults.point("work")
@@ -122,6 +137,25 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
     writer.close(_meta(settings, con, rules))
     np.save(out_dir / FLAGS_FILE, rules.token_flags)
     return writer, workers
+
+
+def _built_on_cluster(job: PairJob, tasks: Iterator[tuple[Shard, int]], workers: int, phase: str | None,
+                      writer: _Writer, tables: Path) -> Iterator[Built]:
+    """Each task's shard, built by a Ray task that wrote its rows and arrays to files (`PairShardJob`): the
+    arrays read back for ``writer``, the rows' file moved into ``tables`` under its first pair id."""
+    pieces = tables.parent.parent / "pieces"
+    pieces.mkdir(exist_ok=True)
+    shard_job = PairShardJob(job, phase, str(pieces))
+    try:
+        for shard in map_ordered(shard_job.run, enumerate(tasks), workers, "ray"):
+            rows = written(pieces / f"{shard.number:08d}.parquet", shard.rows_bytes)
+            if shard.pairs:  # an empty file's name would be its successor's
+                os.replace(rows, tables / parquet_name(writer.next_pair_id))
+            else:
+                rows.unlink()
+            yield shard_job.take(shard)
+    finally:
+        shutil.rmtree(pieces, ignore_errors=True)
 
 
 def phase_params(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -222,7 +256,7 @@ class _Writer:
     rows overlaps with building the next; at most ``INSERTS_PENDING`` wait, to keep memory flat.
     """
 
-    def __init__(self, con: Any, table: str, out_dir: Path, phase: str | None = None, first_pair_id: int = 0):
+    def __init__(self, con: Any, table: str | None, out_dir: Path, phase: str | None = None, first_pair_id: int = 0):
         self.con, self.table, self.out_dir, self.phase = con, table, out_dir, phase
         self.inserter = concurrent.futures.ThreadPoolExecutor(1)
         self.cursor = con.cursor()
@@ -238,26 +272,17 @@ class _Writer:
                 self._append(split, name, np.zeros(1, dtype=ARRAYS[name]))
 
     def write(self, built: Built) -> None:
+        """Append a built shard: its rows to the table (unless a Ray task wrote them to a file) and its arrays."""
         n = len(built.len_a)
         if n == 0:
             return
         stats = self.stats[built.split]
         static = built.masked_positions is not None
-        rows = pa.table({
-            "pair_id": pa.array(np.arange(self.next_pair_id, self.next_pair_id + n, dtype=np.int64)),
-            "phase": pa.array([self.phase] * n, pa.string()),
-            "split": pa.array([built.split] * n, pa.string()),
-            "dupe": pa.array(built.dupe), "doc_id": pa.array(built.doc_id), "b_doc_id": pa.array(built.b_doc_id),
-            "input_ids": _list_array(built.offsets, built.input_ids),
-            "len_a": pa.array(built.len_a), "len_b": pa.array(built.len_b),
-            "is_random_next": pa.array(built.is_random_next), "is_short": pa.array(built.is_short),
-            **{name: _list_array(built.mask_offsets, getattr(built, name)) if static
-               else pa.nulls(n, pa.list_(pa.from_numpy_dtype(ARRAYS[name])))
-               for name in ("masked_positions", "masked_ids", "masked_kinds")},
-        })
-        while len(self.inserts) >= INSERTS_PENDING:
-            self.inserts.popleft().result()
-        self.inserts.append(self.inserter.submit(self._insert, rows))
+        if self.table is not None:
+            rows = pair_rows(built, self.phase, self.next_pair_id)
+            while len(self.inserts) >= INSERTS_PENDING:
+                self.inserts.popleft().result()
+            self.inserts.append(self.inserter.submit(self._insert, rows))
         self.next_pair_id += n
 
         base = stats.array_lengths["input_ids"]
@@ -337,12 +362,16 @@ def _naming(exc: OSError, path: str, size: int | None = None) -> OSError:
     return OSError(exc.errno, f"{exc.strerror or exc}{writing}", path)
 
 
-def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
-
-
 # ---------------------------------------------------------------------------------------------------
 # Small helpers.
+
+def _no_pairs() -> Built:
+    """A shard with no pairs, for the columns of an empty ``pairs`` table."""
+    empty = {name: np.zeros(0, dtype) for name, dtype in ARRAYS.items()}
+    return Built("train", 0, np.zeros(0, np.int32), np.zeros(0, np.int32), empty["dupe"], np.zeros(0, bool),
+                 np.zeros(0, bool), empty["len_a"], empty["len_b"], empty["input_ids"], np.zeros(1, np.int64),
+                 empty["masked_positions"], empty["masked_ids"], empty["masked_kinds"], np.zeros(1, np.int64))
+
 
 def _auto_workers() -> int:
     """Build processes for ``pairs.workers: 0``: every core but the two the main process keeps busy

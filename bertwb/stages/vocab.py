@@ -4,7 +4,7 @@ The tokenizer is BERT's, in Hugging Face ``tokenizers`` (``[PAD] [UNK] [CLS] [SE
 trained), written to the stage directory as the files ``transformers.BertTokenizerFast`` loads. Invariants:
 the same corpus and settings give the same ``vocab.txt`` on any machine and thread count (`_alphabet` fixes
 what ``WordPieceTrainer`` leaves to hash order); a ``vocab.from_file`` vocabulary is kept exactly; training
-reads a seeded sample (``vocab.train_sentences``), and nothing holds the corpus in memory.
+reads a seeded sample; nothing holds the corpus in memory. On Ray, tasks write ``tokens`` as Parquet files.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import unicodedata
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -26,6 +27,8 @@ from bertwb.config import Config
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
                                    write_tokenizer_files)
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
+from bertwb.data.shard_files import shard_name, write_parquet, written
+from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
 from bertwb.data.word_ids import EncodeJob, batch_encoder
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
@@ -72,19 +75,26 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
+    on_cluster = cfg.workspace.executor == "ray"  # each task writes its rows as a Parquet file of ``tokens``
     tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample,
-                             cfg.workspace.executor, cluster)
+                             cfg.workspace.executor, cluster, build.shard_folder("tokens") if on_cluster else None)
+    if on_cluster:
+        build.share_table("tokens", rows=n_sentences)
     counts, n_tokens, n_words, n_unk = tokenised.counts, tokenised.tokens, tokenised.words, tokenised.unk
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     tokens = [id_to_token[i] for i in range(vocab_size)]
-    vocab_batch = pa.table({  # noqa: F841 - read by DuckDB below
+    vocab_batch = pa.table({
         "token_id": pa.array(range(vocab_size), pa.int32()),
         "token": tokens,
         "frequency": pa.array(counts[:vocab_size], pa.int64()),
         "is_special": [t in SPECIAL_TOKENS or t.startswith("[unused") for t in tokens],
     })
-    con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
+    if on_cluster:  # every table of a cluster's build is Parquet, so every node can read it
+        write_parquet(vocab_batch, build.shard_folder("vocab") / shard_name(0))
+        build.share_table("vocab")
+    else:
+        con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
     seconds = time.perf_counter() - started
     return {
@@ -283,10 +293,12 @@ class Tokenised:
 
 
 def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, batch_size: int,
-                 sample: TrainingSample | None = None, executor: str = "local", workers: int = 1) -> Tokenised:
+                 sample: TrainingSample | None = None, executor: str = "local", workers: int = 1,
+                 folder: Path | None = None) -> Tokenised:
     """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
     tokenizer was trained on (None: none of them), to count [UNK] on the others. With ``executor`` ray,
-    batches are encoded by Ray tasks on a cluster of ``workers`` CPUs, and come back in order.
+    batches are encoded by Ray tasks on a cluster of ``workers`` CPUs, each writing its rows as a Parquet
+    file into ``folder`` (`_tokenise_on_cluster`); ``table`` is then left to the caller.
 
     ``encode_batch`` runs on all cores in Rust, on each distinct word of the corpus once where the tokenizer
     allows it (`bertwb.data.word_ids.WordEncoder`); ids go to DuckDB as one flat Arrow list array per batch, so
@@ -295,12 +307,12 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
     each range's rows are committed when it ends (one open transaction would hold the whole table).
     """
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    continuation = np.zeros(vocab_size, dtype=bool)
-    for token, index in tokenizer.get_vocab(with_added_tokens=True).items():
-        continuation[index] = token.startswith("##")
-    counts = np.zeros(vocab_size, dtype=np.int64)
+    totals = _Totals(tokenizer)
     unk_id = tokenizer.token_to_id("[UNK]")
-    unseen_sentences = unseen_tokens = unseen_unk = 0
+    in_sample = sample.contains if sample is not None else None
+    if executor == "ray":
+        assert folder is not None, "a Ray build writes its rows to files"
+        return _tokenise_on_cluster(tokenizer, con, folder, n_sentences, batch_size, in_sample, workers, totals)
     con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
     cursor = con.cursor()
     inserter = con.cursor()
@@ -317,7 +329,7 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
                 ThreadPoolExecutor(max_workers=1) as writer:
             pending, open_range = None, None
-            for lengths, flat in _encoded(tokenizer, texts(batches), executor, workers):
+            for lengths, flat in map(batch_encoder(tokenizer), texts(batches)):
                 number, batch = held.popleft()
                 if number != open_range:
                     # One transaction per range: per-batch autocommits each go through the WAL again.
@@ -328,21 +340,8 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
                         inserter.execute("commit")
                     inserter.execute("begin transaction")
                     open_range = number
-                offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-                np.cumsum(lengths, out=offsets[1:])
-                counts += np.bincount(flat, minlength=vocab_size)[:vocab_size]
-                if sample is None:
-                    unseen = np.ones(batch.num_rows, dtype=bool)
-                else:
-                    unseen = ~(batch.column("train").to_numpy(zero_copy_only=False)
-                               & sample.contains(batch.column("doc_id").to_numpy(),
-                                                 batch.column("sent_idx").to_numpy()))
-                unseen_ids = flat[np.repeat(unseen, lengths)]
-                unseen_sentences += int(unseen.sum())
-                unseen_tokens += len(unseen_ids)
-                unseen_unk += int((unseen_ids == unk_id).sum())
-                rows = pa.table({"doc_id": batch.column("doc_id"), "sent_idx": batch.column("sent_idx"),
-                                 "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))})
+                totals.add(batch_counts(batch, lengths, flat, vocab_size, unk_id, in_sample))
+                rows = tokens_rows(batch, lengths, flat)
                 if pending is not None:
                     pending.result()
                 pending = writer.submit(_insert, inserter, table, rows)
@@ -361,18 +360,52 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, b
         batches.close()
         inserter.close()
         cursor.close()
-    n_tokens = int(counts.sum())
-    n_words = n_tokens - int(counts[continuation].sum())
-    return Tokenised(counts, n_tokens, n_words, int(counts[unk_id]), unseen_sentences, unseen_tokens, unseen_unk)
+    return totals.result()
 
 
-def _encoded(tokenizer: Tokenizer, texts: Iterator[pa.Array], executor: str,
-             workers: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(lengths, ids) of each batch of ``texts``, in order: here, or as Ray tasks."""
-    if executor == "ray":
-        return map_ordered(EncodeJob(tokenizer.to_str(), tokenizer.encode_special_tokens).encode, texts, workers,
-                           executor)
-    return map(batch_encoder(tokenizer), texts)
+def _tokenise_on_cluster(tokenizer: Tokenizer, con: Any, folder: Path, n_sentences: int, batch_size: int,
+                         in_sample: Any, workers: int, totals: _Totals) -> Tokenised:
+    """`tokenise_all` on Ray: each task encodes a batch and writes its rows as Parquet file ``folder``/part-N
+    itself, returning only its counts (`bertwb.data.token_shards`)."""
+    job = TokensJob(EncodeJob(tokenizer.to_str(), tokenizer.encode_special_tokens), str(folder),
+                    tokenizer.get_vocab_size(with_added_tokens=True), tokenizer.token_to_id("[UNK]"), in_sample)
+    cursor = con.cursor()
+    batches = _batches(con, cursor, batch_size)
+    try:
+        with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar:
+            for number, counts in enumerate(map_ordered(job.run, enumerate(batch for _, batch in batches), workers,
+                                                        "ray")):
+                written(folder / shard_name(number), counts.file_bytes)
+                totals.add(counts)
+                bar.advance(counts.sentences)
+                faults.point("work")
+    finally:
+        batches.close()
+        cursor.close()
+    return totals.result()
+
+
+class _Totals:
+    """The batches' counts added up, into a `Tokenised`."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self.continuation = np.zeros(vocab_size, dtype=bool)
+        for token, index in tokenizer.get_vocab(with_added_tokens=True).items():
+            self.continuation[index] = token.startswith("##")
+        self.counts = np.zeros(vocab_size, dtype=np.int64)
+        self.unk_id = tokenizer.token_to_id("[UNK]")
+        self.unseen = [0, 0, 0]  # sentences, tokens, [UNK]s outside the training sample
+
+    def add(self, batch: BatchCounts) -> None:
+        self.counts[batch.ids] += batch.occurrences
+        for index, value in enumerate((batch.unseen_sentences, batch.unseen_tokens, batch.unseen_unk)):
+            self.unseen[index] += value
+
+    def result(self) -> Tokenised:
+        n_tokens = int(self.counts.sum())
+        n_words = n_tokens - int(self.counts[self.continuation].sum())
+        return Tokenised(self.counts, n_tokens, n_words, int(self.counts[self.unk_id]), *self.unseen)
 
 
 def _batches(con: Any, cursor: Any, batch_size: int) -> Iterator[tuple[int, pa.RecordBatch]]:
