@@ -228,9 +228,6 @@ class FinetuneTraining(TrainingConfig):
     eval_every: int = _redefault(TrainingConfig, "eval_every", 0)
     eval_batches: int = _redefault(TrainingConfig, "eval_batches", 0)
     checkpoint_every: int = _redefault(TrainingConfig, "checkpoint_every", 500)
-    # A task's few thousand examples fit in 50 batches: sorted whole, every batch held the same examples each
-    # epoch, which cost a tagger a point of entity F1 against transformers' random batches (BENCHMARKS.md).
-    bucket_batches: int = _redefault(TrainingConfig, "bucket_batches", 8)
     init_from: str = option("pretrain", "pretrain (this workspace's pre-trained model) or a model directory: "
                             "a checkpoint, an export, an import-hf result or a Hugging Face BERT folder.")
     max_seq_length: int = option(128, "Longest input in tokens, [CLS] and [SEP] included.", min=8, max=32767)
