@@ -112,7 +112,8 @@ class Build:
 
     def shard_folder(self, name: str) -> Path:
         """The folder (made here) where table ``name``'s Parquet files go, for `share_table`."""
-        folder = shard_files.table_folder(self.out_dir, self.table(name).removesuffix("__new"))
+        self.table(name)  # a table the stage declares
+        folder = shard_files.table_folder(self.out_dir, name)
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 

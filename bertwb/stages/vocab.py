@@ -395,17 +395,19 @@ class _Totals:
             self.continuation[index] = token.startswith("##")
         self.counts = np.zeros(vocab_size, dtype=np.int64)
         self.unk_id = tokenizer.token_to_id("[UNK]")
-        self.unseen = [0, 0, 0]  # sentences, tokens, [UNK]s outside the training sample
+        self.unseen_sentences = self.unseen_tokens = self.unseen_unk = 0  # outside the training sample
 
     def add(self, batch: BatchCounts) -> None:
         self.counts[batch.ids] += batch.occurrences
-        for index, value in enumerate((batch.unseen_sentences, batch.unseen_tokens, batch.unseen_unk)):
-            self.unseen[index] += value
+        self.unseen_sentences += batch.unseen_sentences
+        self.unseen_tokens += batch.unseen_tokens
+        self.unseen_unk += batch.unseen_unk
 
     def result(self) -> Tokenised:
         n_tokens = int(self.counts.sum())
         n_words = n_tokens - int(self.counts[self.continuation].sum())
-        return Tokenised(self.counts, n_tokens, n_words, int(self.counts[self.unk_id]), *self.unseen)
+        return Tokenised(self.counts, n_tokens, n_words, int(self.counts[self.unk_id]), self.unseen_sentences,
+                         self.unseen_tokens, self.unseen_unk)
 
 
 def _batches(con: Any, cursor: Any, batch_size: int) -> Iterator[tuple[int, pa.RecordBatch]]:
