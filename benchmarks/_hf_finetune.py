@@ -17,6 +17,8 @@ the guide's post-processing does: the n-best start and end logits of each window
 context of at most max_answer_length tokens scored by start + end logit, the best over the windows;
 for SQuAD v2.0 the null score is the least [CLS] start + end logit over the windows, and the answer is
 empty when it beats the best span (threshold 0). Each prediction is one JSON line, in input order.
+``--precision bf16`` runs every forward under ``torch.autocast("cpu", torch.bfloat16)``, as the PyTorch docs
+show it (the backward follows the forward's dtypes), for a side-by-side with bertwb's ``precision: bf16``.
 """
 
 from __future__ import annotations
@@ -126,7 +128,8 @@ def train(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     for _ in range(args.epochs):
         for batch in loader:
-            loss = model(**batch).loss
+            with autocast(args.precision):
+                loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -139,20 +142,27 @@ def train(args: argparse.Namespace) -> None:
               open(f"{args.out}/training.json", "w"))
 
 
+def autocast(precision: str):
+    """bf16 autocast on the CPU when asked for, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 @torch.no_grad()
-def logits_of(model, tokenizer, features: list[dict], batch_size: int) -> list[tuple[np.ndarray, ...]]:
+def logits_of(model, tokenizer, features: list[dict], batch_size: int, precision: str,
+              ) -> list[tuple[np.ndarray, ...]]:
     collator = DataCollatorWithPadding(tokenizer)
     outputs = []
     for start in range(0, len(features), batch_size):
         rows = features[start:start + batch_size]
         batch = collator(rows)
-        out = model(**batch)
+        with autocast(precision):
+            out = model(**batch)
         for i, row in enumerate(rows):
             n = len(row["input_ids"])
             if hasattr(out, "start_logits"):
-                outputs.append((out.start_logits[i, :n].numpy(), out.end_logits[i, :n].numpy()))
+                outputs.append((out.start_logits[i, :n].float().numpy(), out.end_logits[i, :n].float().numpy()))
             else:
-                outputs.append((out.logits[i, :n].numpy(),))
+                outputs.append((out.logits[i, :n].float().numpy(),))
     return outputs
 
 
@@ -166,7 +176,7 @@ def predict(args: argparse.Namespace) -> None:
                             max_length=args.max_seq_length)
         features = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask} for ids, types, mask
                     in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"], strict=True)]
-        for i, (logits,) in enumerate(logits_of(model, tokenizer, features, args.batch_size)):
+        for i, (logits,) in enumerate(logits_of(model, tokenizer, features, args.batch_size, args.precision)):
             tags, previous = ["O"] * len(sentences[i][0]), None
             for position, word in enumerate(encoded.word_ids(i)):
                 if word is not None and word != previous:
@@ -179,7 +189,7 @@ def predict(args: argparse.Namespace) -> None:
         encoded = qa_windows(tokenizer, questions, args.max_seq_length, args.stride)
         features = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask} for ids, types, mask
                     in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"], strict=True)]
-        outputs = logits_of(model, tokenizer, features, args.batch_size)
+        outputs = logits_of(model, tokenizer, features, args.batch_size, args.precision)
         windows: list[list[int]] = [[] for _ in questions]
         for i, owner in enumerate(encoded["overflow_to_sample_mapping"]):
             windows[owner].append(i)
@@ -223,6 +233,7 @@ def main() -> None:
     parser.add_argument("--max-answer-length", type=int, default=30)
     parser.add_argument("--version-2", action="store_true", help="SQuAD v2.0: an empty answer may win")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
     if args.threads:

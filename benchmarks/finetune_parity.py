@@ -127,7 +127,7 @@ def published_initial_model(kind: str, labels: list[str] | None, model: Path, ou
 def bertwb_config(work: Path, task: str, train: Path, init: Path, args: argparse.Namespace, seed: int) -> Path:
     settings = {"type": task, "train": str(train), "init_from": str(init), "epochs": args.epochs,
                 "batch_size": args.batch, "lr": args.lr, "max_seq_length": args.max_seq_length, "device": "cpu",
-                "seed": seed, "log_every": 1_000_000, "checkpoint_every": 1_000_000}
+                "seed": seed, "precision": args.precision, "log_every": 1_000_000, "checkpoint_every": 1_000_000}
     settings.update({key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)})
     if task == "qa":
         settings.update(doc_stride=args.doc_stride, max_query_length=args.max_query_length,
@@ -146,7 +146,8 @@ def commands(task: str, work: Path, train: Path, dev: Path, init: Path, stride: 
     ours = (work / "bertwb_predictions.jsonl")
     theirs_dir, theirs = work / "hf_model", work / "hf_predictions.jsonl"
     common = ["--max-seq-length", str(args.max_seq_length), "--stride", str(stride), "--n-best", str(N_BEST),
-              "--max-answer-length", str(MAX_ANSWER_LENGTH), *(["--version-2"] if version_2 else [])]
+              "--max-answer-length", str(MAX_ANSWER_LENGTH), "--precision", args.precision,
+              *(["--version-2"] if version_2 else [])]
     hf = [sys.executable, str(HF_SCRIPT)]
     return {
         "bertwb": ([*bertwb, "finetune", "bench", "--config", str(config), "--force"],
@@ -230,6 +231,8 @@ def main() -> None:
                         "(a new task head; its own tokenizer)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="both sides: fp32, or bf16 autocast (bertwb's precision: bf16)")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--doc-stride", type=int, default=64)
@@ -306,6 +309,8 @@ def main() -> None:
     title = f"Fine-tuning parity, {args.task}{', published model' if args.model else ''}, CPU"
     if args.task == "qa" and args.squad != "both":  # one version alone has a results row of its own
         title += f", SQuAD {args.squad}"
+    if args.precision == "bf16":  # another precision is another result, with a row of its own
+        title += ", bf16"
     sections, headline = [], []
     for variant, by_side in results.items():
         metric_names = [k for k in by_side["bertwb"]
@@ -353,7 +358,8 @@ def main() -> None:
 Script: `{command}`.
 Machine: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}.
 Model: {model_line}, dropout 0.1, the same
-initial weights; batch {args.batch}, lr {args.lr}, {args.epochs} epochs, max_seq_length {args.max_seq_length}{
+initial weights; batch {args.batch}, lr {args.lr}, {args.epochs} epochs, max_seq_length {args.max_seq_length}, {
+    "bf16 autocast on both sides" if args.precision == "bf16" else "fp32"}{
     "; bertwb's settings changed: " + ", ".join(args.set) if args.set else ""}.
 Data: `benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed 0.
 

@@ -113,7 +113,8 @@ def test_a_benchmark_run_becomes_its_row_of_the_current_results_table():
 def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: str, published: bool, tmp_path):
     """benchmarks/finetune_parity.py end to end on a few sentences: both sides' whole commands, scored by
     bertwb's scorers; qa on SQuAD v2.0, where the decoding of unanswerable questions is exercised; once from
-    a published-style model (its tokenizer padding to 128) with a new head instead of a preset from scratch."""
+    a published-style model (its tokenizer padding to 128) with a new head instead of a preset from scratch,
+    that time with both sides under bf16 autocast (``--precision bf16``), a result with a row of its own."""
     transformers = pytest.importorskip("transformers")
     import sys
 
@@ -127,7 +128,7 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
         from publishedkit import tiny_published_model
 
         tiny_published_model(tmp_path / "published", transformers, "BertModel")
-        start = ["--model", str(tmp_path / "published")]
+        start = ["--model", str(tmp_path / "published"), "--precision", "bf16"]
     before = (REPO / "BENCHMARKS.md").read_bytes()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
                              "--data", str(tmp_path), *start, "--epochs", "1", "--batch", "4",
@@ -146,8 +147,10 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* transformers' training examples/s", result.stdout)
     model_line = next(line for line in result.stdout.splitlines() if line.startswith("Model: "))
     assert ("published (published; L2 H32 A2" in model_line) == published, model_line
+    assert ("bf16 autocast on both sides" in result.stdout) == published, result.stdout
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
-    assert heading.endswith("UTC") and (", CPU, SQuAD 2.0 — " in heading) == (task == "qa"), heading
+    suffix = ", CPU, SQuAD 2.0, bf16 — " if published else ", CPU, SQuAD 2.0 — "
+    assert heading.endswith("UTC") and (suffix in heading) == (task == "qa"), heading
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
 
