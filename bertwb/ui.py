@@ -287,10 +287,12 @@ def _clock(seconds: float) -> str:
 
 
 def _where(step: int, total_steps: int, budget_hours: float, stats: dict[str, Any]) -> str:
-    """``step 40/100``, or under a time budget ``step 40 · 37% of 0.25 h`` (the steps are then only a cap)."""
-    if budget_hours:
-        return f"step {step:,} · {100 * stats.get('budget_share', 0.0):.0f}% of {budget_hours:g} h"
-    return f"step {step:,}/{total_steps:,}"
+    """``step 40/100``, or under a time budget ``step 40 · 37% of 0.25 h`` (the steps are then only a cap),
+    or ``step 40/100 · 5% of 1 h`` when the step cap will end the run before the hours do."""
+    if not budget_hours:
+        return f"step {step:,}/{total_steps:,}"
+    hours = f"{100 * stats.get('budget_share', 0.0):.0f}% of {budget_hours:g} h"
+    return f"step {step:,}/{total_steps:,} · {hours}" if stats.get("by_steps") else f"step {step:,} · {hours}"
 
 
 class _PlainTraining:
@@ -312,7 +314,8 @@ class _RichTraining:
     """A live bar (step of total, elapsed) with the latest metrics beside it; notes print above it.
 
     Under a time budget the bar fills with the budget's share spent, not with steps: the step count is
-    then only a cap that the hours, not the steps, are meant to end.
+    then only a cap that the hours, not the steps, are meant to end, unless it comes first (then the
+    bar counts steps again).
     """
 
     def __init__(self, bar: Progress, task: int, description: str, progress: LineParts, total_steps: int,
@@ -321,7 +324,8 @@ class _RichTraining:
         self.total_steps, self.budget_hours = total_steps, budget_hours
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
-        completed = stats.get("budget_share", 0.0) * self.total_steps if self.budget_hours else step
+        by_hours = self.budget_hours and not stats.get("by_steps")
+        completed = stats.get("budget_share", 0.0) * self.total_steps if by_hours else step
         self._bar.update(self._task, completed=completed,
                          where=shown(_where(step, self.total_steps, self.budget_hours, stats)),
                          stats=shown(_training_line(stats, self.progress)))

@@ -70,6 +70,21 @@ def test_a_budget_stops_in_time_at_a_checkpoint_with_the_schedule_ended(trainer:
     assert rows["pretrain"]["state"] == "fresh"  # a budget run that used its hours is done, not behind its cap
 
 
+def test_a_step_cap_that_comes_before_the_hours_is_what_the_progress_and_eta_follow(trainer: Project,
+                                                                                     fake_clock: FakeClock):
+    """The continue recipe's two epochs over a small corpus end long before its hours: the line then counts
+    steps of the cap, and the ETA is the steps left, not the hours left."""
+    options = [*_budget(trainer, 20), "--set", "pretrain.steps=8"]
+    shown = trainer.run("pretrain", *options).output
+    metrics = run_metrics(trainer)
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    # step k of 8 at 1 s a step: 8 - k seconds left, though the budget has 20 - k
+    assert [m["eta_s"] for m in metrics] == pytest.approx([8 - k for k in range(1, 9)])
+    assert f"pretrain: step 8/8 · 40% of {20 * STEP_SECONDS / 3600:g} h" in shown
+    assert "step 8 · 40%" not in shown and "100% of" not in shown
+    assert _summary(trainer)["stopped_at_budget"] is False
+
+
 def test_more_hours_continue_a_run_that_used_its_budget(trainer: Project, fake_clock: FakeClock):
     trainer.run("pretrain", *_budget(trainer, 20))
     first = _weights(trainer)

@@ -219,10 +219,16 @@ class Trainer:
         now = time.perf_counter()
         seconds = max(now - self.clock, 1e-9)
         per_step = (now - self.started) / max(done - self.start_step, 1)
+        eta, by_steps = per_step * (self.total_steps - done), True
+        if self.budget.enabled:
+            # the hours or the step cap (a small corpus's epochs), whichever ends the run first, is what the
+            # ETA and the bar follow; both read by the budget's clock
+            spent, step_seconds = self.budget.reading()
+            by_hours = max(0.0, self.budget.seconds - spent)
+            eta = step_seconds * (self.total_steps - done)
+            eta, by_steps = min(eta, by_hours), eta < by_hours
         metrics = {"step": done, **self.objective.rates(totals), "lr": self.lr,
-                   "tokens_per_s": round(totals["n_tokens"] / seconds, 1),
-                   "eta_s": round(max(0.0, self.budget.seconds - self.budget.reading()[0]) if self.budget.enabled
-                                  else per_step * (self.total_steps - done), 1),
+                   "tokens_per_s": round(totals["n_tokens"] / seconds, 1), "eta_s": round(eta, 1),
                    "epoch": round(done / self.data.steps_per_epoch, 4), **valid_metrics}
         self.clock = now
         self.last = metrics
@@ -231,7 +237,8 @@ class Trainer:
                 handle.write(json.dumps(metrics) + "\n")
             if self.events is not None:
                 self.events.write(metrics)
-        view.update(done, {**metrics, "budget_share": self.time_share} if self.budget.enabled else metrics)
+        view.update(done, {**metrics, "budget_share": self.time_share, "by_steps": by_steps}
+                    if self.budget.enabled else metrics)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
