@@ -4,10 +4,13 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
        ``python benchmarks/continue_pretraining.py budget [--hours 0.25] --corpus FILE... ...``
 
 * **Text** (``--corpus``, default the Python 3.11 documentation and the Debian Policy Manual under
-  /work/english). Prose paragraphs only (blocks between blank lines that start at the margin, are not
-  markup, lists or code, hold mostly letters and end a sentence), one per document, in ``paragraphs``
-  format. Each paragraph goes, by a seeded hash, to the pre-training corpus (``1 - --task-fraction``) or
-  to the task's paragraphs, so the task is built from text pre-training never saw.
+  /work/english; ``--debian-docs`` adds two files written here from Debian packages: the Linux kernel's
+  documentation, the ``.rst`` and ``.txt`` files of ``linux-doc``, and Perl's manual, the ``.pod`` files of
+  ``perl-doc`` with their ``X<...>`` markup taken out; about 37 MB, 13 MB of it prose). Prose paragraphs
+  only (blocks between blank lines that start at the margin, are not markup, lists or code, hold mostly
+  letters and end a sentence), one per document, in ``paragraphs`` format. Each paragraph goes, by a
+  seeded hash, to the pre-training corpus (``1 - --task-fraction``) or to the task's paragraphs, so the
+  task is built from text pre-training never saw.
 * **Task** (labels checked by construction): *is B the sentence after A?* For a task paragraph with two
   sentences or more, A is one sentence; B is the next one (label ``next``) or, by a coin, a sentence of
   another task paragraph (``other``), never the one after. 20% of the paragraphs are dev; training
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
 import json
 import os
@@ -66,6 +70,22 @@ def prose_paragraphs(path: Path, max_chars: int) -> list[str]:
         if total >= max_chars:
             break
     return paragraphs
+
+
+def debian_docs(out: Path) -> list[Path]:
+    """The kernel's documentation and Perl's manual as two text files under ``out`` (see the docstring)."""
+    kernel = sorted(path for pattern in ("*.rst.gz", "*.txt.gz")
+                    for path in Path("/usr/share/doc").glob(f"linux-doc-*/Documentation/**/{pattern}"))
+    pods = sorted({path.resolve() for path in Path("/usr/share/perl").glob("*/pod/*.pod")})  # 5.36 -> 5.36.0
+    if not kernel or not pods:
+        sys.exit("--debian-docs reads the packages linux-doc and perl-doc: `sudo apt-get install linux-doc perl-doc`")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {out / "linux_doc.txt": [gzip.decompress(path.read_bytes()).decode("utf-8", "replace") for path in kernel],
+             out / "perl_pod.txt": [re.sub(r"[A-Z]<+([^<>]*?)>+", r"\1", path.read_text("utf-8", "replace"))
+                                    for path in pods]}
+    for path, texts in files.items():
+        path.write_text("".join(texts), encoding="utf-8")
+    return list(files)
 
 
 def _to_task(paragraph: str, seed: int, fraction: float) -> bool:
@@ -154,11 +174,23 @@ def _spread(values: list[float]) -> str:
     return f"{100 * mean:.1f}% ± {100 * spread:.1f}"
 
 
+def _command() -> str:
+    return " ".join(["python benchmarks/continue_pretraining.py", *sys.argv[1:]])
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def _machine(args: argparse.Namespace) -> str:
+    return f"Machine: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads."
+
+
 def _model_name(path: Path) -> str:
     return path.parent.name if path.name == "model" else path.name
 
 
-def run_continue(args: argparse.Namespace, work: Path, data: dict) -> str:
+def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, str]:
     project = work / "adapt"
     imported = work / "imported"
     bertwb(work, "import-hf", str(args.model), "--out", str(imported), "--workdir", str(work / "scratch"))
@@ -174,16 +206,22 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> str:
     rows = [f"| {name} | {100 * acc:.1f}% | {' / '.join(f'{100 * s:.1f}' for s in scores[name])} | "
             f"{_spread(scores[name])} |" for name, acc in (("published", before), ("adapted", after))]
     gain = statistics.mean(scores["adapted"]) - statistics.mean(scores["published"])
-    return "\n".join([
-        f"## Continued pre-training of a published BERT on real domain text ({time.strftime('%Y-%m-%d')})",
+    headline = (f"{_model_name(args.model)}, {summary['steps_done']:,} steps in {seconds / 60:.0f} min: task dev "
+                f"accuracy **{_spread(scores['adapted'])}** adapted vs {_spread(scores['published'])} published "
+                f"({100 * gain:+.1f} points, {len(args.seeds)} seeds)")
+    ended = "the hours" if summary["stopped_at_budget"] else "the recipe's epochs"
+    return headline, "\n".join([
+        f"## Continued pre-training of a published BERT — {_now()}",
         "",
-        f"`python benchmarks/continue_pretraining.py continue --hours {args.hours} --seeds "
-        f"{' '.join(map(str, args.seeds))}` on {cpu_model()}, {args.threads} threads. Model: {_model_name(args.model)} "
-        f"({args.model}). Text: {', '.join(p.name for p in args.corpus)}: {data['paragraphs']:,} prose paragraphs, "
-        f"{data['pretrain_chars']:,} characters for pre-training; task: is B the next sentence of A "
-        f"({data['train_pairs']:,} train / {data['dev_pairs']:,} dev pairs from paragraphs pre-training never saw).",
+        _machine(args),
+        f"Script: `{_command()}`. Model: {_model_name(args.model)} ({args.model}). "
+        f"Text: {', '.join(p.name for p in args.corpus)}: "
+        f"{data['paragraphs']:,} prose paragraphs, {data['pretrain_chars']:,} characters for pre-training; task: "
+        f"is B the next sentence of A ({data['train_pairs']:,} train / {data['dev_pairs']:,} dev pairs from "
+        "paragraphs pre-training never saw).",
         f"Continued pre-training: init --recipe continue, {summary['steps_done']:,} steps in "
-        f"{seconds / 60:.1f} min (max_hours {args.hours}). Fine-tuning: {args.epochs} epochs, lr {args.lr}, "
+        f"{seconds / 60:.1f} min (max_hours {args.hours}; {ended} ended it). Fine-tuning: {args.epochs} epochs, "
+        f"lr {args.lr}, "
         f"batch {args.batch}, the same for both.",
         "",
         "| model | masked-word accuracy, held-out domain text | dev accuracy per seed | mean ± sd |",
@@ -196,7 +234,7 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> str:
     ])
 
 
-def run_budget(args: argparse.Namespace, work: Path, data: dict) -> str:
+def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, str]:
     corpus = str(work / "data" / "corpus")
     budget, demo = work / "budget", work / "demo"
     bertwb(work, "init", str(budget), "--recipe", "budget", "--hours", str(args.hours), "--input", corpus)
@@ -219,12 +257,16 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> str:
             if line.startswith("#   ") and not line.startswith("#   bertwb")]
     rows = [f"| {name} | {s['preset']} | {s['steps_done']:,} | {100 * acc:.1f}% | {_spread(scores)} |"
             for name, (s, acc, scores, _) in results.items()]
-    return "\n".join([
-        f"## A {args.hours} h pre-training budget: init --recipe budget against the demo's defaults "
-        f"({time.strftime('%Y-%m-%d')})",
+    (budget_run, _, budget_scores, _), (demo_run, _, demo_scores, _) = results.values()
+    headline = (f"{args.hours:g} h from scratch: task dev accuracy **{_spread(budget_scores)}** with the budget "
+                f"recipe ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs {_spread(demo_scores)} with "
+                f"the demo's defaults ({demo_run['preset']}, {demo_run['steps_done']:,} steps)")
+    return headline, "\n".join([
+        f"## Pre-training in a time budget — {_now()}",
         "",
-        f"`python benchmarks/continue_pretraining.py budget --hours {args.hours}` on {cpu_model()}, "
-        f"{args.threads} threads; corpus {', '.join(p.name for p in args.corpus)} ({data['pretrain_chars']:,} "
+        _machine(args),
+        f"Script: `{_command()}`: init --recipe budget against the demo's defaults; corpus "
+        f"{', '.join(p.name for p in args.corpus)} ({data['pretrain_chars']:,} "
         "characters of prose); both train for the same hours (`pretrain.max_hours`). What init measured:",
         "",
         *[f"    {line[4:]}" for line in head],
@@ -241,6 +283,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["continue", "budget"])
     parser.add_argument("--hours", type=float, default=None, help="continue: 1; budget: 0.25")
     parser.add_argument("--corpus", type=Path, nargs="+", default=DEFAULT_CORPUS)
+    parser.add_argument("--debian-docs", action="store_true", help="add the kernel's and Perl's documentation")
     parser.add_argument("--max-chars", type=int, default=1_000_000_000, help="prose characters read, at most")
     parser.add_argument("--task-fraction", type=float, default=0.1, help="paragraphs kept for the task")
     parser.add_argument("--max-train-pairs", type=int, default=4000, help="task training pairs, at most")
@@ -258,12 +301,14 @@ def main() -> None:
     work = args.work / args.mode
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if args.debian_docs:
+        args.corpus = [*args.corpus, *debian_docs(work / "debian")]
     data = build_data(args.corpus, work / "data", args.max_chars, args.task_fraction, seed=0,
                       max_train_pairs=args.max_train_pairs)
-    report = (run_continue if args.mode == "continue" else run_budget)(args, work, data)
+    headline, report = (run_continue if args.mode == "continue" else run_budget)(args, work, data)
     print(report)
     if not args.no_append:
-        append_report(report)
+        append_report(report, headline)
 
 
 if __name__ == "__main__":
