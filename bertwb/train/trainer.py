@@ -218,15 +218,14 @@ class Trainer:
         self.window.zero_()
         now = time.perf_counter()
         seconds = max(now - self.clock, 1e-9)
-        per_step = (now - self.started) / max(done - self.start_step, 1)
-        eta, by_steps = per_step * (self.total_steps - done), True
         if self.budget.enabled:
             # the hours or the step cap (a small corpus's epochs), whichever ends the run first, is what the
             # ETA and the bar follow; both read by the budget's clock
             spent, step_seconds = self.budget.reading()
-            by_hours = max(0.0, self.budget.seconds - spent)
-            eta = step_seconds * (self.total_steps - done)
-            eta, by_steps = min(eta, by_hours), eta < by_hours
+            to_cap, to_hours = step_seconds * (self.total_steps - done), max(0.0, self.budget.seconds - spent)
+            eta, by_steps = min(to_cap, to_hours), to_cap < to_hours
+        else:
+            eta, by_steps = (now - self.started) / max(done - self.start_step, 1) * (self.total_steps - done), True
         metrics = {"step": done, **self.objective.rates(totals), "lr": self.lr,
                    "tokens_per_s": round(totals["n_tokens"] / seconds, 1), "eta_s": round(eta, 1),
                    "epoch": round(done / self.data.steps_per_epoch, 4), **valid_metrics}
