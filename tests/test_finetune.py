@@ -414,7 +414,8 @@ def test_exported_tagger_predicts_as_the_token_classification_pipeline(finetuned
 
 def test_exported_qa_model_gives_our_answer_from_its_own_logits(finetuned: Project, tmp_path: Path):
     """transformers 5 has no question-answering pipeline; its BertForQuestionAnswering's logits must give the
-    answer we predict: the most probable span (P(start) × P(end) over the context and [CLS]) up to 30 tokens."""
+    answer we predict: the span of highest start + end logit up to 30 tokens, whose score is its P(start) × P(end)
+    over the context and [CLS]."""
     transformers = pytest.importorskip("transformers")
     out = _export(finetuned, "qa", tmp_path)
     model = transformers.BertForQuestionAnswering.from_pretrained(str(out)).eval()
@@ -429,9 +430,11 @@ def test_exported_qa_model_gives_our_answer_from_its_own_logits(finetuned: Proje
     keep = [0, *context_tokens]
     start_p = logits.start_logits[0, keep].softmax(-1)[1:]
     end_p = logits.end_logits[0, keep].softmax(-1)[1:]
-    spans = [(float(start_p[s] * end_p[e]), s, e) for s in range(len(context_tokens))
+    start_l, end_l = logits.start_logits[0, context_tokens], logits.end_logits[0, context_tokens]
+    spans = [(float(start_l[s] + end_l[e]), s, e) for s in range(len(context_tokens))
              for e in range(s, min(s + 30, len(context_tokens)))]
-    score, s, e = max(spans)
+    _, s, e = max(spans)
+    score = float(start_p[s] * end_p[e])
     offsets = encoded["offset_mapping"][0]
     start, end = int(offsets[context_tokens[s]][0]), int(offsets[context_tokens[e]][1])
     assert (ours["start"], ours["end"], ours["answer"]) == (start, end, context[start:end])
