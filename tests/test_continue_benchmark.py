@@ -1,0 +1,89 @@
+"""benchmarks/continue_pretraining.py, the measurement behind README's "adapt a published BERT" tutorial, on two
+tiny "manuals" and a tiny published-style model: its tasks' labels are right by construction, and the whole
+road (import-hf, init --recipe continue, pairs, evaluate, pretrain to a budget, fine-tune both models on both
+tasks) runs and reports. What the road gains is measured by the benchmark itself, not here."""
+
+from __future__ import annotations
+
+import csv
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import GLUE_WORDS, PYTHON, REPO, TOPIC_WORDS
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from continue_pretraining import build_data  # noqa: E402
+
+
+def _manual(path: Path, topic: str, paragraphs: int, seed: int) -> Path:
+    """Prose paragraphs of 2–5 sentences on one topic, a blank line between them, as a manual's text."""
+    rng, words = random.Random(seed), TOPIC_WORDS[topic].split()
+    blocks = []
+    for _ in range(paragraphs):
+        sentences = [" ".join(rng.choice(words) if rng.random() < 0.6 else rng.choice(GLUE_WORDS)
+                              for _ in range(rng.randint(8, 14))).capitalize() + "."
+                     for _ in range(rng.randint(2, 5))]
+        blocks.append(" ".join(sentences))
+    path.write_text("Title line\n==========\n\n" + "\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_the_source_task_labels_each_sentence_with_its_manual_and_pretraining_never_sees_it(tmp_path):
+    corpus = [_manual(tmp_path / "sea.txt", "sea", 60, 1), _manual(tmp_path / "kitchen.txt", "kitchen", 60, 2)]
+    data = build_data(corpus, tmp_path / "data", 10**9, task_fraction=0.3, seed=0, max_train_pairs=10**6)
+    pretrain_text = (tmp_path / "data" / "corpus" / "text.txt").read_text(encoding="utf-8")
+    texts = {path.stem: path.read_text(encoding="utf-8") for path in corpus}
+    rows = _rows(tmp_path / "data" / "task" / "source_train.csv") + _rows(tmp_path / "data" / "task" / "source_dev.csv")
+    assert len(rows) == data["source_train"] + data["source_dev"] > 0 and data["sources"] == ["kitchen", "sea"]
+    assert {row["label"] for row in rows} == {"sea", "kitchen"}
+    for row in rows:
+        assert row["sentence"] in texts[row["label"]], row  # labelled with the manual it came from
+        assert row["sentence"] not in pretrain_text, row  # from a paragraph pre-training never saw
+    labels = [row["label"] for row in _rows(tmp_path / "data" / "task" / "source_dev.csv")]
+    assert data["source_majority"] == max(labels.count(label) for label in set(labels)) / len(labels)
+    # the next task is built as before: every pair's label says whether B follows A in a task paragraph
+    for row in _rows(tmp_path / "data" / "task" / "train.csv"):
+        follows = any(f"{row['sentence1']} {row['sentence2']}" in text for text in texts.values())
+        assert follows == (row["label"] == "next"), row
+    again = build_data(corpus, tmp_path / "again", 10**9, task_fraction=0.3, seed=0, max_train_pairs=10**6)
+    assert again == data  # seeded: the same rows on every run
+
+
+def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_both_tasks(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model
+
+    tiny_published_model(tmp_path / "published", transformers, "BertModel")
+    corpus = [_manual(tmp_path / "sea.txt", "sea", 80, 1), _manual(tmp_path / "sky.txt", "sky", 80, 2)]
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), "continue",
+                             "--corpus", *map(str, corpus), "--model", str(tmp_path / "published"),
+                             "--hours", "0.0003", "--task-fraction", "0.3", "--max-train-pairs", "40", "--seeds", "0",
+                             "--epochs", "1", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
+                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
+            if line.startswith(("| published |", "| adapted |"))]
+    assert [(row[0], row[2]) for row in rows] == [("published", "next"), ("published", "source"),
+                                                  ("adapted", "next"), ("adapted", "source")]
+    for model, mlm, _, per_seed, mean in rows:
+        assert 0 <= float(mlm.rstrip("%")) <= 100 and 0 <= float(per_seed) <= 100, (model, mlm, per_seed)
+        assert mean.startswith(f"{per_seed}% ± 0.0"), mean  # one seed: its score, no spread
+    assert re.search(r"which of sea, sky a sentence comes from \(\d+ train / \d+ dev, the largest class", result.stdout)
+    pretrained = re.search(r"init --recipe continue, (\d+) steps in [\d.]+ min \(max_hours 0.0003; "
+                           r"(the hours|the recipe's epochs) ended it\)", result.stdout)
+    assert pretrained and int(pretrained[1]) >= 1, result.stdout
+    heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
+    assert heading.startswith("## Continued pre-training of a published BERT — ") and heading.endswith(" UTC")
