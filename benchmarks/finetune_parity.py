@@ -215,6 +215,15 @@ def score(task: str, dev: Path, predictions: Path, version: str) -> dict[str, fl
             "NoAns F1": result.get("NoAns_f1", 0.0), "best F1": best["best_f1"], "empty answers %": 100 * empty}
 
 
+def data_line(data: Path) -> str:
+    """Where make_finetune_data.py built the sets from (its about.json), for the report."""
+    about = json.loads((data / "about.json").read_text()) if (data / "about.json").is_file() else {}
+    sources, seed = about.get("sources", []), about.get("seed", 0)
+    if not sources or any(name.endswith(".txt.gz") for name in sources):  # the package's files: the default
+        return f"`benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed {seed}"
+    return f"`benchmarks/make_finetune_data.py --source {' '.join(sources)}`, seed {seed}"
+
+
 def median_question_tokens(tokenizer, path: Path) -> int:
     lengths = [len(e.ids) for e in tokenizer.encode_batch([q.question for q in read_squad(path)],
                                                            add_special_tokens=False)]
@@ -361,7 +370,7 @@ Model: {model_line}, dropout 0.1, the same
 initial weights; batch {args.batch}, lr {args.lr}, {args.epochs} epochs, max_seq_length {args.max_seq_length}, {
     "bf16 autocast on both sides" if args.precision == "bf16" else "fp32"}{
     "; bertwb's settings changed: " + ", ".join(args.set) if args.set else ""}.
-Data: `benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed 0.
+Data: {data_line(args.data)}.
 
 """ + "\n\n".join(sections) + "\n"
     print(report)
