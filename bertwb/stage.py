@@ -58,17 +58,22 @@ class Stage:
     fingerprint: Callable[[Config, Workspace], list[dict[str, Any]]] | None = None
     behind: Callable[[Config, dict[str, Any]], str | None] | None = None
     report: Callable[[dict[str, Any]], None] | None = None  # prints the summary its own way (default: a table)
-    headline: str = ""  # the summary in one line for `bertwb run`'s table: a format string over its keys
+    # the summary in one line for `bertwb run`'s table: a format string over its keys, or several, tried in
+    # order (a summary may lack a metric that a setting turned off)
+    headline: str | tuple[str, ...] = ""
     instances: Callable[[Config], list[str]] | None = None  # a template: the names of its instances
     instance: str | None = None  # this instance's name (None: not an instance)
     training: Training | None = None  # a training stage: how its command runs under torchrun (engine.launch)
 
     def headline_of(self, summary: dict[str, Any] | None) -> str:
-        """``headline`` filled from ``summary``; empty when the summary lacks what it names."""
-        try:
-            return self.headline.format_map(summary or {})
-        except (KeyError, ValueError, TypeError):
-            return ""
+        """``headline`` filled from ``summary`` (the first of several that it fills); empty when the summary lacks
+        what every one names."""
+        for template in (self.headline,) if isinstance(self.headline, str) else self.headline:
+            try:
+                return template.format_map(summary or {})
+            except (KeyError, ValueError, TypeError):
+                continue
+        return ""
 
     def of(self, instance: str) -> Stage:
         """The instance ``instance`` of this template: its own name, directory and config section.

@@ -156,7 +156,8 @@ class _Findings:
             text.format(log.last(name)) for name, text in shown.items() if log.last(name) is not None)))
         source = f"From {log.path}: one point per logged step (pretrain.log_every); dots are validations."
         self.planned += [
-            _Planned("pretrain_loss", "Pre-training", "Pre-training loss", source + " The loss is MLM + NSP.",
+            _Planned("pretrain_loss", "Pre-training", "Pre-training loss", source
+                     + " The loss is MLM + NSP (MLM alone with pretrain.nsp false).",
                      lambda: figures.curves(log, {"loss": "loss", "mlm_loss": "MLM loss", "nsp_loss": "NSP loss"},
                                             f"loss: {title}", "cross-entropy")),
             _Planned("pretrain_accuracy", "Pre-training", "MLM and NSP accuracy", source,
@@ -175,13 +176,14 @@ class _Findings:
         if metrics is None:
             return
         step = f"step {metrics['step']:,}" if metrics.get("step") is not None else metrics.get("checkpoint", "")
+        nsp = f", NSP acc {100 * metrics['nsp_acc']:.2f}%" if "nsp_acc" in metrics else ""
         self.headline.append(("evaluate", f"MLM acc {100 * metrics['mlm_acc']:.2f}%, perplexity "
-                              f"{metrics['perplexity']:,.2f}, NSP acc {100 * metrics['nsp_acc']:.2f}%",
-                              f"{step}, {metrics['pairs']:,} valid pairs"))
+                              f"{metrics['perplexity']:,.2f}{nsp}", f"{step}, {metrics['pairs']:,} valid pairs"))
         self.planned.append(_Planned(
             "evaluate", "Evaluation", "Held-out accuracy", f"evaluate on the valid pairs with "
-            f"{metrics.get('checkpoint')}: MLM accuracy overall and by what the input held at the masked position, "
-            "and NSP accuracy.", lambda: figures.evaluate_bars(metrics)))
+            f"{metrics.get('checkpoint')}: MLM accuracy overall and by what the input held at the masked position"
+            + (", and NSP accuracy." if "nsp_acc" in metrics else " (NSP was not trained)."),
+            lambda: figures.evaluate_bars(metrics)))
 
     def finetuning(self) -> None:
         for task in sources.task_names(self.cfg, self.ws):

@@ -101,7 +101,8 @@ def evaluate_bars(metrics: dict[str, Any]) -> Figure:
     rows = [("MLM", metrics["mlm_acc"])]
     rows += [(labels.get(kind, kind), values["mlm_acc"]) for kind, values in (metrics.get("by_kind") or {}).items()
              if values.get("mlm_acc") is not None]
-    rows.append(("NSP", metrics["nsp_acc"]))
+    if "nsp_acc" in metrics:  # not with pretrain.nsp false
+        rows.append(("NSP", metrics["nsp_acc"]))
     figure, (axes,) = new_figure()
     names, values = [name for name, _ in rows][::-1], [100.0 * value for _, value in rows][::-1]
     bars = axes.barh(names, values, color=[COLOURS[1]] + [COLOURS[0]] * (len(rows) - 1))
@@ -109,8 +110,9 @@ def evaluate_bars(metrics: dict[str, Any]) -> Figure:
     axes.set_xlim(0, 110)
     axes.xaxis.set_major_formatter(PercentFormatter())
     step = f"step {metrics['step']:,}, " if metrics.get("step") is not None else ""
-    axes.set(title=f"evaluate ({step}{metrics['pairs']:,} valid pairs): MLM perplexity {metrics['perplexity']:,.2f}, "
-                   f"NSP loss {metrics['nsp_loss']:.3f}", xlabel="accuracy")
+    nsp = f", NSP loss {metrics['nsp_loss']:.3f}" if "nsp_loss" in metrics else ""
+    axes.set(title=f"evaluate ({step}{metrics['pairs']:,} valid pairs): MLM perplexity {metrics['perplexity']:,.2f}"
+                   f"{nsp}", xlabel="accuracy")
     axes.grid(axis="x", alpha=0.3)
     return figure
 

@@ -45,7 +45,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
                           f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")
-    totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device)
+    totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device, nsp=cfg.pretrain.nsp)
     metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals,
                "seconds": round(time.perf_counter() - started, 3)}
     faults.point("work")
@@ -83,11 +83,12 @@ def _checkpoint(cfg: Config, ws: Workspace, quiet: bool = False) -> Path:
 
 
 def report(metrics: dict[str, Any]) -> None:
-    """The metrics as one table: overall MLM and NSP, then MLM accuracy by replacement kind."""
+    """The metrics as one table: overall MLM and NSP (when trained), then MLM accuracy by replacement kind."""
     rows = [["MLM accuracy", _pct(metrics["mlm_acc"]), f"{metrics['masked_tokens']:,} masked tokens"],
-            ["MLM loss", f"{metrics['mlm_loss']:.4f}", f"perplexity {metrics['perplexity']:,.2f}"],
-            ["NSP accuracy", _pct(metrics["nsp_acc"]), f"{metrics['pairs']:,} pairs"],
-            ["NSP loss", f"{metrics['nsp_loss']:.4f}", ""]]
+            ["MLM loss", f"{metrics['mlm_loss']:.4f}", f"perplexity {metrics['perplexity']:,.2f}"]]
+    if "nsp_acc" in metrics:
+        rows += [["NSP accuracy", _pct(metrics["nsp_acc"]), f"{metrics['pairs']:,} pairs"],
+                 ["NSP loss", f"{metrics['nsp_loss']:.4f}", ""]]
     labels = {"mask": "[MASK]", "random": "random token", "keep": "kept token"}
     for kind, values in metrics["by_kind"].items():
         rows.append([f"MLM accuracy at {labels[kind]}", _pct(values["mlm_acc"]), f"{values['positions']:,} positions"])
@@ -101,6 +102,7 @@ def _pct(value: float | None) -> str:
 
 STAGE = Stage(
     "evaluate", version=1, order=50, run=run, sections=("evaluate",), deps=("pairs",), has_files=True,
-    fingerprint=evaluated_weights, report=report, headline="MLM accuracy {mlm_acc:.1%}, NSP accuracy {nsp_acc:.1%}",
+    fingerprint=evaluated_weights, report=report,
+    headline=("MLM accuracy {mlm_acc:.1%}, NSP accuracy {nsp_acc:.1%}", "MLM accuracy {mlm_acc:.1%} (no NSP)"),
     help="MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached).")
 

@@ -76,9 +76,11 @@ class PretrainingObjective(Objective):
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         masked, pairs = max(totals["n_masked"], 1), max(totals["n_pairs"], 1)
         mlm_loss, nsp_loss = totals["mlm_loss_sum"] / masked, totals["nsp_loss_sum"] / pairs
-        return {"loss": round(mlm_loss + nsp_loss * self.nsp, 6), "mlm_loss": round(mlm_loss, 6),
-                "nsp_loss": round(nsp_loss, 6), "mlm_acc": round(totals["mlm_correct"] / masked, 6),
-                "nsp_acc": round(totals["nsp_correct"] / pairs, 6)}
+        rates = {"loss": round(mlm_loss + nsp_loss * self.nsp, 6), "mlm_loss": round(mlm_loss, 6),
+                 "mlm_acc": round(totals["mlm_correct"] / masked, 6)}
+        if self.nsp:  # an NSP head that weighs 0 learns nothing: its accuracy and loss would only mislead
+            rates.update(nsp_loss=round(nsp_loss, 6), nsp_acc=round(totals["nsp_correct"] / pairs, 6))
+        return rates
 
     def progress(self, metrics: dict[str, Any]) -> tuple[list[str], list[str]]:
         if not self.nsp:
@@ -227,9 +229,10 @@ def build_model_config(cfg: Config, vocab_size: int, max_seq_length: int) -> Ber
 
 @torch.no_grad()
 def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray, batch_size: int,
-                   device: torch.device) -> dict[str, Any]:
+                   device: torch.device, nsp: bool = True) -> dict[str, Any]:
     """Sums over every pair in ``pairs``, then the rates: losses, accuracies, perplexity, MLM accuracy by
-    what the input held at the target (``kinds``: [MASK], a random token, the original kept)."""
+    what the input held at the target (``kinds``: [MASK], a random token, the original kept). NSP's
+    accuracy and loss only with ``nsp`` (``pretrain.nsp``): a head trained at weight 0 has none worth showing."""
     model.eval()
     order = np.argsort(pairs.lengths, kind="stable")  # similar lengths together: little padding
     mlm_loss = nsp_loss = 0.0
@@ -262,8 +265,8 @@ def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray,
         "mlm_acc": round(mlm_correct / max(n_masked, 1), 6),
         "mlm_loss": round(mean_mlm, 6),
         "perplexity": round(math.exp(min(mean_mlm, 700.0)), 4),
-        "nsp_acc": round(nsp_correct / max(n_pairs, 1), 6),
-        "nsp_loss": round(nsp_loss / max(n_pairs, 1), 6),
+        **({"nsp_acc": round(nsp_correct / max(n_pairs, 1), 6), "nsp_loss": round(nsp_loss / max(n_pairs, 1), 6)}
+           if nsp else {}),
         "pairs": n_pairs,
         "masked_tokens": n_masked,
         "tokens": int(pairs.lengths.sum()),
