@@ -69,18 +69,36 @@ def tag_features(tokenizer, sentences, label2id, max_length: int) -> list[dict]:
     return features
 
 
-def qa_windows(tokenizer, questions, max_length: int, stride: int):
-    return tokenizer([q["question"] for q in questions], [q["context"] for q in questions],
-                     truncation="only_second", max_length=max_length, stride=stride,
-                     return_overflowing_tokens=True, return_offsets_mapping=True)
+def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0) -> list[dict]:
+    """Every question's windows, in question order: ids, offsets, ``sequence_ids`` and the question's index.
+
+    transformers' ``stride`` is the tokens two windows share. With ``doc_stride`` (bertwb's and the original
+    BERT's meaning: tokens between two windows' starts) each question gets the stride that starts its windows
+    every ``doc_stride`` tokens, ``max_length - 3 - its length - doc_stride`` (0 when that is negative): the
+    same windows as bertwb's for every question, not only for one of the median's length."""
+    if doc_stride:
+        questions_ids = tokenizer([q["question"] for q in questions], add_special_tokens=False)["input_ids"]
+        strides = [max(0, max_length - 3 - len(ids) - doc_stride) for ids in questions_ids]
+    else:
+        strides = [stride] * len(questions)
+    windows: list[dict] = []
+    for value in sorted(set(strides)):  # one call per stride, then back in question order
+        group = [i for i, s in enumerate(strides) if s == value]
+        encoded = tokenizer([questions[i]["question"] for i in group], [questions[i]["context"] for i in group],
+                            truncation="only_second", max_length=max_length, stride=value,
+                            return_overflowing_tokens=True, return_offsets_mapping=True)
+        for w, owner in enumerate(encoded["overflow_to_sample_mapping"]):
+            windows.append({"owner": group[owner], "input_ids": encoded["input_ids"][w],
+                            "token_type_ids": encoded["token_type_ids"][w],
+                            "attention_mask": encoded["attention_mask"][w],
+                            "offsets": encoded["offset_mapping"][w], "sequence_ids": encoded.sequence_ids(w)})
+    return sorted(windows, key=lambda window: window["owner"])  # stable: a question's windows keep their order
 
 
-def qa_train_features(tokenizer, questions, max_length: int, stride: int) -> list[dict]:
-    encoded = qa_windows(tokenizer, questions, max_length, stride)
+def qa_train_features(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0) -> list[dict]:
     features = []
-    for i, offsets in enumerate(encoded["offset_mapping"]):
-        question = questions[encoded["overflow_to_sample_mapping"][i]]
-        sequence_ids = encoded.sequence_ids(i)
+    for window in qa_windows(tokenizer, questions, max_length, stride, doc_stride):
+        question, offsets, sequence_ids = questions[window["owner"]], window["offsets"], window["sequence_ids"]
         start_position = end_position = 0  # [CLS]: no answer in this window
         if question["answers"]:
             start_char = question["answers"][0]["answer_start"]
@@ -96,8 +114,8 @@ def qa_train_features(tokenizer, questions, max_length: int, stride: int) -> lis
                 while end_position >= first and offsets[end_position][1] >= end_char:
                     end_position -= 1
                 end_position += 1
-        features.append({"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
-                         "attention_mask": encoded["attention_mask"][i], "start_positions": start_position,
+        features.append({"input_ids": window["input_ids"], "token_type_ids": window["token_type_ids"],
+                         "attention_mask": window["attention_mask"], "start_positions": start_position,
                          "end_positions": end_position})
     return features
 
@@ -114,7 +132,8 @@ def train(args: argparse.Namespace) -> None:
         collator = DataCollatorForTokenClassification(tokenizer)
     else:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa")
-        features = qa_train_features(tokenizer, read_squad(args.train), args.max_seq_length, args.stride)
+        features = qa_train_features(tokenizer, read_squad(args.train), args.max_seq_length, args.stride,
+                                     args.doc_stride)
         collator = DataCollatorWithPadding(tokenizer)
     loader = torch.utils.data.DataLoader(features, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                          collate_fn=collator)
@@ -186,18 +205,18 @@ def predict(args: argparse.Namespace) -> None:
     else:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa").eval()
         questions = read_squad(args.input)
-        encoded = qa_windows(tokenizer, questions, args.max_seq_length, args.stride)
-        features = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask} for ids, types, mask
-                    in zip(encoded["input_ids"], encoded["token_type_ids"], encoded["attention_mask"], strict=True)]
+        windows = qa_windows(tokenizer, questions, args.max_seq_length, args.stride, args.doc_stride)
+        features = [{name: window[name] for name in ("input_ids", "token_type_ids", "attention_mask")}
+                    for window in windows]
         outputs = logits_of(model, tokenizer, features, args.batch_size, args.precision)
-        windows: list[list[int]] = [[] for _ in questions]
-        for i, owner in enumerate(encoded["overflow_to_sample_mapping"]):
-            windows[owner].append(i)
-        for question, rows in zip(questions, windows, strict=True):
+        owned: list[list[int]] = [[] for _ in questions]
+        for i, window in enumerate(windows):
+            owned[window["owner"]].append(i)
+        for question, rows in zip(questions, owned, strict=True):
             best, null = {"text": "", "score": -math.inf}, math.inf
             for i in rows:
                 start_logits, end_logits = outputs[i]
-                sequence_ids, offsets = encoded.sequence_ids(i), encoded["offset_mapping"][i]
+                sequence_ids, offsets = windows[i]["sequence_ids"], windows[i]["offsets"]
                 null = min(null, float(start_logits[0] + end_logits[0]))
                 for s in np.argsort(start_logits)[-1:-args.n_best - 1:-1]:
                     for e in np.argsort(end_logits)[-1:-args.n_best - 1:-1]:
@@ -229,6 +248,8 @@ def main() -> None:
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--stride", type=int, default=32, help="tokens two QA windows share (transformers' stride)")
+    parser.add_argument("--doc-stride", type=int, default=0, help="instead: tokens between two QA windows' starts, "
+                        "per question (bertwb's doc_stride): the same windows as bertwb's")
     parser.add_argument("--n-best", type=int, default=20)
     parser.add_argument("--max-answer-length", type=int, default=30)
     parser.add_argument("--version-2", action="store_true", help="SQuAD v2.0: an empty answer may win")
