@@ -3,8 +3,11 @@
 ``BERTWB_FAULT=<stage>.<point>[#<n>][:<action>]`` fires the ``n``-th time (default 1) the process passes
 `point` inside `within` that stage: ``exit`` (default) is ``os._exit(137)``, as a SIGKILL; ``enospc`` raises
 a full disk's ``OSError``; ``hang`` writes the file ``BERTWB_FAULT_READY`` names and sleeps, for a real
-signal; ``sigint`` sends this process SIGINT. The points are the calls of `point` (a stage's work, training,
-`bertwb.commit`, `bertwb.workspace.swap_in`); tests/test_faults.py runs each. Unset, a point is one look-up.
+signal; ``sigint`` sends this process SIGINT; ``exit-once`` exits as ``exit`` unless the file
+``BERTWB_FAULT_READY`` names exists, and creates it first, so that of many processes (Ray workers, whose
+retry of a task starts with fresh counts) exactly one dies. The points are the calls of `point` (a stage's
+work, training, `bertwb.commit`, `bertwb.workspace.swap_in`, a Ray task's ``task_write``); tests/test_faults.py
+runs each stage's, tests/test_ray.py the task's. Unset, a point is one look-up.
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ def point(name: str) -> None:
     _passes[where] += 1
     if _passes[where] != int(nth or 1):
         return
+    if action == "exit-once":
+        marker = Path(os.environ[READY_ENV])
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return  # another process died here already
+        action = "exit"
     if action in ("", "exit"):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -68,4 +78,4 @@ def point(name: str) -> None:
     if action == "sigint":
         os.kill(os.getpid(), signal.SIGINT)
         return
-    raise ValueError(f"{ENV}={spec!r}: unknown action {action!r}; use exit, enospc, hang or sigint")
+    raise ValueError(f"{ENV}={spec!r}: unknown action {action!r}; use exit, exit-once, enospc, hang or sigint")

@@ -1,6 +1,7 @@
 """``workspace.executor: ray``: the data stages as Ray tasks on a 2-CPU local cluster give the bytes, keys and
 identities one local process gives, their tables as Parquet files in the stage folders; a killed driver or a
-deleted file leaves the stage stale; ``bertwb sql`` reads what Ray built; no Ray, or no cluster, is one line.
+deleted file leaves the stage stale; a killed worker's task runs again and changes no byte; ``bertwb sql``
+reads what Ray built; no Ray, or no cluster, is one line.
 
 The cluster starts once for the module (its files under pytest's tmp dir). The CLI runs in this process,
 joining it as any driver joins a running cluster, except where a driver must die (a subprocess).
@@ -115,7 +116,15 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     [left] = on_ray.workspace.glob(".pairs.tmp-*")  # what the tasks had written, never committed
     assert list(left.rglob("*.parquet")), "the tasks wrote their rows to files in the workspace"
     assert _disk(on_ray)[f"{left.name}/"]["kind"] == "temporary", "status counts it until it goes"
-    on_ray.run("run", "--until", "pairs")
+    # The next run, with one Ray worker process killed (os._exit) between writing a shard's rows and its
+    # arrays: Ray runs that task again, the driver reads the retry's files, and the bytes below are the same.
+    died = tmp_path / "worker-died"
+    rerun = subprocess.run([PYTHON, "-m", "bertwb", "run", "--until", "pairs", "--config", str(on_ray.config)],
+                           env={**os.environ, "RAY_ADDRESS": ray_cluster, "RAY_AUTH_MODE": "token",
+                                "BERTWB_FAULT": "task_write:exit-once", "BERTWB_FAULT_READY": str(died)},
+                           capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr
+    assert died.is_file(), "a worker really died in the middle of a task"
     assert not list(on_ray.workspace.glob(".pairs.tmp-*")), "the next run cleans what the killed one left"
     assert not [name for name, item in _disk(on_ray).items() if item["kind"] == "temporary"]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from bertwb import faults
 from bertwb.data.pair_builder import Built, PairJob
 from bertwb.data.pairs import ARRAYS
 from bertwb.data.shard_files import FILES, write_parquet, written
@@ -89,6 +90,7 @@ class PairShardJob:
                   if isinstance(value := getattr(built, field.name), np.ndarray)}
         tmp = folder / f".{number:08d}.tmp-{os.getpid()}.npz"
         np.savez(tmp, **arrays)
+        faults.point("task_write")  # a test kills the worker here: rows written, arrays not yet in place
         os.replace(tmp, folder / f"{number:08d}.npz")
         return PairShard(number, built.split, len(built.len_a), built.source_tokens, rows_bytes,
                          (folder / f"{number:08d}.npz").stat().st_size)

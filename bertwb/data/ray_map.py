@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import ray
 
 import bertwb
+from bertwb import faults
 from bertwb.errors import BertwbError
 
 _CONNECT_TIMEOUT_S = 10
@@ -34,7 +35,8 @@ def cluster_cpus() -> int:
             _check_reachable(address)
         try:
             # Plain lines on the terminal: Ray's own INFO lines and its workers' output stay in its logs.
-            ray.init(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
+            ray.init(logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False,
+                     runtime_env=_fault_env())
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             where = f"RAY_ADDRESS={address}" if address else "a local Ray cluster"
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -43,6 +45,12 @@ def cluster_cpus() -> int:
     if not _nodes_checked:
         _check_nodes()
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _fault_env() -> dict[str, Any] | None:
+    """Test-only: the driver's fault injection (`bertwb.faults`) for its tasks too, so a test can kill a worker."""
+    env = {name: os.environ[name] for name in (faults.ENV, faults.READY_ENV) if name in os.environ}
+    return {"env_vars": env} if env else None
 
 
 _nodes_checked = False
