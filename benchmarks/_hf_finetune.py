@@ -69,16 +69,20 @@ def tag_features(tokenizer, sentences, label2id, max_length: int) -> list[dict]:
     return features
 
 
-def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0) -> list[dict]:
+def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0,
+               max_answer_length: int = 30) -> list[dict]:
     """Every question's windows, in question order: ids, offsets, ``sequence_ids`` and the question's index.
 
-    transformers' ``stride`` is the tokens two windows share. With ``doc_stride`` (bertwb's and the original
-    BERT's meaning: tokens between two windows' starts) each question gets the stride that starts its windows
-    every ``doc_stride`` tokens, ``max_length - 3 - its length - doc_stride`` (0 when that is negative): the
-    same windows as bertwb's for every question, not only for one of the median's length."""
+    transformers' ``stride`` is the tokens two windows share. With ``doc_stride`` (bertwb's meaning: tokens
+    between two windows' starts, at most; bertwb/tasks/finetune/qa.py's ``_window_starts``) each question
+    gets the stride that starts its windows where bertwb starts them: a window of ``room = max_length - 3 -
+    its length`` tokens steps ``min(doc_stride, room - min(max_answer_length, room // 2))`` (at least 1),
+    so the stride is ``room - step``. The same windows as bertwb's for every question, not only for one of
+    the median's length."""
     if doc_stride:
         questions_ids = tokenizer([q["question"] for q in questions], add_special_tokens=False)["input_ids"]
-        strides = [max(0, max_length - 3 - len(ids) - doc_stride) for ids in questions_ids]
+        rooms = [max_length - 3 - len(ids) for ids in questions_ids]
+        strides = [room - max(1, min(doc_stride, room - min(max_answer_length, room // 2))) for room in rooms]
     else:
         strides = [stride] * len(questions)
     windows: list[dict] = []
@@ -95,9 +99,10 @@ def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: i
     return sorted(windows, key=lambda window: window["owner"])  # stable: a question's windows keep their order
 
 
-def qa_train_features(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0) -> list[dict]:
+def qa_train_features(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0,
+                      max_answer_length: int = 30) -> list[dict]:
     features = []
-    for window in qa_windows(tokenizer, questions, max_length, stride, doc_stride):
+    for window in qa_windows(tokenizer, questions, max_length, stride, doc_stride, max_answer_length):
         question, offsets, sequence_ids = questions[window["owner"]], window["offsets"], window["sequence_ids"]
         start_position = end_position = 0  # [CLS]: no answer in this window
         if question["answers"]:
@@ -133,7 +138,7 @@ def train(args: argparse.Namespace) -> None:
     else:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa")
         features = qa_train_features(tokenizer, read_squad(args.train), args.max_seq_length, args.stride,
-                                     args.doc_stride)
+                                     args.doc_stride, args.max_answer_length)
         collator = DataCollatorWithPadding(tokenizer)
     loader = torch.utils.data.DataLoader(features, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                          collate_fn=collator)
@@ -205,7 +210,8 @@ def predict(args: argparse.Namespace) -> None:
     else:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa").eval()
         questions = read_squad(args.input)
-        windows = qa_windows(tokenizer, questions, args.max_seq_length, args.stride, args.doc_stride)
+        windows = qa_windows(tokenizer, questions, args.max_seq_length, args.stride, args.doc_stride,
+                             args.max_answer_length)
         features = [{name: window[name] for name in ("input_ids", "token_type_ids", "attention_mask")}
                     for window in windows]
         outputs = logits_of(model, tokenizer, features, args.batch_size, args.precision)
@@ -249,7 +255,7 @@ def main() -> None:
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--stride", type=int, default=32, help="tokens two QA windows share (transformers' stride)")
     parser.add_argument("--doc-stride", type=int, default=0, help="instead: tokens between two QA windows' starts, "
-                        "per question (bertwb's doc_stride): the same windows as bertwb's")
+                        "at most, per question (bertwb's doc_stride): the same windows as bertwb's")
     parser.add_argument("--n-best", type=int, default=20)
     parser.add_argument("--max-answer-length", type=int, default=30)
     parser.add_argument("--version-2", action="store_true", help="SQuAD v2.0: an empty answer may win")

@@ -15,9 +15,9 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   biases and LayerNorm, eps 1e-6), clipping to 1.0, dropout 0.1, max_seq_length; for qa max_answer_length
   30 and the n-best 20 starts and ends per window. The windows: bertwb's ``doc_stride`` is the distance
   between two windows' starts (the original BERT's meaning), transformers' ``stride`` the tokens two windows
-  share, so the transformers side gets ``--doc-stride`` and gives each question the stride
-  ``max_seq_length - 3 - q - doc_stride`` of its length q in tokens: the same windows as bertwb's (all but
-  the few questions longer than ``max_query_length``, which bertwb cuts). A single stride, from the median
+  share, so the transformers side gets ``--doc-stride`` and gives each question the stride that starts its
+  windows where bertwb's start (``_hf_finetune.qa_windows``): the same windows as bertwb's (all but the few
+  questions longer than ``max_query_length``, which bertwb cuts). A single stride, from the median
   question's length, gave transformers 6% more windows on a set of long kernel-doc questions.
 * bertwb: what a user runs, with a config written here: ``bertwb finetune`` (no dev file, so no evaluation
   during training) then ``bertwb predict`` on the dev file.
