@@ -1,14 +1,11 @@
 """Test-only fault injection: make a stage die or hit a full disk at a named point of its work or commit.
 
 ``BERTWB_FAULT=<stage>.<point>[#<n>][:<action>]`` fires the ``n``-th time (default 1) the process passes
-`point` inside `within` that stage: ``exit`` (default) is ``os._exit(137)``, as a SIGKILL; ``enospc`` raises
-a full disk's ``OSError``; ``hang`` writes the file ``BERTWB_FAULT_READY`` names and sleeps, for a real
-signal; ``sigint`` sends this process SIGINT; ``exit-once`` exits as ``exit`` unless the file
-``BERTWB_FAULT_READY`` names exists, and creates it first, so that of many processes (Ray workers, whose
-retry of a task starts with fresh counts) exactly one dies. The points are the calls of `point` (a stage's
-work, training, `bertwb.commit`, `bertwb.workspace.swap_in`, a Ray task's ``task_write``); tests/test_faults.py
-runs each stage's, tests/test_ray.py the task's. Unset, a point is one look-up.
-"""
+`point` inside `within` that stage (a Ray task's points have no stage): ``exit`` (default) is ``os._exit(137)``,
+as a SIGKILL; ``exit-once`` the same in the one process that creates the file ``BERTWB_FAULT_READY`` names
+(a retried Ray task starts with fresh counts); ``enospc`` a full disk's ``OSError``; ``hang`` writes that file
+and sleeps, for a real signal; ``sigint`` sends this process SIGINT. tests/test_faults.py runs each stage's
+points, tests/test_ray.py the task's. Unset, a point is one look-up."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """qa: a question and a passage -> the answer's span in the passage (SQuAD v1.1 and v2.0).
 
 A feature is ``[CLS] question [SEP] window [SEP]``: the question cut to ``max_query_length`` tokens, a long
-context in windows every ``doc_stride`` tokens, or closer where windows are short (`_window_starts`). An
-answer outside a window maps to [CLS] (start = end = 0), so every window teaches "not here" and windows
-compare when predicting. Spans are ranked by start + end logit
-across all of a question's windows, as the original ``run_squad.py`` ranks them: a softmax per window would
-rescale each window by its own [CLS] and context, so a window that saw little of the answer could outrank
-the one that holds it (measured: 2.7 F1 lost on one model's dev predictions). A prediction's ``score`` is
-still a probability, P(start) × P(end) in the span's window; v2.0 predictions carry ``no_answer_score``
-(logits, the original's ``null_score_diff``) and ``best_span``.
-Metrics: the official script's of the file's version (`scoring_version`); README, "Fine-tuning tasks".
-"""
+context in windows every ``doc_stride`` tokens or closer (`_window_starts`). An answer outside a window maps
+to [CLS], so every window teaches "not here" and windows compare when predicting: spans ranked by start + end
+logit across a question's windows, as the original ``run_squad.py`` ranks them (`QATask.decode`). v2.0
+predictions carry ``no_answer_score`` and ``best_span``. Metrics: the official script's of the file's
+version (`scoring_version`); README, "Fine-tuning tasks"."""
 
 from __future__ import annotations
 
@@ -123,6 +118,11 @@ class QATask:
 
     def decode(self, examples: list[Question], features: Features, outputs: dict[int, Any],
                label_names: list[str] | None) -> list[dict[str, Any]]:
+        """Each question's best span by start + end logit over its windows. Not by a softmax per window: that
+        rescales each window by its own [CLS] and context, so a window that saw little of the answer could
+        outrank the one holding it (2.7 F1 lost on one model's dev set). ``score`` is still a probability,
+        P(start) × P(end) in the span's window; v2.0's ``no_answer_score`` is the original's
+        ``null_score_diff``, in logits: the lowest [CLS] start + end over the windows minus the best span's."""
         predictions = []
         for example, rows in zip(examples, example_ranges(features, len(examples)), strict=True):
             spans = [(self._best_span(*outputs[int(row)], features.meta[row]), features.meta[row]) for row in rows]
