@@ -120,6 +120,7 @@ def build_data(corpus: list[Path], out: Path, max_chars: int, task_fraction: flo
                 rows[split].append((sentences[i], rng.choice(other), "other"))
         sources[split].append((pick.choice([s for s in sentences if len(s) >= 40] or [max(sentences, key=len)]),
                                source))
+    pick.shuffle(sources["train"])  # the corpus files come one after another: a prefix would miss the last ones
     rows["train"], sources["train"] = rows["train"][:max_train_pairs], sources["train"][:max_train_pairs]
     (out / "task").mkdir(exist_ok=True)
     for name, header, by_split in (("{}", ["sentence1", "sentence2", "label"], rows),
