@@ -58,6 +58,10 @@ def test_the_source_task_labels_each_sentence_with_its_manual_and_pretraining_ne
         assert follows == (row["label"] == "next"), row
     again = build_data(corpus, tmp_path / "again", 10**9, task_fraction=0.3, seed=0, max_train_pairs=10**6)
     assert again == data  # seeded: the same rows on every run
+    # a cap on training rows still keeps every manual (the files come one after another: a prefix would not)
+    build_data(corpus, tmp_path / "capped", 10**9, task_fraction=0.3, seed=0, max_train_pairs=8)
+    capped = _rows(tmp_path / "capped" / "task" / "source_train.csv")
+    assert len(capped) == 8 and {row["label"] for row in capped} == {"sea", "kitchen"}
 
 
 def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_both_tasks(tmp_path):
