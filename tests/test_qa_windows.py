@@ -15,7 +15,7 @@ from bertwb.tasks.finetune.qa import _window_starts
 def test_windows_cover_the_context_and_hold_every_short_enough_span_whole(n_tokens, room, stride, max_answer):
     starts = _window_starts(n_tokens, room, stride, max_answer)
     assert starts[0] == 0 and starts[-1] + room >= n_tokens  # from the first token to the last
-    steps = {b - a for a, b in zip(starts, starts[1:])}
+    steps = {b - a for a, b in zip(starts[:-1], starts[1:], strict=True)}
     assert len(steps) <= 1 and all(1 <= step <= stride for step in steps)  # evenly, never further than asked
     shared = min(max_answer, room // 2)
     for first in range(n_tokens):  # every span of up to `shared` tokens lies inside some window
