@@ -172,7 +172,7 @@ TASKS = {  # task -> (its files' names under task/, the classify columns)
 
 
 def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int], args: argparse.Namespace,
-             task: str = "next") -> dict:
+             task: str) -> dict:
     """Fine-tune ``task`` from each of ``models`` (name -> init_from) with each seed: dev accuracies."""
     files, columns = TASKS[task]
     scores: dict[str, list[float]] = {}

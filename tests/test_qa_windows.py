@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,3 +34,35 @@ def test_the_original_settings_are_left_alone_and_short_windows_overlap():
     # windows of 20 tokens share 10 (half), not 30: each still advances, by min(stride, 10)
     assert _window_starts(50, 20, 8, 30) == [0, 8, 16, 24, 32]
     assert _window_starts(50, 20, 16, 30) == [0, 10, 20, 30]
+
+
+def test_the_parity_benchmark_gives_transformers_the_windows_bertwb_reads(tmp_path):
+    """benchmarks/_hf_finetune.py --doc-stride mirrors `_window_starts` per question: for questions of every
+    length, transformers' tokenizer cuts the same windows (the same ids) as bertwb's featurize, so the parity
+    benchmark compares training, not windowing."""
+    transformers = pytest.importorskip("transformers")
+    import sys
+
+    from bertwb.data.tokenizer import load_tokenizer
+    from bertwb.tasks.finetune.qa import QASettings, QATask
+    from bertwb.tasks.readers import Question
+    from conftest import REPO, TOPIC_WORDS
+    from publishedkit import word_tokenizer
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import _hf_finetune
+
+    word_tokenizer(tmp_path)
+    words = TOPIC_WORDS["sea"].split()
+    context = " ".join(words[i % len(words)] for i in range(150))
+    questions = [Question(n, f"q{n}", " ".join(words[:n % len(words)] * (1 + n // len(words))), context)
+                 for n in range(1, 40, 3)]
+    settings = QASettings(type="qa", max_seq_length=64, doc_stride=24, max_query_length=64, max_answer_length=10)
+    features = QATask(settings, "t", {}).featurize(questions, load_tokenizer(tmp_path), None)
+    ours = [features.tokens[features.offsets[i]:features.offsets[i + 1]].tolist() for i in range(len(features))]
+    theirs = _hf_finetune.qa_windows(transformers.BertTokenizerFast.from_pretrained(str(tmp_path)),
+                                     [{"question": q.question, "context": q.context} for q in questions],
+                                     64, 0, doc_stride=24, max_answer_length=10)
+    assert len(ours) > 3 * len(questions)  # long contexts: several windows each
+    assert [w["input_ids"] for w in theirs] == ours
+    assert [w["owner"] for w in theirs] == features.example.tolist()
