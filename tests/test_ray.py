@@ -65,12 +65,16 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _project(root: Path, executor: str, workers: int) -> Project:
-    """A slice of the sample corpus (two files of 100,000 bytes, cut at a document's end) and small settings."""
+    """A slice of the sample corpus (two files of 100,000 bytes, cut at a document's end, and a third that
+    repeats the first's first documents) and small settings."""
     corpus = root / "corpus"
     corpus.mkdir(parents=True)
     for name in ("part-000.txt", "part-001.txt"):
         text = (SAMPLE_CORPUS / name).read_text(encoding="utf-8")
         (corpus / name).write_text(text[:text.index("\n\n", 100_000)] + "\n", encoding="utf-8")
+    # part-000's first documents again, in the last piece: de-duplication spans files and Ray tasks
+    first = (corpus / "part-000.txt").read_text(encoding="utf-8")
+    (corpus / "part-002.txt").write_text(first[:first.index("\n\n", 3_000)] + "\n", encoding="utf-8")
     project = Project(root)
     project.write_config(CONFIG.format(executor=executor, workers=workers))
     return project
@@ -149,6 +153,9 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
             assert rows == _manifest(on_ray, stage)["outputs"]["tables"][table] > 0, (stage, table)
             assert f"{stage}/tables/{table}/{files[0].name}" in _manifest(on_ray, stage)["outputs"]["files"]
     assert len(list((on_ray.workspace / "vocab" / "tables" / "tokens").glob("*.parquet"))) > 10, "one per task"
+    # ingest's tasks wrote the sentences, a file per piece; the driver only the documents
+    assert len(list((on_ray.workspace / "ingest" / "tables" / "sentences").glob("*.parquet"))) > 10
+    assert ingest["duplicates_removed"] > 0 and not (on_ray.workspace / "ingest" / "pieces").exists()
     assert not list(local.workspace.rglob("*.parquet")) and not (local.workspace / "ingest").exists()
 
     # The executor is in no key: switching it back leaves every stage fresh, its build untouched.

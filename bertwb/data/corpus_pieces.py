@@ -178,7 +178,7 @@ class SpillJob:
 
     def read(self, numbered: tuple[int, Piece]) -> Spilled:
         index, piece = numbered
-        reader = PieceReader(piece, self.settings, _NoBar())
+        reader = PieceReader(piece, self.settings, NoBar())
         paths = (self.folder / f"{index}.documents.arrow", self.folder / f"{index}.sentences.arrow")
         with pa.OSFile(str(paths[0]), "wb") as documents_file, pa.OSFile(str(paths[1]), "wb") as sentences_file, \
                 pa.ipc.new_stream(documents_file, DOCUMENT_SCHEMA) as documents, \
@@ -210,7 +210,7 @@ class Spilled:
             path.unlink(missing_ok=True)
 
 
-class _NoBar:
+class NoBar:
     """A worker's progress bar: the stage's process advances its own bar as pieces come back."""
 
     def advance(self, amount: int) -> None:

@@ -9,10 +9,11 @@ read it as they read a table. A file appears only whole: written under a tempora
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bertwb.errors import BertwbError
 
@@ -54,15 +55,24 @@ def reads_folder(view: str, folder: Path) -> bool:
 def write_parquet(rows: Any, path: Path) -> int:
     """Write the Arrow table ``rows`` to ``path``, whole or not at all; return its size in bytes. The folder
     must exist: a task of a killed build must not make its folder again after the next run removed it."""
+    with parquet_file(path, rows.schema) as writer:
+        writer.write_table(rows)
+    return path.stat().st_size
+
+
+@contextlib.contextmanager
+def parquet_file(path: Path, schema: Any) -> Iterator[Any]:
+    """A ``pyarrow`` Parquet writer to ``path`` for rows that come in batches: the file appears, whole, when
+    the block ends without an error, and not at all otherwise (written under a temporary name, then renamed)."""
     import pyarrow.parquet as pq  # noqa: PLC0415 - only the ray executor writes Parquet; status never does
 
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        pq.write_table(rows, tmp)
+        with pq.ParquetWriter(tmp, schema) as writer:
+            yield writer
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return path.stat().st_size
 
 
 def written(path: Path, size: int) -> Path:

@@ -3,7 +3,8 @@
 The stage: the files ``ingest.inputs`` names and their fingerprints for the key, each one's format, the
 tables and the summary of what was skipped. Reading a file is :mod:`bertwb.data.text_files`, cutting a large
 one for the workers :mod:`bertwb.data.corpus_pieces`. Invariants: rows go in in file and range order, so
-tables, split and summary are the same for any ``ingest.workers`` or executor (ray: Parquet, `_to_parquet`);
+tables, split and summary are the same for any ``ingest.workers`` or executor (on Ray the tasks write
+``sentences``: :mod:`bertwb.data.sentence_shards`);
 memory does not grow with the corpus; bad input is skipped and counted, but an unreadable file stops the stage.
 """
 
@@ -23,6 +24,8 @@ from bertwb import faults, ui
 from bertwb.config import Config, IngestConfig
 from bertwb.data.corpus_pieces import Piece, PieceReader, SpillJob, plan_pieces
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
+from bertwb.data.sentence_shards import Numbering, PieceFile, ReadJob, SentencesJob
+from bertwb.data.shard_files import shard_name, written
 from bertwb.data.text_files import COMPRESSIONS, FileCounts, cannot_read
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
@@ -66,12 +69,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con.execute("create or replace temp table raw_documents (raw_id BIGINT, source VARCHAR, split VARCHAR, "
                 "n_sentences INTEGER, n_chars BIGINT, content_hash VARCHAR)")
     con.execute("create or replace temp table raw_sentences (raw_id BIGINT, sent_idx INTEGER, text VARCHAR)")
-    writer, stats, workers = _read_corpus(cfg, build, files, total_bytes)
-    if writer.next_id == 0:
-        raise BertwbError(_no_documents(stats, len(files), cfg))
-    duplicates = _finish_tables(con, build, cfg.ingest.dedupe)
-    if cfg.workspace.executor == "ray":
-        _to_parquet(con, build)
+    try:
+        writer, stats, workers = _read_corpus(cfg, build, files, total_bytes)
+        if writer.next_id == 0:
+            raise BertwbError(_no_documents(stats, len(files), cfg))
+        duplicates = _finish_tables(con, build, cfg.ingest.dedupe, writer, workers)
+    finally:
+        shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)  # what workers wrote for this process
     faults.point("work")
     counts = con.execute(f"select count(*), sum(n_sentences), sum(n_chars), count(*) filter (split = 'valid') "
                          f"from {build.table('documents')}").fetchone()
@@ -160,30 +164,27 @@ def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int)
         workers = max(1, min(workers, len(pieces)))
     writer = _Writer(con)
     stats = _Stats()
-    try:
-        # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
-        with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
-                contextlib.closing(_read(pieces, cfg.ingest, workers, executor, bar, con,
-                                              build.out_dir / "pieces")) as results:
-            for piece, read in results:
-                if piece.first:
-                    first_id, counts, skip_reason = writer.next_id, FileCounts(), None
-                if skip_reason is None:
-                    id_offset = writer.next_id
-                    for documents, sentences in read.batches():
-                        writer.insert(documents, sentences, id_offset, piece.name, counts.lines)
-                    counts.merge(read.counts)
-                    skip_reason = read.skip
-                    if skip_reason is not None:  # a file found truncated part-way gives nothing, not its start
-                        writer.discard_from(first_id)
-                else:  # a later range of a file already skipped: a worker's files are deleted unread
-                    read.discard()
-                if piece.last:
-                    if skip_reason is None and writer.next_id == first_id:
-                        skip_reason = counts.why_no_documents(cfg.ingest.min_sentence_chars)
-                    stats.add(piece.name, counts, cfg.ingest.max_sentence_chars, skip_reason)
-    finally:
-        shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)
+    # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
+    with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
+            contextlib.closing(_read(pieces, cfg.ingest, workers, executor, bar, con,
+                                     build.out_dir / "pieces")) as results:
+        for piece, read in results:
+            if piece.first:
+                first_id, counts, skip_reason = writer.next_id, FileCounts(), None
+            if skip_reason is None:
+                id_offset = writer.next_id
+                for documents, sentences in read.batches():
+                    writer.insert(documents, sentences, id_offset, piece.name, counts.lines)
+                counts.merge(read.counts)
+                skip_reason = read.skip
+                if skip_reason is not None:  # a file found truncated part-way gives nothing, not its start
+                    writer.discard_from(first_id)
+            else:  # a later range of a file already skipped: a worker's files are deleted unread
+                read.discard()
+            if piece.last:
+                if skip_reason is None and writer.next_id == first_id:
+                    skip_reason = counts.why_no_documents(cfg.ingest.min_sentence_chars)
+                stats.add(piece.name, counts, cfg.ingest.max_sentence_chars, skip_reason)
     return writer, stats, workers
 
 
@@ -201,7 +202,8 @@ def _read(pieces: list[Piece], settings: IngestConfig, workers: int, executor: s
             yield piece, PieceReader(piece, settings, bar, con)
         return
     folder.mkdir(parents=True, exist_ok=True)
-    spilled = map_ordered(SpillJob(settings, folder).read, enumerate(pieces), workers, executor)
+    job = ReadJob(settings, str(folder)).read if executor == "ray" else SpillJob(settings, folder).read
+    spilled = map_ordered(job, enumerate(pieces), workers, executor)
     for piece, read in zip(pieces, spilled, strict=True):
         yield piece, read
         bar.advance(piece.size())
@@ -297,49 +299,49 @@ def _format_of(path: Path, cfg: Config) -> str:
 # --- writing ----------------------------------------------------------------------------------------
 
 class _Writer:
-    """Appends a piece's rows to the raw temp tables, numbering its documents and lines on from the pieces before."""
+    """Appends a piece's rows to the raw temp tables, numbering its documents and lines on from the pieces before.
+    A piece a Ray task read keeps its sentences in the task's file: the writer lists it in :attr:`files`."""
 
     def __init__(self, con: Any):
         self.con = con
         self.next_id = 0
+        self.files: list[tuple[int, int, PieceFile]] = []  # Ray: (first raw_id, end raw_id, sentences file)
 
     def insert(self, documents: Any, sentences: Any, id_offset: int, name: str, line_offset: int) -> None:
-        """Rows of one piece (Arrow tables or stream readers) whose first document is ``id_offset`` and whose
-        line numbers start after ``line_offset``."""
+        """Rows of one piece (Arrow tables or stream readers, or a Ray task's `PieceFile` of sentences) whose
+        first document is ``id_offset`` and whose line numbers start after ``line_offset``."""
         con = self.con
         con.register("piece_documents", documents)
-        con.register("piece_sentences", sentences)
         try:
             inserted = con.execute("insert into raw_documents select local_id + $id, "
                                    "$name || ':' || (line + $line)::VARCHAR, split, n_sentences, n_chars, "
                                    "content_hash from piece_documents",
                                    {"id": id_offset, "name": name, "line": line_offset}).fetchone()[0]
-            con.execute("insert into raw_sentences select local_id + $id, sent_idx, text from piece_sentences",
-                        {"id": id_offset})
         finally:
             con.unregister("piece_documents")
-            con.unregister("piece_sentences")
+        if isinstance(sentences, PieceFile):
+            written(Path(sentences.path), sentences.size)  # the driver sees the task's file, whole
+            self.files.append((id_offset, id_offset + inserted, sentences))
+        else:
+            con.register("piece_sentences", sentences)
+            try:
+                con.execute("insert into raw_sentences select local_id + $id, sent_idx, text from piece_sentences",
+                            {"id": id_offset})
+            finally:
+                con.unregister("piece_sentences")
         self.next_id += inserted
 
     def discard_from(self, raw_id: int) -> None:
         """Forget every document from ``raw_id`` on (those of a file found unusable part-way)."""
         for table in ("raw_documents", "raw_sentences"):
             self.con.execute(f"delete from {table} where raw_id >= ?", [raw_id])
+        for _, _, piece in [entry for entry in self.files if entry[0] >= raw_id]:
+            Path(piece.path).unlink(missing_ok=True)
+        self.files = [entry for entry in self.files if entry[0] < raw_id]
         self.next_id = raw_id
 
 
-def _to_parquet(con: Any, build: Build) -> None:
-    """The finished tables as Parquet files in the stage's folder, which every node of a cluster reads.
-    The driver writes them: de-duplication and dense ids need every document, so no task can."""
-    for name in ("documents", "sentences"):
-        folder = str(build.shard_folder(name).resolve()).replace("'", "''")
-        con.execute(f"copy {build.table(name)} to '{folder}' (format parquet, file_size_bytes '256MB', "
-                    "filename_pattern 'part-{i}', overwrite_or_ignore true)")
-        con.execute(f"drop table {build.table(name)}")
-        build.share_table(name)
-
-
-def _finish_tables(con: Any, build: Any, dedupe: bool) -> int:
+def _finish_tables(con: Any, build: Build, dedupe: bool, writer: _Writer, workers: int) -> int:
     """Drop duplicate documents, number the rest densely, build the final tables; return #duplicates."""
     documents, sentences = build.table("documents"), build.table("sentences")
     keep = "qualify row_number() over (partition by content_hash order by raw_id) = 1" if dedupe else ""
@@ -347,12 +349,50 @@ def _finish_tables(con: Any, build: Any, dedupe: bool) -> int:
         select (row_number() over (order by raw_id) - 1)::INTEGER as doc_id, source, split,
                n_sentences, n_chars, content_hash, raw_id
         from (select * from raw_documents {keep}) order by raw_id""")
-    con.execute(f"""create table {sentences} as
-        select d.doc_id, s.sent_idx, s.text
-        from raw_sentences s join {documents} d using (raw_id) order by d.doc_id, s.sent_idx""")
+    if writer.files:  # read by Ray tasks, which keep the sentences in their files
+        _sentences_on_cluster(con, build, writer.files, workers)
+    else:
+        con.execute(f"""create table {sentences} as
+            select d.doc_id, s.sent_idx, s.text
+            from raw_sentences s join {documents} d using (raw_id) order by d.doc_id, s.sent_idx""")
     con.execute(f"alter table {documents} drop column raw_id")
+    if writer.files:
+        _documents_to_parquet(con, build)
     raw_count = con.execute("select count(*) from raw_documents").fetchone()[0]
     kept = con.execute(f"select count(*) from {documents}").fetchone()[0]
     con.execute("drop table raw_documents")
     con.execute("drop table raw_sentences")
     return raw_count - kept
+
+
+def _sentences_on_cluster(con: Any, build: Build, files: list[tuple[int, int, PieceFile]], workers: int) -> None:
+    """Ray's pass two: a task per piece writes its sentences, numbered by the documents table, as a file of
+    ``sentences``; the driver sends each only the piece's surviving ``local_id``s and first ``doc_id``."""
+    documents, folder = build.table("documents"), build.shard_folder("sentences")
+
+    def numberings() -> Iterator[Numbering]:
+        for number, (first, end, piece) in enumerate(files):
+            kept = con.execute(f"select raw_id - $first as local_id, doc_id from {documents} "
+                               "where raw_id >= $first and raw_id < $end order by raw_id",
+                               {"first": first, "end": end}).fetchnumpy()
+            if len(kept["local_id"]):  # a piece of duplicates only adds no file
+                yield Numbering(number, piece, kept["local_id"], int(kept["doc_id"][0]))
+
+    with ui.progress("ingest: numbering sentences", total=len(files), unit="pieces") as bar:
+        for number, size in map_ordered(SentencesJob(str(folder)).write, numberings(), workers, "ray"):
+            written(folder / shard_name(number), size)
+            Path(files[number][2].path).unlink()  # its rows are in the table now: the disk is free again
+            bar.advance(1)
+            faults.point("work")
+    expected = con.execute(f"select coalesce(sum(n_sentences), 0) from {documents}").fetchone()[0]
+    build.share_table("sentences", rows=int(expected))
+
+
+def _documents_to_parquet(con: Any, build: Build) -> None:
+    """Ray: the documents table, small beside ``sentences``, as Parquet files in the stage's folder, where every
+    node reads it. The driver writes it: de-duplication and dense ids need every document."""
+    folder = str(build.shard_folder("documents").resolve()).replace("'", "''")
+    con.execute(f"copy {build.table('documents')} to '{folder}' (format parquet, file_size_bytes '256MB', "
+                "filename_pattern 'part-{i}', overwrite_or_ignore true)")
+    con.execute(f"drop table {build.table('documents')}")
+    build.share_table("documents")
