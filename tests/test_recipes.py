@@ -92,6 +92,23 @@ def test_budget_recipe_measures_this_machine_and_its_run_stops_at_the_hours(tmp_
     assert run_metrics(project)[-1]["lr"] < 0.1 * cfg.pretrain.lr
 
 
+def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_path: Path):
+    """Documents of 100 characters (25 tokens by the recipe's 4 a token) fill one pair of 28 tokens each: once
+    ingest has run, init times pairs of 32 (28 padded to 8), not 128, so the steps it counts are these."""
+    root = tmp_path / "p"
+    documents = [[f"Note {i:05d} is one of many short ones in a file.",
+                  f"It has a twin, {i:05d}, which ends this page right now."] for i in range(400)]
+    assert {sum(map(len, doc)) for doc in documents} == {100}
+    write_bert_format(root / "corpus" / "a.txt", documents)
+    assert _init(str(root), "--recipe", "budget", "--hours", "0.005").exit_code == 0
+    assert "pairs of 128 tokens:" in (root / "bertwb.yaml").read_text()  # no ingest yet: full pairs
+    project = Project(root)
+    project.run("ingest")
+    result = _init(str(root), "--recipe", "budget", "--hours", "0.005", "--force")
+    assert result.exit_code == 0, result.output
+    assert "pairs of 32 tokens (the mean pair of the ingested documents):" in project.config.read_text()
+
+
 def _state(folder: Path) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(str(folder / "model.safetensors"))
 

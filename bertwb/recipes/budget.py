@@ -2,7 +2,8 @@
 
 The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus is ingest's
 characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training
-step (synthetic 128-token pairs, a second or so each); the largest that the hours can train on 20 tokens per
+step (synthetic pairs as long as the ingested documents' pairs will be, else 128 tokens; a second or so
+each); the largest that the hours can train on 20 tokens per
 parameter (Hoffmann et al. 2022), counting at most 4 passes over the corpus (Muennighoff et al. 2023), is
 chosen. Training choices are Cramming's (Geiping & Goldstein 2022); `pretrain.max_hours` ends the run.
 """
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import torch
 
@@ -50,10 +52,11 @@ class Timing:
     micro_batch: int
     step_seconds: float  # one micro-batch's forward, backward and optimizer step
     peak_bytes: int  # GPU memory at its peak; 0 on a CPU
+    length: int = SEQ_LENGTH  # tokens in each timed pair
 
     @property
     def tokens_per_s(self) -> float:
-        return self.micro_batch * SEQ_LENGTH / self.step_seconds
+        return self.micro_batch * self.length / self.step_seconds
 
 
 def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
@@ -62,6 +65,7 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
     machine = _machine(device)
     corpus, corpus_what = corpus_size(directory, inputs)
     corpus_tokens = corpus / BYTES_PER_TOKEN
+    length = pair_length(directory)
     seconds = hours * 3600 * TRAINING_SHARE
 
     def fits(parameters: int, tokens_per_s: float) -> bool:
@@ -69,7 +73,7 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
         return TOKENS_PER_PARAMETER * parameters <= (min(affordable, USEFUL_PASSES * corpus_tokens)
                                                      if corpus_tokens else affordable)
 
-    chosen = time_step(CANDIDATES[0], device)  # the smallest, whatever the hours
+    chosen = time_step(CANDIDATES[0], device, length=length)  # the smallest, whatever the hours
     timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
     for preset in CANDIDATES[1:]:
         # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
@@ -77,7 +81,7 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
         if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
             break
         try:
-            timing = time_step(preset, device)
+            timing = time_step(preset, device, length=length)
         except torch.cuda.OutOfMemoryError:
             break
         timings.append(timing)
@@ -85,7 +89,7 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
             break
         chosen = timing
     micro = _micro_batch(chosen, device)
-    sequences = chosen.tokens_per_s * seconds / SEQ_LENGTH
+    sequences = chosen.tokens_per_s * seconds / length
     batch = max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS)))))
     steps = max(1, int(sequences / batch))
     why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
@@ -104,7 +108,8 @@ def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[T
         f"#   machine: {machine}",
         f"#   corpus: {size:,} {what}" + (f", about {size / BYTES_PER_TOKEN / 1e6:,.1f}M tokens" if size else
                                          " (empty: sized by the hours alone; add text and run init --force again)"),
-        f"#   a training step of {chosen.micro_batch} x {SEQ_LENGTH} tokens: {measured}",
+        f"#   a training step of {chosen.micro_batch} pairs of {chosen.length} tokens"
+        + (" (the mean pair of the ingested documents)" if chosen.length < SEQ_LENGTH else "") + f": {measured}",
         f"#   chosen: {chosen.preset}, {why}; about {steps:,} steps of {batch} sequences fit",
         "# Cramming's choices (Geiping & Goldstein 2022): MLM only, 128 tokens, a large batch by accumulation,",
         "# a one-cycle rate that ends with the hours, no dropout, dynamic masks, 25% masking; the MLM head runs",
@@ -156,9 +161,30 @@ def _size(preset: str) -> tuple[int, float]:
     return parameters, useful_flops_per_pair(config, SEQ_LENGTH, round(MASK_RATE * SEQ_LENGTH))
 
 
-def time_step(preset: str, device: str, micro_batch: int = 32) -> Timing:
-    """Time a real training step of ``preset`` (MLM only, no dropout, 128 tokens) on ``device``: one step
-    to warm up, then steps until a second has passed (at least 2, at most 10)."""
+def pair_length(directory: Path) -> int:
+    """The tokens of the mean pair that the corpus ingested in ``directory``'s default workspace will give, as
+    the pair builder fills them: a train document of T tokens (its characters / `BYTES_PER_TOKEN`) makes
+    ceil(T / 125) pairs of at most 128 with their [CLS] and two [SEP]s. Short documents make short pairs and
+    fast steps (2.3× as many as 128-token pairs on the Debian manuals). 128 when ingest has not run."""
+    database = directory / ".bertwb" / "bertwb.duckdb"
+    if not (directory / ".bertwb" / "manifests" / "ingest.json").is_file() or not database.is_file():
+        return SEQ_LENGTH
+    room = SEQ_LENGTH - 3
+    try:
+        with duckdb.connect(str(database), read_only=True) as con:
+            pairs, tokens = con.execute(
+                f"select sum(ceil(t / {room})), sum(t) from (select greatest(1, n_chars / {BYTES_PER_TOKEN}) as t "
+                "from documents where split = 'train')").fetchone()
+    except duckdb.Error:  # locked by a running stage, or an older layout: size as for full pairs
+        return SEQ_LENGTH
+    if not pairs:
+        return SEQ_LENGTH
+    return int(min(SEQ_LENGTH, max(16, 8 * math.ceil((tokens / pairs + 3) / 8))))
+
+
+def time_step(preset: str, device: str, micro_batch: int = 32, length: int = SEQ_LENGTH) -> Timing:
+    """Time a real training step of ``preset`` (MLM only, no dropout, pairs of ``length`` tokens) on
+    ``device``: one step to warm up, then steps until a second has passed (at least 2, at most 10)."""
     vocab_size = _vocab_size(preset)
     cfg = Config()
     cfg.model.preset, cfg.model.hidden_dropout, cfg.model.attention_dropout = preset, 0.0, 0.0
@@ -169,7 +195,7 @@ def time_step(preset: str, device: str, micro_batch: int = 32) -> Timing:
     settings = TrainingConfig(batch_size=micro_batch, lr=1e-4, warmup_steps=1, device=device, bucket_batches=1)
     objective = PretrainingObjective(nsp=False)
     objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)
-    trainer = Trainer(settings, objective, model, Batches(_pairs(vocab_size, micro_batch * 12), micro_batch, 0,
+    trainer = Trainer(settings, objective, model, Batches(_pairs(vocab_size, micro_batch * 12, length), micro_batch, 0,
                                                           bucket_batches=1), dist=dist)
     parameters = sum(t.numel() for t in model.parameters())
     trainer.train_step(0)
@@ -184,19 +210,19 @@ def time_step(preset: str, device: str, micro_batch: int = 32) -> Timing:
     seconds = (time.perf_counter() - started) / steps
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
     del trainer, model
-    return Timing(preset, vocab_size, parameters, micro_batch, seconds, peak)
+    return Timing(preset, vocab_size, parameters, micro_batch, seconds, peak, length)
 
 
-def _pairs(vocab_size: int, n: int) -> PairArrays:
-    """``n`` synthetic 128-token pairs of random pieces, masked as the recipe masks (the step's real shapes)."""
+def _pairs(vocab_size: int, n: int, length: int) -> PairArrays:
+    """``n`` synthetic pairs of ``length`` random pieces, masked as the recipe masks (the step's real shapes)."""
     rng = np.random.default_rng(0)
     flags = np.full(vocab_size, FLAG_MASKABLE | FLAG_REPLACEMENT, dtype=np.uint8)
     flags[:5] = 0  # the special tokens
     rules = rules_from_flags(flags, 4, masked_lm_prob=MASK_RATE, max_predictions_per_seq=round(MASK_RATE * SEQ_LENGTH),
                              whole_word_mask=False)
-    return PairArrays(tokens=rng.integers(5, vocab_size, n * SEQ_LENGTH).astype(np.int32),
-                      offsets=np.arange(n + 1, dtype=np.int64) * SEQ_LENGTH,
-                      segment_a_len=np.full(n, SEQ_LENGTH // 2, dtype=np.int64),
+    return PairArrays(tokens=rng.integers(5, vocab_size, n * length).astype(np.int32),
+                      offsets=np.arange(n + 1, dtype=np.int64) * length,
+                      segment_a_len=np.full(n, length // 2, dtype=np.int64),
                       is_random_next=np.zeros(n, dtype=np.int64), masking_rules=rules)
 
 
