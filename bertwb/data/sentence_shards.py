@@ -1,11 +1,10 @@
 """Ingest on Ray: the tasks write the ``sentences`` table, so no sentence passes through the driver.
 
 Two passes, because de-duplication and dense ``doc_id``s need every document. `ReadJob` reads a piece as
-`PieceReader` does in a process, writes its sentences (documents numbered from the piece's start) as one
-Parquet file in the build's ``pieces`` folder, and returns only the piece's document rows, which are small,
-with its counts. The driver numbers the documents, then `SentencesJob` turns each piece's file into its
-final rows, file ``part-N`` of the table. Pieces go in file and range order and ``doc_id`` grows with them,
-so the files, read in name order, hold a local build's rows in its order.
+`PieceReader` does and writes its sentences (documents numbered from the piece's start) as a Parquet file in
+the build's ``pieces`` folder, returning only the piece's small document rows and counts. The driver numbers
+the documents; `SentencesJob` then writes each piece's final rows as file ``part-N`` of the table. Pieces go
+in file and range order and ``doc_id`` grows with them, so the files hold a local build's rows in its order.
 """
 
 from __future__ import annotations

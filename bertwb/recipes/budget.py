@@ -1,11 +1,10 @@
 """``budget --hours H``: from-scratch pre-training sized to this machine, this corpus and the hours.
 
 The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus is ingest's
-characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training
-step (synthetic pairs as long as the ingested documents' pairs will be, else 128 tokens; a second or so
-each); the largest that the hours can train on 20 tokens per
-parameter (Hoffmann et al. 2022), counting at most 4 passes over the corpus (Muennighoff et al. 2023), is
-chosen. Training choices are Cramming's (Geiping & Goldstein 2022); `pretrain.max_hours` ends the run.
+characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training step
+(synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so each); the
+largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most 4 passes
+over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 The stage: the files ``ingest.inputs`` names and their fingerprints for the key, each one's format, the
 tables and the summary of what was skipped. Reading a file is :mod:`bertwb.data.text_files`, cutting a large
-one for the workers :mod:`bertwb.data.corpus_pieces`. Invariants: rows go in in file and range order, so
-tables, split and summary are the same for any ``ingest.workers`` or executor (on Ray the tasks write
-``sentences``: :mod:`bertwb.data.sentence_shards`);
-memory does not grow with the corpus; bad input is skipped and counted, but an unreadable file stops the stage.
+one for the workers :mod:`bertwb.data.corpus_pieces`, on Ray :mod:`bertwb.data.sentence_shards`. Invariants:
+rows go in in file and range order, so tables, split and summary are the same for any ``ingest.workers`` or
+executor; memory does not grow with the corpus; bad input is skipped and counted, an unreadable file stops it.
 """
 
 from __future__ import annotations
