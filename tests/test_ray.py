@@ -194,6 +194,32 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
     assert all(state == "fresh" for state, _ in list(_states(on_ray).values())[:3])
 
 
+@pytest.mark.parametrize("fmt", ["auto", "jsonl"])
+def test_every_bad_input_file_on_ray_reads_as_one_process_reads_it(project: Project, ray_cluster: str, fmt: str):
+    """tests/bad_inputs/corpus (every kind of damaged file) read whole by one local process, and by Ray's tasks
+    in ranges of 16 bytes: the same tables, skipped files, counts and warnings, or the same one-line error.
+    Ingest's two passes on Ray meet empty pieces, skipped files and files given up part-way here."""
+    bad = Path(__file__).resolve().parent / "bad_inputs" / "corpus"
+    common = ("--set", f"ingest.inputs=[{bad}]", "--set", f"ingest.format={fmt}")
+    outputs = []
+    for extra in (("--set", "ingest.workers=1"), ("--set", "workspace.executor=ray", "--set", "ingest.range_bytes=16")):
+        result = project.run("ingest", *common, *extra, "--force", expect=None)
+        warnings = [line for line in result.output.splitlines() if line.startswith(("warning:", "error:"))]
+        summary = {key: value for key, value in _manifest(project, "ingest")["summary"].items()
+                   if key not in ("seconds", "mb_per_s", "workers")} if result.exit_code == 0 else None
+        outputs.append((result.exit_code, warnings, summary, _ingested(project) if result.exit_code == 0 else None))
+    assert outputs[1] == outputs[0]
+    assert outputs[0][1], "no warning: the comparison compared nothing"
+    if outputs[0][0] == 0:
+        assert (project.workspace / "ingest" / "tables" / "sentences").is_dir(), "the second build ran on Ray"
+
+
+def _ingested(project: Project) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
+        return {"documents": con.execute("select * from documents order by doc_id").fetchall(),
+                "sentences": con.execute("select * from sentences order by doc_id, sent_idx").fetchall()}
+
+
 def test_ray_not_installed_is_one_line_before_any_work(project: Project, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delitem(sys.modules, "bertwb.data.ray_map", raising=False)
     monkeypatch.delattr(bertwb.data, "ray_map", raising=False)  # else `from bertwb.data import ray_map` finds it

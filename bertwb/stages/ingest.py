@@ -348,14 +348,15 @@ def _finish_tables(con: Any, build: Build, dedupe: bool, writer: _Writer, worker
         select (row_number() over (order by raw_id) - 1)::INTEGER as doc_id, source, split,
                n_sentences, n_chars, content_hash, raw_id
         from (select * from raw_documents {keep}) order by raw_id""")
-    if writer.files:  # read by Ray tasks, which keep the sentences in their files
+    on_cluster = bool(writer.files)  # read by Ray tasks, which keep the sentences in their files
+    if on_cluster:
         _sentences_on_cluster(con, build, writer.files, workers)
     else:
         con.execute(f"""create table {sentences} as
             select d.doc_id, s.sent_idx, s.text
             from raw_sentences s join {documents} d using (raw_id) order by d.doc_id, s.sent_idx""")
     con.execute(f"alter table {documents} drop column raw_id")
-    if writer.files:
+    if on_cluster:
         _documents_to_parquet(con, build)
     raw_count = con.execute("select count(*) from raw_documents").fetchone()[0]
     kept = con.execute(f"select count(*) from {documents}").fetchone()[0]
