@@ -86,3 +86,18 @@ def anchor_of(document: str, heading: str) -> str:
     headings = re.findall(r"^#{1,6} (.+)$", document, re.M)
     same = sum(slug(h) == slug(heading) for h in headings) - 1
     return slug(heading) + (f"-{same}" if same > 0 else "")
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    """This machine's fp32 matmul rate in FLOP/s: the best of ``repeats`` n³ ``torch.mm`` on all of torch's
+    threads. What a step's matmuls could reach at best, the yardstick of "% of peak" and of compute floors."""
+    import torch  # noqa: PLC0415 - only the benchmarks that train import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n ** 3 / best

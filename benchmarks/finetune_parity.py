@@ -32,6 +32,9 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   median over repeats. Each repeat trains both sides with the next seed (shuffling and dropout), so the
   scores are the mean over repeats, with each run's listed: one seed's score swings by a few points on
   sets this small, more than the gap being judged.
+* fp32 compute floor (fp32 runs): the matmul FLOPs of training on bertwb's own windows (`training_flops`,
+  checked against torch's FLOP counter in the tests) over this machine's fp32 matmul peak: the least time any
+  fp32 implementation could train in, so transformers' time over it is the most speed-up fp32 allows here.
 * ``--sides bertwb`` runs bertwb's commands only (a what-if of its settings over many seeds, where the
   reference's scores are known from earlier runs): the report then has no speed-up and no gap, and says so.
 
@@ -55,16 +58,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from bertwb.configfile import load_config  # noqa: E402
 from bertwb.data.tokenizer import write_tokenizer_files  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import new_model  # noqa: E402
+from bertwb.model import modeldir  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
 from bertwb.tasks import metrics, squad_eval  # noqa: E402
+from bertwb.tasks.finetune.tasktypes import task_type  # noqa: E402
 from bertwb.tasks.readers import read_conll, read_squad  # noqa: E402
-from _common import append_report, cpu_model, run_with_peak_rss  # noqa: E402
+from _common import append_report, cpu_model, matmul_peak, run_with_peak_rss  # noqa: E402
 from finetune_cpu import VOCAB, tokenizer_for  # noqa: E402
 from make_finetune_data import DEFAULT_OUT  # noqa: E402
 
@@ -192,6 +199,46 @@ def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...], first_see
     return medians, scores
 
 
+def training_flops(hf_config: dict, lengths: np.ndarray, epochs: int, batch: int) -> float:
+    """The matmul FLOPs of training a BERT encoder on windows of ``lengths`` tokens for ``epochs``.
+
+    Forward, per layer and token: 2(4H² + 2HI) for the six Linear layers, and 4tH for attention's two
+    products in a window of t tokens; backward does twice that (the weights' gradients and the inputs',
+    down to the embeddings, which train). The task head (2H per output) is left out and padding is not
+    counted, so this is a floor. Only full batches train (drop_last): a share ⌊n/batch⌋·batch/n of the windows.
+    """
+    layers, hidden = hf_config["num_hidden_layers"], hf_config["hidden_size"]
+    inner = hf_config["intermediate_size"]
+    t = lengths.astype(np.float64)
+    forward = layers * (2 * t * (4 * hidden * hidden + 2 * hidden * inner) + 4 * t * t * hidden)
+    trained = (len(t) // batch) * batch / max(len(t), 1)
+    return 3 * float(forward.sum()) * trained * epochs
+
+
+def window_lengths(config: Path, train: Path, init: Path) -> np.ndarray:
+    """The token count of every training window bertwb makes of ``train`` (its task type's own features)."""
+    cfg = load_config(config)
+    task = task_type(cfg.finetune.tasks["bench"], "finetune.tasks.bench")
+    examples = task.read(train)
+    labels = task.label_names(examples, train)
+    tokenizer = modeldir.load_tokenizer(modeldir.open_model_dir(init))
+    return task.featurize(examples, tokenizer, labels).lengths
+
+
+def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, theirs: float | None) -> str:
+    """What the fp32 compute floor says of both sides' training times (see `training_flops`)."""
+    floor = flops / peak
+    line = (f"* fp32 compute floor: training's matmuls are {flops / 1e12:.1f} TFLOP ({len(lengths):,} windows, "
+            f"{lengths.mean():.0f} tokens on average, padding not counted); at this machine's fp32 matmul peak "
+            f"({peak / 1e9:.0f} GFLOP/s, 2048³ `torch.mm`, the best of before and after the runs) that is at least "
+            f"{floor:.0f} s of any fp32 training. bertwb's training command took {ours:.0f} s "
+            f"({floor / ours:.0%} of it at the peak's rate)")
+    if theirs is None:
+        return line + "."
+    return (line + f", transformers' {theirs:.0f} s: no fp32 implementation of this training, with the same "
+            f"windows and model, can be more than **{theirs / floor:.2f}×** transformers' speed on this machine.")
+
+
 def rows_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -266,7 +313,8 @@ def main() -> None:
     import transformers
 
     only = ("bertwb", "transformers") if args.sides == "both" else ("bertwb",)
-    results, sizes = {}, {}
+    results, sizes, floors = {}, {}, {}
+    peak = matmul_peak() if args.precision == "fp32" else 0.0
     with tempfile.TemporaryDirectory(prefix="bertwb-parity-") as tmp:
         for variant, name in files[args.task]:
             work = Path(tmp) / variant
@@ -297,6 +345,12 @@ def main() -> None:
             results[variant] = {side: {**times[side], "examples_per_s": n_train * args.epochs / times[side]["train"],
                                        **{m: statistics.mean(v) for m, v in scores[side].items()},
                                        "spread": scores[side]} for side in times}
+            if args.precision == "fp32":
+                lengths = window_lengths(work / "bertwb.yaml", train, init)
+                hf_config = json.loads((init / "config.json").read_text())
+                floors[variant] = (training_flops(hf_config, lengths, args.epochs, args.batch), lengths)
+    if floors:
+        peak = max(peak, matmul_peak())  # before and after the runs: the better one counts
 
     if args.model:
         hf = json.loads((args.model / "config.json").read_text())
@@ -348,6 +402,9 @@ def main() -> None:
                        f"* {main} of each run ({seeds}): bertwb {runs['bertwb']}; mean {ours[main]:.1f}, "
                        f"standard deviation {sd:.1f}.")
             headline.append(f"{name}: bertwb only, {main} {ours[main]:.1f} (mean of {len(spread)} seeds)")
+        if variant in floors:
+            theirs_s = by_side["transformers"]["train"] if "transformers" in by_side else None
+            verdict += "\n" + floor_line(*floors[variant], peak, ours["train"], theirs_s)
         sections.append(f"{name}: {n_train:,} train, {n_dev:,} dev{windows}.\n\n" + "\n".join(lines) + "\n\n"
                         + verdict)
     command = " ".join(["python benchmarks/finetune_parity.py", *sys.argv[1:]])

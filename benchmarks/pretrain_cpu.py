@@ -54,7 +54,7 @@ from bertwb.config import Config  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
-from _common import append_report, cpu_model  # noqa: E402
+from _common import append_report, cpu_model, matmul_peak  # noqa: E402
 from _hf import hf_batch  # noqa: E402
 from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
@@ -72,17 +72,6 @@ def build_pairs(workdir: Path) -> Path:
     subprocess.run([sys.executable, "-m", "bertwb", "run", "--until", "pairs", "--config", str(config)],
                    check=True, cwd=REPO, capture_output=True)
     return workdir / ".bertwb" / "pairs"
-
-
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
-    return 2 * n ** 3 / best
 
 
 def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:

@@ -148,10 +148,45 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     model_line = next(line for line in result.stdout.splitlines() if line.startswith("Model: "))
     assert ("published (published; L2 H32 A2" in model_line) == published, model_line
     assert ("bf16 autocast on both sides" in result.stdout) == published, result.stdout
+    floor = re.search(r"at least (\d+) s of any fp32 training\. bertwb's training command took (\d+) s .*"
+                      r"can be more than \*\*(\d+\.\d\d)×\*\* transformers' speed", result.stdout)
+    assert (floor is None) == published, result.stdout  # the fp32 floor, not claimed under bf16
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
     suffix = ", CPU, SQuAD 2.0, bf16 — " if published else ", CPU, SQuAD 2.0 — "
     assert heading.endswith("UTC") and (suffix in heading) == (task == "qa"), heading
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
+def test_the_compute_floor_counts_the_matmuls_torch_counts_in_a_training_step():
+    """`training_flops` against torch's own FLOP counter on a real forward and backward of windows of three
+    lengths, one per batch (no padding): equal but for the QA head, which the floor leaves out."""
+    import sys
+
+    import numpy as np
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from finetune_parity import training_flops
+
+    from bertwb.model.bert import BertConfig
+    from bertwb.model.heads import new_model
+    from bertwb.model.hf_names import hf_config_of
+
+    torch.manual_seed(0)
+    model = new_model(BertConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+                      "question_answering", None).train()
+    lengths = np.array([7, 12, 20])
+    with FlopCounterMode(display=False) as counter:
+        for length in lengths:
+            ids = torch.randint(5, 100, (1, int(length)))
+            out = model(ids, torch.zeros_like(ids), None)
+            (out.start_logits.sum() + out.end_logits.sum()).backward()
+    head = 3 * 2 * 32 * 2 * int(lengths.sum())  # forward and backward of the (H -> 2) span head
+    assert counter.get_total_flops() - head == training_flops(hf_config_of(model), lengths, epochs=1, batch=1)
+    # two epochs count twice; with batches of 2, one of the three windows is dropped (drop_last)
+    assert training_flops(hf_config_of(model), lengths, 2, 1) == 2 * training_flops(hf_config_of(model), lengths, 1, 1)
+    assert training_flops(hf_config_of(model), lengths, 1, 2) == pytest.approx(
+        2 / 3 * training_flops(hf_config_of(model), lengths, 1, 1))
 
 
 def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_up(tmp_path):
