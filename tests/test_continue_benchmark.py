@@ -62,6 +62,9 @@ def test_the_source_task_labels_each_sentence_with_its_manual_and_pretraining_ne
     build_data(corpus, tmp_path / "capped", 10**9, task_fraction=0.3, seed=0, max_train_pairs=8)
     capped = _rows(tmp_path / "capped" / "task" / "source_train.csv")
     assert len(capped) == 8 and {row["label"] for row in capped} == {"sea", "kitchen"}
+    capped_next = _rows(tmp_path / "capped" / "task" / "train.csv")
+    manuals = [{name for name, text in texts.items() if row["sentence1"] in text} for row in capped_next]
+    assert len(capped_next) == 8 and all(manuals) and set().union(*manuals) == {"sea", "kitchen"}
 
 
 def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_both_tasks(tmp_path):
