@@ -67,9 +67,10 @@ from bertwb.data.tokenizer import write_tokenizer_files  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import new_model  # noqa: E402
 from bertwb.model import modeldir  # noqa: E402
-from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
+from bertwb.model.hf_names import config_from_hf_dict, hf_config_of, to_hf_state_dict  # noqa: E402
 from bertwb.tasks import metrics, squad_eval  # noqa: E402
 from bertwb.tasks.finetune.tasktypes import task_type  # noqa: E402
+from bertwb.tasks.pretraining import encoder_flops  # noqa: E402
 from bertwb.tasks.readers import read_conll, read_squad  # noqa: E402
 from _common import append_report, cpu_model, matmul_peak, run_with_peak_rss  # noqa: E402
 from finetune_cpu import VOCAB, tokenizer_for  # noqa: E402
@@ -199,20 +200,15 @@ def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...], first_see
     return medians, scores
 
 
-def training_flops(hf_config: dict, lengths: np.ndarray, epochs: int, batch: int) -> float:
-    """The matmul FLOPs of training a BERT encoder on windows of ``lengths`` tokens for ``epochs``.
-
-    Forward, per layer and token: 2(4H² + 2HI) for the six Linear layers, and 4tH for attention's two
-    products in a window of t tokens; backward does twice that (the weights' gradients and the inputs',
-    down to the embeddings, which train). The task head (2H per output) is left out and padding is not
+def training_flops(config: BertConfig, lengths: np.ndarray, epochs: int, batch: int) -> float:
+    """The matmul FLOPs of training a BERT encoder on windows of ``lengths`` tokens for ``epochs``: bertwb's
+    `encoder_flops` of each window, three times (backward does twice forward's work: the weights' gradients
+    and the inputs', down to the embeddings, which train). The task head is left out and padding is not
     counted, so this is a floor. Only full batches train (drop_last): a share ⌊n/batch⌋·batch/n of the windows.
     """
-    layers, hidden = hf_config["num_hidden_layers"], hf_config["hidden_size"]
-    inner = hf_config["intermediate_size"]
-    t = lengths.astype(np.float64)
-    forward = layers * (2 * t * (4 * hidden * hidden + 2 * hidden * inner) + 4 * t * t * hidden)
-    trained = (len(t) // batch) * batch / max(len(t), 1)
-    return 3 * float(forward.sum()) * trained * epochs
+    forward = sum(encoder_flops(config, int(length)) for length in lengths)
+    trained = (len(lengths) // batch) * batch / max(len(lengths), 1)
+    return 3 * forward * trained * epochs
 
 
 def window_lengths(config: Path, train: Path, init: Path) -> np.ndarray:
@@ -347,8 +343,8 @@ def main() -> None:
                                        "spread": scores[side]} for side in times}
             if args.precision == "fp32":
                 lengths = window_lengths(work / "bertwb.yaml", train, init)
-                hf_config = json.loads((init / "config.json").read_text())
-                floors[variant] = (training_flops(hf_config, lengths, args.epochs, args.batch), lengths)
+                config = config_from_hf_dict(json.loads((init / "config.json").read_text()))
+                floors[variant] = (training_flops(config, lengths, args.epochs, args.batch), lengths)
     if floors:
         peak = max(peak, matmul_peak())  # before and after the runs: the better one counts
 

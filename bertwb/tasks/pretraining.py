@@ -274,15 +274,18 @@ def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray,
     }
 
 
-def useful_flops_per_pair(config: BertConfig, length: int, n_masked: int) -> float:
-    """Training FLOPs (forward + backward = 3 × forward) of one pair of ``length`` tokens, no padding.
+def encoder_flops(config: BertConfig, length: int) -> float:
+    """Forward matmul FLOPs of the encoder on one sequence of ``length`` tokens, no padding: per token and layer
+    8·H² (Q, K, V and output projections) + 4·H·I (feed-forward) + 4·T·H (the scores and the weighted sum).
+    Embeddings, LayerNorm, GELU and softmax are not counted (no matmul)."""
+    H, L, inner = config.hidden_size, config.num_layers, config.intermediate_size
+    return float(length * L * (8 * H * H + 4 * H * inner + 4 * length * H))
 
-    Forward: per token and layer 24·H² (Q, K, V, output projections 4·2H², feed-forward 2·2·H·I with
-    I = 4H) plus 4·T·H for the scores and the weighted sum; the MLM head at masked tokens only,
-    2·H² + 2·H·V each; the pooler and NSP head 2·H² + 4·H once. Embeddings, LayerNorm, GELU and
-    softmax are not counted (no matmul).
-    """
-    H, L, V, inner = config.hidden_size, config.num_layers, config.vocab_size, config.intermediate_size
-    per_token = L * (8 * H * H + 4 * H * inner + 4 * length * H)
-    forward = length * per_token + n_masked * (2 * H * H + 2 * H * V) + 2 * H * H + 4 * H
+
+def useful_flops_per_pair(config: BertConfig, length: int, n_masked: int) -> float:
+    """Training FLOPs (forward + backward = 3 × forward) of one pair of ``length`` tokens, no padding:
+    `encoder_flops`, the MLM head at masked tokens only (2·H² + 2·H·V each), the pooler and NSP head
+    (2·H² + 4·H) once."""
+    H, V = config.hidden_size, config.vocab_size
+    forward = encoder_flops(config, length) + n_masked * (2 * H * H + 2 * H * V) + 2 * H * H + 4 * H
     return 3.0 * forward
