@@ -264,9 +264,12 @@ def data_line(data: Path) -> str:
     """Where make_finetune_data.py built the sets from (its about.json), for the report."""
     about = json.loads((data / "about.json").read_text()) if (data / "about.json").is_file() else {}
     sources, seed = about.get("sources", []), about.get("seed", 0)
+    # the packages' text changes with their versions: the digest tells two runs' data apart
+    digest = f" (their text's sha256 {about['sources_sha256']})" if "sources_sha256" in about else ""
     if not sources or any(name.endswith(".txt.gz") for name in sources):  # the package's files: the default
-        return f"`benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`), seed {seed}"
-    return f"`benchmarks/make_finetune_data.py --source {' '.join(sources)}`, seed {seed}"
+        return (f"`benchmarks/make_finetune_data.py` (Debian Policy Manual, package `debian-policy`{digest}), "
+                f"seed {seed}")
+    return f"`benchmarks/make_finetune_data.py --source {' '.join(sources)}`{digest}, seed {seed}"
 
 
 def main() -> None:

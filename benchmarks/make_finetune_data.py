@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import random
 import re
@@ -240,7 +241,9 @@ def build(texts: dict[str, str], out: Path, seed: int = 0, dev_fraction: float =
             (out / f"{prefix}_{split}.json").write_text(json.dumps(squad_file(articles, version), ensure_ascii=False),
                                                         encoding="utf-8")
         counts[f"squad_{split}_answerable"], counts[f"squad_{split}_impossible"] = answerable, impossible
-    (out / "about.json").write_text(json.dumps({"sources": sorted(texts), "seed": seed, **counts}, indent=2) + "\n")
+    digest = hashlib.sha256("".join(texts[name] for name in sorted(texts)).encode("utf-8")).hexdigest()[:12]
+    (out / "about.json").write_text(json.dumps({"sources": sorted(texts), "sources_sha256": digest, "seed": seed,
+                                                **counts}, indent=2) + "\n")
     return counts
 
 

@@ -76,3 +76,16 @@ def test_the_builder_writes_squad_and_conll_that_bertwb_reads(tmp_path: Path):
     build({"policy.txt": PROSE * 3}, again, seed=1, dev_fraction=0.3, context_chars=200)
     for path in tmp_path.glob("*.*"):
         assert (again / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_the_report_names_the_source_text_by_its_digest_so_two_runs_data_can_be_told_apart(tmp_path: Path):
+    from finetune_parity import data_line  # noqa: PLC0415 (torch loads with it)
+
+    build({"policy.txt": PROSE * 3}, tmp_path / "a", seed=1, dev_fraction=0.3, context_chars=200)
+    build({"policy.txt": PROSE * 3 + "\nOne more paragraph that a newer package version added to the manual.\n"},
+          tmp_path / "b", seed=1, dev_fraction=0.3, context_chars=200)
+    lines = [data_line(tmp_path / name) for name in ("a", "b")]
+    digests = [json.loads((tmp_path / name / "about.json").read_text())["sources_sha256"] for name in ("a", "b")]
+    assert digests[0] != digests[1] and all(len(digest) == 12 for digest in digests)
+    assert all(f"--source policy.txt` (their text's sha256 {digest}), seed 1" in line
+               for line, digest in zip(lines, digests, strict=True))
