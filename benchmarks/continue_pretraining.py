@@ -51,6 +51,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from _common import REPO, append_report, cpu_model
 
 MINILM = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / \
@@ -227,6 +228,9 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
     seconds = bertwb(project, "pretrain", "--set", f"pretrain.max_hours={args.hours}")
     after = evaluate(project)
     summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
+    settings = yaml.safe_load((project / "bertwb.yaml").read_text())["pretrain"]
+    heads = (f"; the new MLM head alone for the first {settings['heads_first']:.0%} of the run, at "
+             f"{settings.get('heads_lr_scale', 1):g}× the encoder's rate" if settings.get("heads_first") else "")
     models = {"published": str(imported), "adapted": "pretrain"}
     scores = {task: finetune(project, work / "data", models, args.seeds, args, task) for task in TASKS}
     gains = {task: statistics.mean(by_model["adapted"]) - statistics.mean(by_model["published"])
@@ -249,7 +253,7 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
         f"{data['paragraphs']:,} prose paragraphs, {data['pretrain_chars']:,} characters for pre-training. "
         f"Tasks, from paragraphs pre-training never saw: {_tasks_line(data)}.",
         f"Continued pre-training: init --recipe continue, {summary['steps_done']:,} steps in "
-        f"{seconds / 60:.1f} min (max_hours {args.hours}; {ended} ended it). Fine-tuning: {args.epochs} epochs, "
+        f"{seconds / 60:.1f} min (max_hours {args.hours}; {ended} ended it{heads}). Fine-tuning: {args.epochs} epochs, "
         f"lr {args.lr}, batch {args.batch}, the same for both.",
         "",
         "| model | masked-word accuracy, held-out domain text | task | dev accuracy per seed | mean ± sd |",

@@ -1,10 +1,10 @@
 """Typed configuration: one dataclass per section of ``bertwb.yaml``, each field with a one-line doc.
 
 A field declares its range (``min``/``max``) and whether it changes a stage's outputs: ``cache=False`` keeps
-how-to-compute knobs (devices, threads, logging) out of every stage key. A ``dict[str, Section]`` field holds
-named sub-sections (``finetune.tasks.<name>``); with ``inherit=True`` each starts from its parent's values for
-the fields they share, so `TrainingConfig` is declared once for pretrain and every task. This module says
-what is valid; reading the file and ``--set`` into it is :mod:`bertwb.configfile`.
+how-to-compute knobs (devices, threads) out of every stage key, and an ``added`` option enters one only off its
+default (workspaces built before it stay fresh). A ``dict[str, Section]`` field holds named sub-sections
+(``finetune.tasks.<name>``); with ``inherit=True`` each starts from its parent's values for the fields they
+share, so `TrainingConfig` is declared once. Reading the file and ``--set`` into it is :mod:`bertwb.configfile`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ SEED_MAX = 2**32 - 1  # what every seed reaches (numpy, torch with a rank added,
 
 
 def option(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
-           cache: bool = True, inherit: bool = False) -> Any:
-    """A config field with its doc, range and whether it belongs in the stage key."""
-    meta = {"doc": doc, "min": min, "max": max, "cache": cache, "inherit": inherit}
+           cache: bool = True, inherit: bool = False, added: bool = False) -> Any:
+    """A config field with its doc, range and whether it belongs in the stage key (``added``: only off its default)."""
+    meta = {"doc": doc, "min": min, "max": max, "cache": cache, "inherit": inherit, "added": added}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -175,6 +175,13 @@ class TrainingConfig:
     checkpoint_every: int = option(100, "Steps between checkpoints; one is also written at the end and "
                                    "on Ctrl-C/SIGTERM.", min=1, cache=False)
     keep_checkpoints: int = option(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
+    heads_first: float = option(0.0, "Share of the run (its steps, or its hours under max_hours) in which only the "
+                                "heads train, the encoder's learning rate held at 0: a head made anew fits the "
+                                "published encoder before its gradients reach it (LP-FT, Kumar et al. 2022).",
+                                min=0.0, max=1.0, added=True)
+    heads_lr_scale: float = option(1.0, "The heads' learning rate as a multiple of lr (the encoder's), for heads "
+                                   "made anew; the tied word embeddings are the encoder's.", min=0.0, max=1000.0,
+                                   added=True)
 
     def steps_wanted(self, steps_per_epoch: int) -> int:
         """The optimizer steps these settings ask for: ``steps``, or ``epochs`` passes of ``steps_per_epoch``."""
@@ -364,12 +371,14 @@ class Config:
     def cache_params(self, path: str) -> dict[str, Any]:
         """The values of the section at ``path`` that change a stage's outputs, for the stage key.
 
-        Named sub-sections are left out: each is the key of a stage instance of its own.
+        Named sub-sections are left out: each is the key of a stage instance of its own, and so is an
+        ``added`` option at its default: the key of a workspace built before it existed stays the same.
         """
         sec = self.section(path)
         hints = typing.get_type_hints(type(sec))
         return {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
-                if f.metadata.get("cache", True) and not is_subsections(hints[f.name])}
+                if f.metadata.get("cache", True) and not is_subsections(hints[f.name])
+                and not (f.metadata.get("added") and getattr(sec, f.name) == f.default)}
 
 
 def is_subsections(hint: Any) -> bool:

@@ -136,8 +136,9 @@ def _why_changed(manifest: dict[str, Any], parts: dict[str, Any]) -> str:
     for section, params in parts["params"].items():
         old = manifest.get("params", {}).get(section, {})
         for key in sorted(set(params) | set(old)):
-            if old.get(key) != params.get(key):
-                changes.append(f"{section}.{key} {old.get(key)!r} → {params.get(key)!r}")
+            if old.get(key) != params.get(key):  # absent on one side: an ``added`` option at its default
+                was, now = (repr(side[key]) if key in side else "default" for side in (old, params))
+                changes.append(f"{section}.{key} {was} → {now}")
     for dep, identity in parts["deps"].items():
         old_identity = manifest.get("deps", {}).get(dep)
         if old_identity != identity:

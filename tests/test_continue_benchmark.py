@@ -90,7 +90,8 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
         assert mean.startswith(f"{per_seed}% ± 0.0"), mean  # one seed: its score, no spread
     assert re.search(r"which of sea, sky a sentence comes from \(\d+ train / \d+ dev, the largest class", result.stdout)
     pretrained = re.search(r"init --recipe continue, (\d+) steps in [\d.]+ min \(max_hours 0.0003; "
-                           r"(the hours|the recipe's epochs) ended it\)", result.stdout)
+                           r"(the hours|the recipe's epochs) ended it; the new MLM head alone for the first 20% of "
+                           r"the run, at 10× the encoder's rate\)", result.stdout)
     assert pretrained and int(pretrained[1]) >= 1, result.stdout
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
     assert heading.startswith("## Continued pre-training of a published BERT — ") and heading.endswith(" UTC")

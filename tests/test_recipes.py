@@ -139,6 +139,7 @@ def test_continue_from_a_masked_lm_folder_trains_without_nsp(tmp_path: Path):
     assert cfg.pretrain.nsp is False and cfg.pairs.random_next_prob == 0
     assert cfg.vocab.from_file == str(tmp_path / "hf" / "tokenizer.json")
     assert "NSP head start anew here" in project.config.read_text()
+    assert cfg.pretrain.heads_first == 0 and cfg.pretrain.heads_lr_scale == 1  # its MLM head was trained
     project.run("run", "--until", "pretrain", "--set", "pretrain.steps=2", "--set", "pretrain.batch_size=8")
     metrics = run_metrics(project)
     assert all(m["loss"] == m["mlm_loss"] for m in metrics)
@@ -146,3 +147,22 @@ def test_continue_from_a_masked_lm_folder_trains_without_nsp(tmp_path: Path):
     trained = _state(project.workspace / "pretrain")["bert.embeddings.tokens.weight"]
     assert trained.shape == embeddings.shape and not torch.equal(trained, embeddings)  # trained on from them
     assert (trained - embeddings).abs().max() < 0.01  # two steps at 5e-5 from them
+
+
+def test_continue_from_a_model_without_heads_trains_its_new_mlm_head_alone_first(tmp_path: Path):
+    """A sentence-embedding BERT (a bare ``BertModel``, as all-MiniLM-L6-v2 ships) has no MLM head: the recipe
+    gives the new one the first fifth of the run alone, at ten times the encoder's rate (LP-FT)."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model  # noqa: PLC0415
+
+    tiny_published_model(tmp_path / "hf", transformers, "BertModel", pad_to=64)
+    project = _project(tmp_path / "p", "--recipe", "continue", "--from", str(tmp_path / "hf"))
+    cfg = load_config(project.config)
+    assert cfg.pretrain.nsp is False and cfg.pretrain.heads_first == 0.2 and cfg.pretrain.heads_lr_scale == 10
+    text = project.config.read_text()
+    assert "MLM head and NSP head start anew here" in text and "LP-FT" in text
+    project.run("run", "--until", "pretrain", "--set", "pretrain.steps=10", "--set", "pretrain.batch_size=8",
+                "--set", "pretrain.log_every=1")
+    metrics = run_metrics(project)
+    assert [m["encoder_lr"] for m in metrics] == [0.0, 0.0, *(m["lr"] for m in metrics[2:])]  # steps 0, 1 of 10
+    assert all(m["lr"] > 0 for m in metrics)

@@ -3,7 +3,8 @@
 DIR is any model directory `model.init_from` reads (an ``import-hf`` folder, a Hugging Face BERT folder, an
 export) with its own tokenizer, which becomes ``vocab.from_file``: its weights know those ids only. NSP is
 trained only when the weights hold an NSP head that was trained (an import's import.json names the heads
-it made anew). Settings follow domain-adaptive pre-training (Gururangan et al. 2020).
+it made anew). Settings follow domain-adaptive pre-training (Gururangan et al. 2020); a new MLM head (a
+model that ships none) learns alone for the first part of the run, then with the encoder (LP-FT).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from bertwb.recipes.base import Recipe
 
 _HEADS = {"MLM head": ("cls.predictions.", "mlm_head."), "NSP head": ("cls.seq_relationship.", "nsp_head.")}
 SEQ_LENGTH = 128
+HEADS_FIRST = 0.2  # of the run: the new MLM head alone, then everything
+HEADS_LR_SCALE = 10.0  # the new head's rate over the encoder's 5e-5: 5e-4, a from-scratch BERT's order
 
 
 def continue_recipe(directory: Path, source: Path) -> Recipe:
@@ -67,6 +70,11 @@ def continue_recipe(directory: Path, source: Path) -> Recipe:
     recipe.set("pretrain.warmup_steps", 0, "0: warmup_fraction decides")
     recipe.set("pretrain.warmup_fraction", 0.06, "DAPT's and TAPT's warm-up: 6% of the steps")
     recipe.set("pretrain.adam_beta2", 0.98, "DAPT's Adam beta2 (RoBERTa's), steadier with large updates early")
+    if "MLM head" in made_anew:
+        recipe.set("pretrain.heads_first", HEADS_FIRST, "the new MLM head learns alone first, so its random "
+                   "predictions' gradients do not move the published encoder (LP-FT, Kumar et al. 2022)")
+        recipe.set("pretrain.heads_lr_scale", HEADS_LR_SCALE, "a new head learns at a from-scratch rate; the "
+                   "encoder keeps the gentle one")
     return recipe
 
 

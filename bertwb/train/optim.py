@@ -1,9 +1,10 @@
 """The optimizer and the learning-rate schedule every training stage uses.
 
-AdamW (decoupled weight decay; fused where torch has the kernel) or LAMB (You et al. 2019); no decay
-on biases and LayerNorm (every parameter with fewer than two dimensions). The learning rate warms up
-linearly to its peak, then decays linearly towards 0 at the last step, or, under a time budget, at the
-end of the hours: there the share of the budget spent is the schedule's progress, not the step.
+AdamW (fused where torch has the kernel) or LAMB (You et al. 2019); no decay on biases and LayerNorm
+(tensors of fewer than two dimensions); with ``heads_first`` or ``heads_lr_scale``, the encoder and the
+heads in groups apart, so `set_rates` can hold one or scale the other. The rate warms up linearly to its
+peak, then decays linearly towards 0 at the last step, or, under a time budget, at the end of the hours:
+there the share of the budget spent is the schedule's progress, not the step.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ def build_optimizer(settings: TrainingConfig, model: torch.nn.Module) -> torch.o
     tensor instead of a dozen, without temporaries the size of the (V, H) embedding.
     """
     p = settings
-    decay = [t for t in model.parameters() if t.ndim >= 2]  # Linear and Embedding weights (tied one once)
-    no_decay = [t for t in model.parameters() if t.ndim < 2]  # biases, LayerNorm weights and biases
-    groups = [{"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = _param_groups(settings, model)
     betas = (p.adam_beta1, p.adam_beta2)
     if p.optimizer == "lamb":
         return Lamb(groups, lr=p.lr, betas=betas, eps=p.adam_eps)
@@ -32,6 +31,35 @@ def build_optimizer(settings: TrainingConfig, model: torch.nn.Module) -> torch.o
         return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps, fused=True)
     except RuntimeError:  # no fused kernel for this device in this torch: the for-each / per-tensor update
         return torch.optim.AdamW(groups, lr=p.lr, betas=betas, eps=p.adam_eps)
+
+
+def _param_groups(settings: TrainingConfig, model: torch.nn.Module) -> list[dict[str, Any]]:
+    """Decayed and undecayed tensors; as the encoder's and the heads' when the two learn apart.
+
+    The encoder is ``model.bert``, every model class's body; the MLM decoder's weight is its word embeddings
+    (one tensor, tied), so a held encoder holds the decoder too. Without the two options: the two groups of
+    before, so older checkpoints resume.
+    """
+    def split(tensors: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
+        return [{"params": [t for t in tensors if t.ndim >= 2], "weight_decay": settings.weight_decay, **extra},
+                {"params": [t for t in tensors if t.ndim < 2], "weight_decay": 0.0, **extra}]
+
+    tensors = list(model.parameters())  # each once: the tied decoder weight is the embedding's
+    if not settings.heads_first and settings.heads_lr_scale == 1.0:
+        return split(tensors)
+    encoder = {id(t) for t in model.bert.parameters()}
+    return [*split([t for t in tensors if id(t) in encoder], encoder=True),
+            *split([t for t in tensors if id(t) not in encoder], lr_scale=settings.heads_lr_scale)]
+
+
+def set_rates(optimizer: torch.optim.Optimizer, lr: float, heads_only: bool) -> None:
+    """The step's rate on every group: ``lr`` times the group's scale, and 0 on the encoder while ``heads_only``.
+
+    A held encoder still computes its gradients and Adam's moments of them (lr 0 is the only hold that DDP
+    and a resumed optimizer take as they are), so when it joins, its first updates are already well scaled.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0 if heads_only and group.get("encoder") else lr * group.get("lr_scale", 1.0)
 
 
 def schedule_for(settings: TrainingConfig, total_steps: int, timed: bool = False) -> LinearWarmupDecay:

@@ -32,7 +32,7 @@ from bertwb.train.budget import TimeBudget
 from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective
-from bertwb.train.optim import build_optimizer, schedule_for
+from bertwb.train.optim import build_optimizer, schedule_for, set_rates
 from bertwb.train.runs import checkpoint_path
 from bertwb.workspace import building, open_append, write_text_atomic
 
@@ -71,7 +71,7 @@ class Trainer:
         self.stopped_early_at: int | None = None
         self.last: dict[str, Any] = {}
         self.events: tensorboard.EventWriter | None = None  # while `fit` runs, on rank 0, with the extra
-        self.lr = 0.0
+        self.lr = self.encoder_lr = 0.0  # the last step's: the schedule's, and the encoder's (0 under heads_first)
         torch.manual_seed(settings.seed + self.dist.rank)  # dropout differs per rank; the model's init does not
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -154,12 +154,13 @@ class Trainer:
                 (loss * world).backward()
         if self.settings.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
-        lr = self.schedule.lr(step, max(self.time_share, step / self.total_steps) if self.budget.enabled else None)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        progress = max(self.time_share, step / self.total_steps) if self.budget.enabled else None
+        lr = self.schedule.lr(step, progress)
+        heads_only = (step / self.total_steps if progress is None else progress) < self.settings.heads_first
+        set_rates(self.optimizer, lr, heads_only)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.lr = lr
+        self.lr, self.encoder_lr = lr, 0.0 if heads_only else lr
 
     def _accumulate(self, window: torch.Tensor, sums: torch.Tensor, batch: Any) -> None:
         """Add one micro-batch's statistics to ``window``, on the device, without waiting for it.
@@ -227,6 +228,7 @@ class Trainer:
         else:
             eta, by_steps = (now - self.started) / max(done - self.start_step, 1) * (self.total_steps - done), True
         metrics = {"step": done, **self.objective.rates(totals), "lr": self.lr,
+                   **({"encoder_lr": self.encoder_lr} if self.settings.heads_first else {}),
                    "tokens_per_s": round(totals["n_tokens"] / seconds, 1), "eta_s": round(eta, 1),
                    "epoch": round(done / self.data.steps_per_epoch, 4), **valid_metrics}
         self.clock = now
