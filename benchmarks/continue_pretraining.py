@@ -51,7 +51,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 from _common import REPO, append_report, cpu_model
 
 MINILM = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / \
@@ -227,8 +226,8 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
     before = evaluate(project, str(imported))
     seconds = bertwb(project, "pretrain", "--set", f"pretrain.max_hours={args.hours}")
     after = evaluate(project)
-    summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
-    settings = yaml.safe_load((project / "bertwb.yaml").read_text())["pretrain"]
+    manifest = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())
+    summary, settings = manifest["summary"], manifest["params"]["pretrain"]  # the settings the run used
     heads = (f"; the new MLM head alone for the first {settings['heads_first']:.0%} of the run, at "
              f"{settings.get('heads_lr_scale', 1):g}× the encoder's rate" if settings.get("heads_first") else "")
     models = {"published": str(imported), "adapted": "pretrain"}
