@@ -4,9 +4,10 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
        ``python benchmarks/continue_pretraining.py budget [--hours 0.25] --corpus FILE... ...``
 
 * **Text** (``--corpus``, default the Python 3.11 documentation and the Debian Policy Manual under
-  /work/english; ``--debian-docs`` adds two files written here from Debian packages: the Linux kernel's
+  /work/english, which ``benchmarks/english_text.py`` writes with twelve more manuals from Debian packages,
+  about 130 MB, 50 MB of it prose; ``--debian-docs`` adds two of them, written here: the Linux kernel's
   documentation, the ``.rst`` and ``.txt`` files of ``linux-doc``, and Perl's manual, the ``.pod`` files of
-  ``perl-doc`` with their ``X<...>`` markup taken out; about 37 MB, 13 MB of it prose). Prose paragraphs
+  ``perl-doc`` with their ``X<...>`` markup taken out; about 46 MB, 18 MB of it prose). Prose paragraphs
   only (blocks between blank lines that start at the margin, are not markup, lists or code, hold mostly
   letters and end a sentence), one per document, in ``paragraphs`` format. Each paragraph goes, by a
   seeded hash, to the pre-training corpus (``1 - --task-fraction``) or to the task's paragraphs, so the
@@ -31,14 +32,15 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
   corpus with ``pretrain.max_hours`` = H: the same wall time of training. Each evaluates on its own
   held-out pairs (their masking differs: compare the fine-tune scores), then both fine-tune each task.
 
-Both append a section to BENCHMARKS.md (``--no-append``: print it only), whatever it shows.
+``--pretrain-set KEY=VALUE ...`` puts pretrain settings over the recipe's in every pre-training run (an
+ablation, e.g. ``heads_first=0``); the report's Script line keeps them. Both modes append a section to
+BENCHMARKS.md (``--no-append``: print it only), whatever it shows.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import hashlib
 import json
 import os
@@ -51,6 +53,7 @@ import sys
 import time
 from pathlib import Path
 
+import english_text
 from _common import REPO, append_report, cpu_model
 
 MINILM = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / \
@@ -78,19 +81,12 @@ def prose_paragraphs(path: Path, max_chars: int) -> list[str]:
 
 
 def debian_docs(out: Path) -> list[Path]:
-    """The kernel's documentation and Perl's manual as two text files under ``out`` (see the docstring)."""
-    kernel = sorted(path for pattern in ("*.rst.gz", "*.txt.gz")
-                    for path in Path("/usr/share/doc").glob(f"linux-doc-*/Documentation/**/{pattern}"))
-    pods = sorted({path.resolve() for path in Path("/usr/share/perl").glob("*/pod/*.pod")})  # 5.36 -> 5.36.0
-    if not kernel or not pods:
-        sys.exit("--debian-docs reads the packages linux-doc and perl-doc: `sudo apt-get install linux-doc perl-doc`")
+    """The kernel's documentation and Perl's manual as two text files under ``out``, as english_text writes them."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {out / "linux_doc.txt": [gzip.decompress(path.read_bytes()).decode("utf-8", "replace") for path in kernel],
-             out / "perl_pod.txt": [re.sub(r"[A-Z]<+([^<>]*?)>+", r"\1", path.read_text("utf-8", "replace"))
-                                    for path in pods]}
-    for path, texts in files.items():
-        path.write_text("".join(texts), encoding="utf-8")
-    return list(files)
+    sources = [source for source in english_text.SOURCES if source.name in ("linux_doc", "perl_pod")]
+    if any(english_text.write_source(source, out) is None for source in sources):
+        sys.exit("--debian-docs reads the packages linux-doc and perl-doc: `sudo apt-get install linux-doc perl-doc`")
+    return [out / f"{source.name}.txt" for source in sources]
 
 
 def _to_task(paragraph: str, seed: int, fraction: float) -> bool:
@@ -193,6 +189,11 @@ def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int]
     return scores
 
 
+def _pretrain_sets(args: argparse.Namespace) -> list[str]:
+    """``--pretrain-set`` as bertwb's ``--set pretrain.KEY=VALUE`` options, for every pre-training run."""
+    return [item for setting in args.pretrain_set for item in ("--set", f"pretrain.{setting}")]
+
+
 def _spread(values: list[float]) -> str:
     mean = statistics.mean(values)
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -224,7 +225,7 @@ def run_continue(args: argparse.Namespace, work: Path, data: dict) -> tuple[str,
     read_paragraphs(project / "bertwb.yaml")
     bertwb(project, "run", "--until", "pairs")
     before = evaluate(project, str(imported))
-    seconds = bertwb(project, "pretrain", "--set", f"pretrain.max_hours={args.hours}")
+    seconds = bertwb(project, "pretrain", "--set", f"pretrain.max_hours={args.hours}", *_pretrain_sets(args))
     after = evaluate(project)
     manifest = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())
     summary, settings = manifest["summary"], manifest["params"]["pretrain"]  # the settings the run used
@@ -288,7 +289,7 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, s
     for name, project, extra in (("budget recipe", budget, []),
                                  ("demo defaults", demo, ["--set", f"pretrain.max_hours={args.hours}",
                                                           "--set", "pretrain.steps=10000000"])):
-        seconds = bertwb(project, "run", "--until", "pretrain", *extra)
+        seconds = bertwb(project, "run", "--until", "pretrain", *extra, *_pretrain_sets(args))
         summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
         scores = {task: finetune(project, work / "data", {"model": "pretrain"}, args.seeds, args, task)["model"]
                   for task in TASKS}
@@ -338,8 +339,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "continue_pretraining")
+    parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="pretrain settings over the recipe's for every pre-training run, e.g. heads_first=0")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
+    for setting in args.pretrain_set:
+        if "=" not in setting or setting.startswith("="):
+            parser.error(f"--pretrain-set {setting}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
     args.hours = args.hours or (1.0 if args.mode == "continue" else 0.25)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     work = args.work / args.mode

@@ -78,7 +78,8 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
                              "--corpus", *map(str, corpus), "--model", str(tmp_path / "published"),
                              "--hours", "0.0003", "--task-fraction", "0.3", "--max-train-pairs", "40", "--seeds", "0",
                              "--epochs", "1", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
-                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                             "--pretrain-set", "heads_lr_scale=5", "--no-append"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
     rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
@@ -91,7 +92,15 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
     assert re.search(r"which of sea, sky a sentence comes from \(\d+ train / \d+ dev, the largest class", result.stdout)
     pretrained = re.search(r"init --recipe continue, (\d+) steps in [\d.]+ min \(max_hours 0.0003; "
                            r"(the hours|the recipe's epochs) ended it; the new MLM head alone for the first 20% of "
-                           r"the run, at 10× the encoder's rate\)", result.stdout)
+                           r"the run, at 5× the encoder's rate\)", result.stdout)  # --pretrain-set, not 10×
     assert pretrained and int(pretrained[1]) >= 1, result.stdout
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
     assert heading.startswith("## Continued pre-training of a published BERT — ") and heading.endswith(" UTC")
+
+
+def test_a_pretrain_setting_without_a_value_is_refused_before_any_work(tmp_path):
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), "budget",
+                             "--pretrain-set", "heads_first", "--work", str(tmp_path / "work")],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--pretrain-set heads_first: give KEY=VALUE" in result.stderr
+    assert not (tmp_path / "work").exists()
