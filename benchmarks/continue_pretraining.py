@@ -33,8 +33,11 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
   held-out pairs (their masking differs: compare the fine-tune scores), then both fine-tune each task.
 
 ``--pretrain-set KEY=VALUE ...`` puts pretrain settings over the recipe's in every pre-training run (an
-ablation, e.g. ``heads_first=0``); the report's Script line keeps them. Both modes append a section to
-BENCHMARKS.md (``--no-append``: print it only), whatever it shows.
+ablation, e.g. ``heads_first=0``); the report's Script line keeps them. ``budget --reuse`` fine-tunes the
+models of the earlier run in ``--work`` again with this run's ``--epochs``, ``--lr``, ``--batch`` and
+``--seeds`` (tasks of their own names), and names that run's command: a fine-tuning protocol can change
+without 30 minutes of pre-training again. Both modes append a section to BENCHMARKS.md (``--no-append``:
+print it only), whatever it shows.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int]
     scores: dict[str, list[float]] = {}
     for name, init_from in models.items():
         for seed in seeds:
-            run = f"{task}_{name}_s{seed}"
+            run = f"{task}_{name}_s{seed}{args.finetune_suffix}"
             prefix = f"finetune.tasks.{run}"
             bertwb(project, "finetune", run, "--set", f"{prefix}.type=classify",
                    "--set", f"{prefix}.train={data / 'task' / files.format('train')}",
@@ -198,6 +201,10 @@ def _spread(values: list[float]) -> str:
     mean = statistics.mean(values)
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{100 * mean:.1f}% ± {100 * spread:.1f}"
+
+
+def _with_seeds(values: list[float]) -> str:
+    return f"{_spread(values)} ({' / '.join(f'{100 * value:.1f}' for value in values)})"
 
 
 def _command() -> str:
@@ -277,27 +284,29 @@ def _tasks_line(data: dict) -> str:
 def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, str]:
     corpus = str(work / "data" / "corpus")
     budget, demo = work / "budget", work / "demo"
-    bertwb(work, "init", str(budget), "--recipe", "budget", "--hours", str(args.hours), "--input", corpus)
-    read_paragraphs(budget / "bertwb.yaml")
-    bertwb(budget, "ingest")
-    bertwb(work, "init", str(budget), "--recipe", "budget", "--hours", str(args.hours), "--input", corpus, "--force")
-    read_paragraphs(budget / "bertwb.yaml")
-    demo.mkdir()
-    shutil.copy(REPO / "bertwb.yaml", demo / "bertwb.yaml")
-    read_paragraphs(demo / "bertwb.yaml", corpus)
+    if not args.reuse:
+        bertwb(work, "init", str(budget), "--recipe", "budget", "--hours", str(args.hours), "--input", corpus)
+        read_paragraphs(budget / "bertwb.yaml")
+        bertwb(budget, "ingest")
+        bertwb(work, "init", str(budget), "--recipe", "budget", "--hours", str(args.hours), "--input", corpus,
+               "--force")
+        read_paragraphs(budget / "bertwb.yaml")
+        demo.mkdir()
+        shutil.copy(REPO / "bertwb.yaml", demo / "bertwb.yaml")
+        read_paragraphs(demo / "bertwb.yaml", corpus)
     results = {}
     for name, project, extra in (("budget recipe", budget, []),
                                  ("demo defaults", demo, ["--set", f"pretrain.max_hours={args.hours}",
                                                           "--set", "pretrain.steps=10000000"])):
-        seconds = bertwb(project, "run", "--until", "pretrain", *extra, *_pretrain_sets(args))
+        seconds = 0.0 if args.reuse else bertwb(project, "run", "--until", "pretrain", *extra, *_pretrain_sets(args))
         summary = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())["summary"]
         scores = {task: finetune(project, work / "data", {"model": "pretrain"}, args.seeds, args, task)["model"]
                   for task in TASKS}
         results[name] = (summary, evaluate(project), scores, seconds)
     head = [line for line in (budget / "bertwb.yaml").read_text().splitlines()
             if line.startswith("#   ") and not line.startswith("#   bertwb")]
-    rows = [f"| {name} | {s['preset']} | {s['steps_done']:,} | {100 * acc:.1f}% | {_spread(scores['next'])} | "
-            f"{_spread(scores['source'])} |" for name, (s, acc, scores, _) in results.items()]
+    rows = [f"| {name} | {s['preset']} | {s['steps_done']:,} | {100 * acc:.1f}% | {_with_seeds(scores['next'])} | "
+            f"{_with_seeds(scores['source'])} |" for name, (s, acc, scores, _) in results.items()]
     (budget_run, _, budget_scores, _), (demo_run, _, demo_scores, _) = results.values()
     headline = (f"{args.hours:g} h from scratch: source task dev accuracy **{_spread(budget_scores['source'])}** "
                 f"with the budget recipe ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs "
@@ -311,12 +320,15 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, s
         f"Script: `{_command()}`: init --recipe budget against the demo's defaults; corpus "
         f"{', '.join(p.name for p in args.corpus)} ({data['pretrain_chars']:,} "
         "characters of prose); both train for the same hours (`pretrain.max_hours`). "
-        f"Tasks: {_tasks_line(data)}. What init measured:",
+        f"Tasks: {_tasks_line(data)}. Fine-tuning: {args.epochs} epochs, lr {args.lr}, batch {args.batch}, seeds "
+        f"{', '.join(map(str, args.seeds))}, the same for both."
+        + (f" Pre-trained by an earlier run, fine-tuned again here: `{data['command']}`." if args.reuse else "")
+        + " What init measured:",
         "",
         *[f"    {line[4:]}" for line in head],
         "",
-        "| config | preset | steps | masked-word accuracy (own held-out pairs) | next: dev accuracy | "
-        "source: dev accuracy |",
+        "| config | preset | steps | masked-word accuracy (own held-out pairs) | next: dev accuracy (per seed) | "
+        "source: dev accuracy (per seed) |",
         "|---|---|---|---|---|---|",
         *rows,
         "",
@@ -341,24 +353,47 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "continue_pretraining")
     parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="pretrain settings over the recipe's for every pre-training run, e.g. heads_first=0")
+    parser.add_argument("--reuse", action="store_true",
+                        help="budget: fine-tune the models an earlier run in --work pre-trained again, with this "
+                        "run's fine-tuning settings (its text, tasks and pre-training kept)")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
+    if args.reuse and args.mode != "budget":
+        parser.error("--reuse fine-tunes an earlier budget run's models again: budget mode only")
     for setting in args.pretrain_set:
         if "=" not in setting or setting.startswith("="):
             parser.error(f"--pretrain-set {setting}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
     args.hours = args.hours or (1.0 if args.mode == "continue" else 0.25)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     work = args.work / args.mode
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    if args.debian_docs:
-        args.corpus = [*args.corpus, *debian_docs(work / "debian")]
-    data = build_data(args.corpus, work / "data", args.max_chars, args.task_fraction, seed=0,
-                      max_train_pairs=args.max_train_pairs)
+    args.finetune_suffix = ""
+    if args.reuse:
+        data, args.corpus = _earlier_run(parser, work)
+        # its own task names: a finished task would otherwise continue (epochs) or be taken as fresh
+        settings = f"{args.epochs}/{args.lr}/{args.batch}".encode()
+        args.finetune_suffix = "_" + hashlib.sha256(settings).hexdigest()[:8]
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        if args.debian_docs:
+            args.corpus = [*args.corpus, *debian_docs(work / "debian")]
+        data = build_data(args.corpus, work / "data", args.max_chars, args.task_fraction, seed=0,
+                          max_train_pairs=args.max_train_pairs)
+        data |= {"command": _command(), "corpus": [str(path) for path in args.corpus]}
+        (work / "run.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     headline, report = (run_continue if args.mode == "continue" else run_budget)(args, work, data)
     print(report)
     if not args.no_append:
         append_report(report, headline)
+
+
+def _earlier_run(parser: argparse.ArgumentParser, work: Path) -> tuple[dict, list[Path]]:
+    """The data and corpus of the run whose models --reuse fine-tunes again; a usage error when there is none."""
+    done = [work / side / ".bertwb" / "manifests" / "pretrain.json" for side in ("budget", "demo")]
+    if not (work / "run.json").is_file() or not all(path.is_file() for path in done):
+        parser.error(f"--reuse: no finished budget run in {work}; run without --reuse first")
+    data = json.loads((work / "run.json").read_text(encoding="utf-8"))
+    return data, [Path(path) for path in data["corpus"]]
 
 
 if __name__ == "__main__":

@@ -98,6 +98,54 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
     assert heading.startswith("## Continued pre-training of a published BERT — ") and heading.endswith(" UTC")
 
 
+def _benchmark(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _budget_rows(report: str) -> dict[str, list[str]]:
+    return {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:] for line in report.splitlines()
+            if line.startswith(("| budget recipe |", "| demo defaults |"))}
+
+
+def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_models_again(tmp_path):
+    corpus = [_manual(tmp_path / "sea.txt", "sea", 80, 1), _manual(tmp_path / "sky.txt", "sky", 80, 2)]
+    common = ["--hours", "0.0003", "--seeds", "0", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
+              "--no-append"]
+    first = _benchmark("budget", "--corpus", *map(str, corpus), "--task-fraction", "0.3", "--max-train-pairs", "40",
+                       "--epochs", "1", *common)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    rows = _budget_rows(first.stdout)
+    assert list(rows) == ["budget recipe", "demo defaults"] and rows["budget recipe"][0] == "tiny", first.stdout
+    for _, steps, mlm, next_task, source in rows.values():
+        assert int(steps.replace(",", "")) >= 1 and 0 <= float(mlm.rstrip("%")) <= 100
+        for cell in (next_task, source):  # one seed: its score, no spread, and the seed's score in brackets
+            mean, per_seed = re.fullmatch(r"([\d.]+)% ± 0\.0 \(([\d.]+)\)", cell).groups()
+            assert mean == per_seed, cell
+    assert "Fine-tuning: 1 epochs, lr 5e-05, batch 8, seeds 0, the same for both." in first.stdout
+    manifests = {side: (tmp_path / "work" / "budget" / side / ".bertwb" / "manifests" / "pretrain.json").read_bytes()
+                 for side in ("budget", "demo")}
+
+    again = _benchmark("budget", "--reuse", "--epochs", "2", "--lr", "1e-4", *common)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "Fine-tuning: 2 epochs, lr 0.0001, batch 8, seeds 0, the same for both. Pre-trained by an earlier run, " \
+           "fine-tuned again here: `python benchmarks/continue_pretraining.py budget --corpus" in again.stdout
+    assert [row[:2] for row in _budget_rows(again.stdout).values()] == [row[:2] for row in rows.values()]
+    for side, manifest in manifests.items():  # the same pre-training, not run again
+        workspace = tmp_path / "work" / "budget" / side / ".bertwb"
+        assert (workspace / "manifests" / "pretrain.json").read_bytes() == manifest
+        tasks = sorted(path.name for path in (workspace / "finetune").iterdir())
+        assert tasks[::2] == ["next_model_s0", "source_model_s0"], tasks  # the first run's two tasks, and two new
+        assert [re.fullmatch(r"(next|source)_model_s0_[0-9a-f]{8}", task)[1] for task in tasks[1::2]] == \
+            ["next", "source"], tasks
+
+
+def test_reuse_needs_an_earlier_budget_run(tmp_path):
+    nothing = _benchmark("budget", "--reuse", "--work", str(tmp_path / "work"), timeout=60)
+    assert nothing.returncode == 2 and "--reuse: no finished budget run in" in nothing.stderr
+    assert _benchmark("continue", "--reuse", timeout=60).returncode == 2
+
+
 def test_a_pretrain_setting_without_a_value_is_refused_before_any_work(tmp_path):
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), "budget",
                              "--pretrain-set", "heads_first", "--work", str(tmp_path / "work")],
