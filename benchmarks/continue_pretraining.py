@@ -365,7 +365,7 @@ def main() -> None:
             parser.error(f"--pretrain-set {setting}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
     args.hours = args.hours or (1.0 if args.mode == "continue" else 0.25)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    work = args.work / args.mode
+    work = args.work.resolve() / args.mode  # bertwb runs in the projects' folders: a relative --work would move
     args.finetune_suffix = ""
     if args.reuse:
         data, args.corpus = _earlier_run(parser, work)
