@@ -295,7 +295,8 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, s
         shutil.copy(REPO / "bertwb.yaml", demo / "bertwb.yaml")
         read_paragraphs(demo / "bertwb.yaml", corpus)
     results = {}
-    for name, project, extra in (("budget recipe", budget, []),
+    changed = f" with {', '.join(args.pretrain_set)}" if args.pretrain_set else ""  # an ablation says so
+    for name, project, extra in ((f"budget recipe{changed}", budget, []),
                                  ("demo defaults", demo, ["--set", f"pretrain.max_hours={args.hours}",
                                                           "--set", "pretrain.steps=10000000"])):
         seconds = 0.0 if args.reuse else bertwb(project, "run", "--until", "pretrain", *extra, *_pretrain_sets(args))
@@ -309,7 +310,7 @@ def run_budget(args: argparse.Namespace, work: Path, data: dict) -> tuple[str, s
             f"{_with_seeds(scores['source'])} |" for name, (s, acc, scores, _) in results.items()]
     (budget_run, _, budget_scores, _), (demo_run, _, demo_scores, _) = results.values()
     headline = (f"{args.hours:g} h from scratch: source task dev accuracy **{_spread(budget_scores['source'])}** "
-                f"with the budget recipe ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs "
+                f"with the budget recipe{changed} ({budget_run['preset']}, {budget_run['steps_done']:,} steps) vs "
                 f"{_spread(demo_scores['source'])} with the demo's defaults ({demo_run['preset']}, "
                 f"{demo_run['steps_done']:,} steps); next {_spread(budget_scores['next'])} vs "
                 f"{_spread(demo_scores['next'])}")
@@ -360,6 +361,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.reuse and args.mode != "budget":
         parser.error("--reuse fine-tunes an earlier budget run's models again: budget mode only")
+    if args.reuse and args.pretrain_set:
+        parser.error("--reuse keeps the earlier run's pre-training: --pretrain-set has nothing to change")
     for setting in args.pretrain_set:
         if "=" not in setting or setting.startswith("="):
             parser.error(f"--pretrain-set {setting}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
@@ -369,6 +372,7 @@ def main() -> None:
     args.finetune_suffix = ""
     if args.reuse:
         data, args.corpus = _earlier_run(parser, work)
+        args.pretrain_set = data.get("pretrain_set", [])  # the earlier run's, which its rows name
         # its own task names: a finished task would otherwise continue (epochs) or be taken as fresh
         settings = f"{args.epochs}/{args.lr}/{args.batch}".encode()
         args.finetune_suffix = "_" + hashlib.sha256(settings).hexdigest()[:8]
@@ -379,7 +383,8 @@ def main() -> None:
             args.corpus = [*args.corpus, *debian_docs(work / "debian")]
         data = build_data(args.corpus, work / "data", args.max_chars, args.task_fraction, seed=0,
                           max_train_pairs=args.max_train_pairs)
-        data |= {"command": _command(), "corpus": [str(path) for path in args.corpus]}
+        data |= {"command": _command(), "corpus": [str(path) for path in args.corpus],
+                 "pretrain_set": args.pretrain_set}
         (work / "run.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     headline, report = (run_continue if args.mode == "continue" else run_budget)(args, work, data)
     print(report)

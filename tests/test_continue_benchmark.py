@@ -105,7 +105,7 @@ def _benchmark(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 def _budget_rows(report: str) -> dict[str, list[str]]:
     return {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:] for line in report.splitlines()
-            if line.startswith(("| budget recipe |", "| demo defaults |"))}
+            if line.startswith(("| budget recipe", "| demo defaults |"))}
 
 
 def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_models_again(tmp_path):
@@ -113,10 +113,11 @@ def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_mod
     common = ["--hours", "0.0003", "--seeds", "0", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
               "--no-append"]
     first = _benchmark("budget", "--corpus", *map(str, corpus), "--task-fraction", "0.3", "--max-train-pairs", "40",
-                       "--epochs", "1", *common)
+                       "--epochs", "1", "--pretrain-set", "eval_batches=1", *common)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    rows = _budget_rows(first.stdout)
-    assert list(rows) == ["budget recipe", "demo defaults"] and rows["budget recipe"][0] == "tiny", first.stdout
+    rows = _budget_rows(first.stdout)  # a setting over the recipe's is named in its row
+    assert list(rows) == ["budget recipe with eval_batches=1", "demo defaults"], first.stdout
+    assert rows["budget recipe with eval_batches=1"][0] == "tiny"
     for _, steps, mlm, next_task, source in rows.values():
         assert int(steps.replace(",", "")) >= 1 and 0 <= float(mlm.rstrip("%")) <= 100
         for cell in (next_task, source):  # one seed: its score, no spread, and the seed's score in brackets
@@ -130,7 +131,8 @@ def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_mod
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "Fine-tuning: 2 epochs, lr 0.0001, batch 8, seeds 0, the same for both. Pre-trained by an earlier run, " \
            "fine-tuned again here: `python benchmarks/continue_pretraining.py budget --corpus" in again.stdout
-    assert [row[:2] for row in _budget_rows(again.stdout).values()] == [row[:2] for row in rows.values()]
+    assert {name: row[:2] for name, row in _budget_rows(again.stdout).items()} == \
+        {name: row[:2] for name, row in rows.items()}  # the same runs, named as the earlier run named them
     for side, manifest in manifests.items():  # the same pre-training, not run again
         workspace = tmp_path / "work" / "budget" / side / ".bertwb"
         assert (workspace / "manifests" / "pretrain.json").read_bytes() == manifest
@@ -144,6 +146,9 @@ def test_reuse_needs_an_earlier_budget_run(tmp_path):
     nothing = _benchmark("budget", "--reuse", "--work", str(tmp_path / "work"), timeout=60)
     assert nothing.returncode == 2 and "--reuse: no finished budget run in" in nothing.stderr
     assert _benchmark("continue", "--reuse", timeout=60).returncode == 2
+    ablation = _benchmark("budget", "--reuse", "--pretrain-set", "lr=1e-3", "--work", str(tmp_path / "work"),
+                          timeout=60)
+    assert ablation.returncode == 2 and "--pretrain-set has nothing to change" in ablation.stderr
 
 
 def test_a_pretrain_setting_without_a_value_is_refused_before_any_work(tmp_path):
