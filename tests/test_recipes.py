@@ -85,11 +85,22 @@ def test_budget_recipe_measures_this_machine_and_its_run_stops_at_the_hours(tmp_
     cfg = load_config(project.config)
     assert cfg.pretrain.max_hours == 0.005 and cfg.pretrain.nsp is False and cfg.pairs.random_next_prob == 0
     assert cfg.model.preset == "tiny" and cfg.model.hidden_dropout == 0 and cfg.pairs.masking == "dynamic"
-    assert cfg.pretrain.batch_size == cfg.pretrain.grad_accum * 32 and cfg.pretrain.steps > 0
+    # on a CPU one micro-batch a step: accumulation would buy no speed there, only fewer updates
+    assert (cfg.pretrain.batch_size, cfg.pretrain.grad_accum) == (32, 1) and cfg.pretrain.steps > 0
+    assert "one micro-batch; accumulating buys a CPU no speed" in text
     project.run("run", "--until", "pretrain", "--set", "pretrain.eval_batches=1")  # the fake clock: 1 s a step
     summary = json.loads((project.workspace / "manifests" / "pretrain.json").read_text())["summary"]
     assert summary["stopped_at_budget"] and summary["steps_done"] == 18  # 18 s of 0.005 h: a 19th would pass it
     assert run_metrics(project)[-1]["lr"] < 0.1 * cfg.pretrain.lr
+
+
+def test_budget_batch_accumulates_to_cramming_s_large_batch_on_a_gpu_only():
+    from bertwb.recipes.budget import MAX_BATCH, MIN_STEPS, _batch
+
+    assert _batch(32, 1_000_000, "cpu")[0] == 32  # a CPU: every micro-batch is an update
+    assert _batch(64, 1_000_000, "cuda")[0] == 256  # the power of two that leaves at least MIN_STEPS steps
+    assert 1_000_000 / 256 >= MIN_STEPS > 1_000_000 / 512
+    assert _batch(64, 10**12, "cuda")[0] == MAX_BATCH and _batch(64, 1_000, "cuda")[0] == 64  # capped both ways
 
 
 def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_path: Path):

@@ -4,7 +4,8 @@ The machine is measured with torch (the GPU and its memory, else the CPU threads
 characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training step
 (synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so each); the
 largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most 4 passes
-over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours.
+over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours,
+but for a CPU's batch: one micro-batch a step, as accumulating buys a CPU no speed (see `_batch`).
 """
 
 from __future__ import annotations
@@ -89,16 +90,29 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
         chosen = timing
     micro = _micro_batch(chosen, device)
     sequences = chosen.tokens_per_s * seconds / length
-    batch = max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS)))))
-    steps = max(1, int(sequences / batch))
+    batch = _batch(micro, sequences, device)
+    steps = max(1, int(sequences / batch[0]))
     why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
            else f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any")
     return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, batch, steps, why)
 
 
+def _batch(micro: int, sequences: float, device: str) -> tuple[int, str]:
+    """Sequences an optimizer step, and why. On a GPU, Cramming's large batch by accumulation: as large as
+    leaves about `MIN_STEPS` steps of the ``sequences`` the hours train, at most `MAX_BATCH`. On a CPU, one
+    micro-batch: a CPU's tokens/s do not grow with the batch, so accumulating only cuts the updates (in 15
+    minutes of two cores, 11,388 steps of 32 reached 35.4% masked-word accuracy where 2,888 steps of 128
+    reached 28.4%, on the same held-out pairs: BENCHMARKS.md, 2026-11-27)."""
+    if device != "cuda":
+        return micro, "sequences a step: one micro-batch; accumulating buys a CPU no speed, only fewer updates"
+    return (max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS))))),
+            f"sequences a step: as large as leaves about {MIN_STEPS:,} steps, at most Cramming's {MAX_BATCH:,}")
+
+
 def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[Timing], chosen: Timing, micro: int,
-            batch: int, steps: int, why: str) -> Recipe:
+            batch_and_why: tuple[int, str], steps: int, why: str) -> Recipe:
     size, what = corpus
+    batch, batch_why = batch_and_why
     measured = "; ".join(f"{t.preset} {t.step_seconds:.3f} s ({t.tokens_per_s:,.0f} tokens/s, "
                          f"{t.parameters / 1e6:.1f}M parameters)" for t in timings)
     recipe = Recipe([
@@ -110,9 +124,9 @@ def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[T
         f"#   a training step of {chosen.micro_batch} pairs of {chosen.length} tokens"
         + (" (the mean pair of the ingested documents)" if chosen.length < SEQ_LENGTH else "") + f": {measured}",
         f"#   chosen: {chosen.preset}, {why}; about {steps:,} steps of {batch} sequences fit",
-        "# Cramming's choices (Geiping & Goldstein 2022): MLM only, 128 tokens, a large batch by accumulation,",
-        "# a one-cycle rate that ends with the hours, no dropout, dynamic masks, 25% masking; the MLM head runs",
-        "# at masked positions only. Its batch ramp is left out: the trainer's steps all have one batch size.",
+        "# Cramming's choices (Geiping & Goldstein 2022): MLM only, 128 tokens, a large batch by accumulation",
+        "# (on a GPU), a one-cycle rate that ends with the hours, no dropout, dynamic masks, 25% masking; the MLM",
+        "# head runs at masked positions only. Its batch ramp is left out: the trainer's steps have one batch size.",
         "#   bertwb run            # ingest, vocab, pairs, pretrain until the hours are spent, evaluate",
     ])
     recipe.set("vocab.vocab_size", chosen.vocab_size, "Cramming's 32,768 for a large model; 8,192 keeps a small "
@@ -130,8 +144,7 @@ def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[T
     recipe.set("pretrain.max_hours", hours, "the budget: training stops here, the learning rate at its end")
     recipe.set("pretrain.steps", 3 * steps, f"a cap three times the {steps:,} steps measured to fit; the hours end "
                "the run first")
-    recipe.set("pretrain.batch_size", batch, f"sequences a step: as large as leaves about {MIN_STEPS:,} steps, at "
-               f"most Cramming's {MAX_BATCH:,}")
+    recipe.set("pretrain.batch_size", batch, batch_why)
     recipe.set("pretrain.grad_accum", max(1, batch // micro), f"micro-batches of {micro} a step")
     recipe.set("pretrain.lr", 1e-3, "Cramming's peak rate")
     recipe.set("pretrain.warmup_steps", 0, "0: warmup_fraction decides, of the hours")
