@@ -5,11 +5,11 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
 
 * **Text** (``--corpus``, default the Python 3.11 documentation and the Debian Policy Manual under
   /work/english, which ``benchmarks/english_text.py`` writes with twelve more manuals from Debian packages,
-  about 130 MB, 50 MB of it prose; ``--debian-docs`` adds two of them, written here: the Linux kernel's
+  about 120 MB, 46 MB of it prose; ``--debian-docs`` adds two of them, written here: the Linux kernel's
   documentation, the ``.rst`` and ``.txt`` files of ``linux-doc``, and Perl's manual, the ``.pod`` files of
-  ``perl-doc`` with their ``X<...>`` markup taken out; about 46 MB, 18 MB of it prose). Prose paragraphs
+  ``perl-doc`` with their ``X<...>`` markup taken out; about 37 MB, 13 MB of it prose). Prose paragraphs
   only (blocks between blank lines that start at the margin, are not markup, lists or code, hold mostly
-  letters and end a sentence), one per document, in ``paragraphs`` format. Each paragraph goes, by a
+  letters and end a sentence), each once, one per document, in ``paragraphs`` format. Each paragraph goes, by a
   seeded hash, to the pre-training corpus (``1 - --task-fraction``) or to the task's paragraphs, so the
   task is built from text pre-training never saw.
 * **Tasks** (labels checked by construction), from the task paragraphs, 20% of them dev:
@@ -101,7 +101,12 @@ def build_data(corpus: list[Path], out: Path, max_chars: int, task_fraction: flo
                max_train_pairs: int) -> dict:
     """corpus/text.txt (paragraphs for pre-training) and the tasks' task/{train,dev}.csv (sentence pairs,
     *next*) and task/source_{train,dev}.csv (sentences and their file's name, *source*)."""
-    paragraphs = [(path.stem, p) for path in corpus for p in prose_paragraphs(path, max_chars // len(corpus))]
+    paragraphs, seen = [], set()
+    for path in corpus:  # each paragraph once: manuals repeat boilerplate, and a copy on each side of the
+        for paragraph in prose_paragraphs(path, max_chars // len(corpus)):  # split would put dev rows in train
+            if paragraph not in seen:
+                seen.add(paragraph)
+                paragraphs.append((path.stem, paragraph))
     pretrain = [p for _, p in paragraphs if not _to_task(p, seed, task_fraction)]
     task = [(source, _SENTENCE_END.split(p)) for source, p in paragraphs if _to_task(p, seed, task_fraction)]
     (out / "corpus").mkdir(parents=True, exist_ok=True)

@@ -117,8 +117,14 @@ class Source:
     skip: tuple[str, ...] = ()  # path parts whose files are not read
 
     def files(self) -> list[Path]:
-        found = {path for pattern in self.patterns for path in _glob(self.root, pattern)}
-        return sorted(path for path in found if not set(path.relative_to(self.root).parts) & set(self.skip))
+        """The files to read, each once: a folder reached through a link too (Perl's 5.36 -> 5.36.0) is not
+        read twice."""
+        found: dict[Path, Path] = {}
+        for pattern in self.patterns:
+            for path in _glob(self.root, pattern):
+                if not set(path.relative_to(self.root).parts) & set(self.skip):
+                    found.setdefault(path.resolve(), path)
+        return sorted(found.values())
 
     def blocks(self, files: list[Path]) -> Iterator[str]:
         """The source's text, a block at a time: a whole file, or one HTML paragraph."""
@@ -209,7 +215,9 @@ def main() -> None:
             print(f"{source.name:16} {source.package:22} {source.root}")
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    about, missing = {}, []
+    about_path = args.out / "about.json"  # --only rewrites its sources' records and keeps the others'
+    about = json.loads(about_path.read_text(encoding="utf-8")) if about_path.is_file() else {}
+    missing: list[str] = []
     for source in chosen:
         record = write_source(source, args.out)
         if record is None:
@@ -219,7 +227,7 @@ def main() -> None:
         about[source.name] = record
         print(f"{source.name}: {record['bytes'] / 1e6:,.1f} MB from {record['files']:,} files of "
               f"{source.package} {record['version']}")
-    (args.out / "about.json").write_text(json.dumps(about, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    about_path.write_text(json.dumps(about, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     total = sum(record["bytes"] for record in about.values())
     print(f"{total / 1e6:,.1f} MB in {len(about)} files under {args.out}")
     if missing:

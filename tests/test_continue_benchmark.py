@@ -56,6 +56,12 @@ def test_the_source_task_labels_each_sentence_with_its_manual_and_pretraining_ne
     for row in _rows(tmp_path / "data" / "task" / "train.csv"):
         follows = any(f"{row['sentence1']} {row['sentence2']}" in text for text in texts.values())
         assert follows == (row["label"] == "next"), row
+    # a manual read twice (a folder and a link to it) or boilerplate repeated: each paragraph is used once
+    twice = build_data([*corpus, corpus[0]], tmp_path / "twice", 10**9, task_fraction=0.3, seed=0,
+                       max_train_pairs=10**6)
+    assert twice["paragraphs"] == data["paragraphs"] and twice["source_dev"] == data["source_dev"]
+    train = {row["sentence"] for row in _rows(tmp_path / "twice" / "task" / "source_train.csv")}
+    assert not [row for row in _rows(tmp_path / "twice" / "task" / "source_dev.csv") if row["sentence"] in train]
     again = build_data(corpus, tmp_path / "again", 10**9, task_fraction=0.3, seed=0, max_train_pairs=10**6)
     assert again == data  # seeded: the same rows on every run
     # a cap on training rows still keeps every manual (the files come one after another: a prefix would not)

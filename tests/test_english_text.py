@@ -45,6 +45,7 @@ def test_a_source_becomes_one_file_of_paragraphs_with_its_package_s_version_and_
                                          "the alphabet, and this paragraph says so at length.</p>")
     (root / "api" / "b.html").write_text("<p>Returns the argument unchanged.</p><p>Beta comes second.</p>")
     (root / "api" / "src" / "c.html").write_text("<p>Source code pages are skipped.</p>")
+    (root / "latest").symlink_to(root / "api")  # the same files through a link: read once
     source = Source("manual", "dpkg", root, ("**/*.html",), kind="html", skip=("src",))
     out = tmp_path / "out"
     out.mkdir()
