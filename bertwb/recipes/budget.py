@@ -4,9 +4,8 @@ The machine is measured with torch (the GPU and its memory, else the CPU threads
 characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training step
 (synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so each); the
 largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most 4 passes
-over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours,
-but for a CPU's batch: one micro-batch a step, as accumulating buys a CPU no speed (see `_batch`).
-"""
+over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours
+but for a CPU's batch: one micro-batch a step, as accumulating buys a CPU no speed (see `_batch`)."""
 
 from __future__ import annotations
 
