@@ -48,7 +48,7 @@ class _Paragraphs(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.paragraphs: list[str] = []
         self._open: list[str] = []  # the paragraph elements we are inside: "p" or "div"
-        self._divs: list[bool] = []  # for every open div: is it a javadoc block?
+        self._divs: list[bool] = []  # for every open div: is it a paragraph (javadoc's or DocBook's)?
         self._quiet = 0
         self._text: list[str] = []
 
@@ -157,6 +157,8 @@ SOURCES = (
     Source("linux_doc", "linux-doc", DOC, ("linux-doc-*/Documentation/**/*.rst.gz",
                                            "linux-doc-*/Documentation/**/*.txt.gz")),
     Source("perl_pod", "perl-doc", Path("/usr/share/perl"), ("*/pod/*.pod",), kind="pod"),
+    # every installed package's info manual (coreutils, gnupg, octave...): emacs-common brings Emacs's own, and
+    # about.json's digest tells two machines' sets apart
     Source("gnu_info", "emacs-common", Path("/usr/share/info"), ("*.info.gz", "*.info-*.gz", "emacs/*.gz")),
     Source("postgresql", "postgresql-doc-15", DOC / "postgresql-doc-15" / "html", ("*.html",), kind="html"),
     Source("sqlalchemy", "python-sqlalchemy-doc", DOC / "python-sqlalchemy-doc" / "html", ("**/*.html",),

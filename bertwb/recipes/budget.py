@@ -89,19 +89,18 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
         chosen = timing
     micro = _micro_batch(chosen, device)
     sequences = chosen.tokens_per_s * seconds / length
-    batch = _batch(micro, sequences, device)
-    steps = max(1, int(sequences / batch[0]))
+    batch, batch_why = _batch(micro, sequences, device)
+    steps = max(1, int(sequences / batch))
     why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
            else f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any")
-    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, batch, steps, why)
+    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, (batch, batch_why), steps, why)
 
 
 def _batch(micro: int, sequences: float, device: str) -> tuple[int, str]:
     """Sequences an optimizer step, and why. On a GPU, Cramming's large batch by accumulation: as large as
     leaves about `MIN_STEPS` steps of the ``sequences`` the hours train, at most `MAX_BATCH`. On a CPU, one
-    micro-batch: a CPU's tokens/s do not grow with the batch, so accumulating only cuts the updates (in 15
-    minutes of two cores, 11,388 steps of 32 reached 35.4% masked-word accuracy where 2,888 steps of 128
-    reached 28.4%, on the same held-out pairs: BENCHMARKS.md, 2026-11-27)."""
+    micro-batch: a CPU's tokens/s do not grow with the batch, so accumulating only cuts the updates (measured
+    in BENCHMARKS.md, "Pre-training in a time budget", 2026-11-27 02:04)."""
     if device != "cuda":
         return micro, "sequences a step: one micro-batch; accumulating buys a CPU no speed, only fewer updates"
     return (max(micro, min(MAX_BATCH, 2 ** int(math.log2(max(1.0, sequences / MIN_STEPS))))),
