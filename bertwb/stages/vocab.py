@@ -9,6 +9,7 @@ reads a seeded sample; nothing holds the corpus in memory. On Ray, tasks write `
 
 from __future__ import annotations
 
+import json
 import string
 import time
 import unicodedata
@@ -24,8 +25,9 @@ from tokenizers import Tokenizer, trainers
 
 from bertwb import faults, ui
 from bertwb.config import Config
-from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
-                                   write_tokenizer_files)
+from bertwb.data.scripts import stripping_damages
+from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
+                                   tokenizer_identity, write_tokenizer_files)
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.shard_files import shard_name, write_parquet, written
 from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
@@ -68,9 +70,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
         # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
-        tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
+        tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, _strip_setting(cfg))
+        accents = _Accents(strips_accents(tokenizer), {})
     else:
-        tokenizer, alphabet_seconds, sample = _train_tokenizer(cfg, con)
+        tokenizer, alphabet_seconds, sample, accents = _train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
@@ -103,6 +106,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "sentences": n_sentences,
         "tokens": n_tokens,
         "unk_rate": round(n_unk / max(n_tokens, 1), 6),
+        "strip_accents": _strips(tokenizer, accents.strip),
+        # auto kept accents because stripping would damage these scripts (a few of their characters each)
+        **({"accents_kept_for": ", ".join(f"{name} ({''.join(chars[:5])})" for name, chars in accents.damaged.items())}
+           if accents.damaged else {}),
         # the sample the vocabulary was trained on, and how well it covers the text it never saw
         "train_sentences": sample.sentences if sample is not None else 0,
         "unseen_sentences": tokenised.unseen_sentences,
@@ -121,26 +128,65 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 def from_file_identity(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
     """A ``vocab.from_file`` tokenizer's identity (its content as loaded, padding and truncation off), so a
     changed file at the same path rebuilds the vocabulary; nothing for a trained one (ingest keys that)."""
-    return [tokenizer_identity(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)] if cfg.vocab.from_file else []
+    return [tokenizer_identity(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, _strip_setting(cfg))] \
+        if cfg.vocab.from_file else []
 
 
+def _strip_setting(cfg: Config) -> bool | None:
+    """``vocab.strip_accents`` as a tokenizer takes it: true or false, or None for auto (as BERT, or as a
+    vocab.txt's tokenizer_config.json says)."""
+    return None if cfg.vocab.strip_accents == "auto" else cfg.vocab.strip_accents
+
+
+@dataclass
+class _Accents:
+    """What the vocabulary does with accents: the normaliser's ``strip_accents`` (None: as BERT, when
+    lowercasing), and, when auto kept them, the characters of each script that stripping would have damaged."""
+
+    strip: bool | None
+    damaged: dict[str, list[str]]
+
+
+def _strips(tokenizer: Tokenizer, strip: bool | None) -> bool | str:
+    """Whether the tokenizer strips accents, for the summary; a published normaliser of another kind says so."""
+    if json.loads(tokenizer.to_str()).get("normalizer", {}).get("type") != "BertNormalizer":
+        return "as its own normaliser does"
+    return lowercases(tokenizer, True) if strip is None else strip
+
+
+# v4: vocab.strip_accents auto keeps the accents of a corpus whose scripts BERT's stripping damages (Hangul came
+# out as Jamo): such a corpus gets another vocabulary from the same settings. A corpus without them gets the
+# same tokenizer.json and tokens as v3, so pairs rebuilt on it come out the same and pre-training stays fresh.
 STAGE = Stage(
-    "vocab", version=3, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
+    "vocab", version=4, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
     views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity,
     headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
-def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample]:
+def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, _Accents]:
     """A deterministic WordPiece vocabulary (README, "A deterministic vocabulary"), padded; the seconds of the
-    alphabet pass; and the sample of training sentences it was trained on."""
-    tokenizer = build_tokenizer(None, cfg.vocab.lowercase)
+    alphabet pass; the sample of training sentences it was trained on; and what it does with accents.
+
+    ``strip_accents: auto`` strips as BERT does unless the sample holds characters that stripping damages
+    (`bertwb.data.scripts.stripping_damages`): the alphabet pass, which reads every character anyway, finds
+    them, and then runs again without stripping.
+    """
+    lowercase, strip = cfg.vocab.lowercase, _strip_setting(cfg)
+    tokenizer = build_tokenizer(None, lowercase, strip)
     n_train = con.execute("select count(*) from sentences join documents using (doc_id) "
                           "where split = 'train'").fetchone()[0]
     sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed)
     started = time.perf_counter()
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
-        alphabet, continuing = _alphabet(tokenizer, sample.batches(con, bar, count=True), cfg.vocab.limit_alphabet)
+        alphabet, continuing, present = _alphabet(tokenizer, sample.batches(con, bar, count=True),
+                                                  cfg.vocab.limit_alphabet)
+    damaged = stripping_damages(present) if strip is None and lowercase else {}
+    if damaged:
+        strip = False
+        tokenizer = build_tokenizer(None, lowercase, strip)
+        with ui.progress("vocab: alphabet, accents kept", total=n_train, unit="sentences") as bar:
+            alphabet, continuing, _ = _alphabet(tokenizer, sample.batches(con, bar), cfg.vocab.limit_alphabet)
     alphabet_seconds = time.perf_counter() - started
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
@@ -149,12 +195,13 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingS
         continuing_subword_prefix="##", show_progress=False)
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
         tokenizer.train_from_iterator(sample.batches(con, bar), trainer=trainer, length=sample.sentences)
-    return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, cfg.vocab.lowercase), \
-        alphabet_seconds, sample
+    return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, lowercase, strip), \
+        alphabet_seconds, sample, _Accents(strip, damaged)
 
 
-def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str]]:
-    """The trainer's alphabet and continuation characters, computed in a fixed order.
+def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str], list[str]]:
+    """The trainer's alphabet and continuation characters, computed in a fixed order; and every distinct
+    character of the text before normalisation.
 
     Returns the ``limit`` most frequent characters of the normalised training text (ties broken by the
     character), sorted, and those of them that occur after another character of the same word (the
@@ -172,7 +219,8 @@ def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) ->
     counts[[ord(char) for char in _WHITESPACE]] = 0  # never part of a word
     present = np.flatnonzero(counts)
     kept = np.sort(present[np.lexsort((present, -counts[present]))][:limit])  # by count, then by codepoint
-    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]]
+    raw = np.flatnonzero(table.length >= 0)  # the table learnt every character the text holds
+    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]], [chr(c) for c in raw]
 
 
 class _NormalisingTable:
@@ -269,12 +317,12 @@ def _mix64(values: np.ndarray) -> np.ndarray:
     return values ^ (values >> np.uint64(31))
 
 
-def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
+def _padded(vocab: dict[str, int], multiple: int, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
     """The trained vocabulary with ``[unusedN]`` tokens appended up to a multiple of ``multiple``, as a
     tokenizer whose only special tokens are BERT's five (the trainer also marked the ``##x`` seeds special)."""
     size = len(vocab)
     vocab = {**vocab, **{f"[unused{i}]": size + i for i in range((-size) % multiple)}}
-    tokenizer = build_tokenizer(vocab, lowercase)
+    tokenizer = build_tokenizer(vocab, lowercase, strip_accents)
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
     return tokenizer
 
