@@ -11,6 +11,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from bertwb.data import scripts
@@ -177,3 +179,100 @@ def test_transformers_gives_the_stored_ids_in_nine_languages(tmp_path: Path, ext
     if not extra:  # the defaults on this corpus: whole syllables in transformers too
         pieces = hf.tokenize("한국어는 대한민국")
         assert "".join(pieces).replace("##", "") == "한국어는대한민국" and not any(map(_jamo, pieces))
+
+
+# --- the per-script report ------------------------------------------------------------------------------------
+
+def test_the_summary_warns_when_stripping_splits_hangul(tmp_path: Path):
+    project = _project(tmp_path, SENTENCES["Korean"] + SENTENCES["Greek"])
+    result = project.run("run", "--until", "vocab", "--set", "vocab.strip_accents=true")
+    assert result.exit_code == 0
+    assert "warning: vocab: Hangul: accent stripping splits 100% of its characters into pieces (syllables into " \
+           "Jamo); set vocab.strip_accents to auto or false" in result.output
+    assert "vocab: scripts: script Hangul, of text " in result.output  # the table, as plain lines off a terminal
+    result = project.run("vocab")  # the defaults: no such warning, whole syllables
+    assert result.exit_code == 0 and "warning" not in result.output
+    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
+        rows = con.execute("select script, percent_of_text, percent_altered, warning from vocab_scripts").fetchall()
+    assert {row[0] for row in rows} == {"Hangul", "Greek", "Common"}
+    assert next(row for row in rows if row[0] == "Hangul")[2:] == (0, "")  # nothing altered, no warning
+    assert sum(row[1] for row in rows) == pytest.approx(100, abs=0.1)
+
+
+def test_the_summary_warns_of_text_without_spaces(tmp_path: Path):
+    thai = ["ภาษาไทยเป็นภาษาราชการของประเทศไทยและใช้กันอย่างแพร่หลาย", "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"]
+    project = _project(tmp_path, thai + SENTENCES["Chinese"])
+    result = project.run("run", "--until", "vocab")
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.output  # Chinese characters are one word each already
+    assert warnings[0].startswith("warning: vocab: Thai: written without spaces, so each run of it is one word")
+    assert "cut its text into words before ingest (with PyThaiNLP, say)" in warnings[0]
+    assert _summary(project)["warnings"] == [warnings[0].removeprefix("warning: vocab: ")]
+
+
+def test_the_summary_warns_of_a_script_the_published_vocabulary_lacks(tmp_path: Path):
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "a", "##a"]))
+    (published / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "strip_accents": False}))
+    project = _project(tmp_path, SENTENCES["Korean"] + ["a aa."], "  from_file: published/vocab.txt\n")
+    result = project.run("run", "--until", "vocab")
+    assert "warning: vocab: Hangul: 100% of its words are [UNK]: the vocabulary lacks its characters; use a model " \
+           "whose vocabulary covers it" in result.output
+    latin = next(row for row in _summary(project)["scripts"] if row["script"] == "Latin")
+    assert latin["unk_rate"] == 0 and latin["tokens_per_word"] == 1.5 and latin["warning"] == ""
+
+
+def test_the_report_page_shows_the_scripts_and_their_warnings(tmp_path: Path):
+    project = _project(tmp_path, SENTENCES["Korean"] + SENTENCES["Thai"] + ["ภาษาไทยเป็นภาษาราชการของประเทศไทย"])
+    project.run("run", "--until", "vocab")
+    project.run("report")
+    page = (project.workspace / "report" / "index.html").read_text(encoding="utf-8")
+    assert "<h2>Scripts</h2>" in page and "<td>Hangul</td>" in page and "<td>Thai</td>" in page
+    assert "vocab: Thai: written without spaces" in page
+
+
+# --- any script, random text -----------------------------------------------------------------------------
+
+def _letters(*ranges: tuple[int, int]) -> st.SearchStrategy[str]:
+    return st.one_of(*(st.characters(min_codepoint=low, max_codepoint=high, categories=("L", "M"))
+                       for low, high in ranges))
+
+
+_SCRIPT_LETTERS = [
+    st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZéèñüøçÅÉİßœ"),
+    _letters((0x370, 0x3CE)), _letters((0x400, 0x45F)), _letters((0x4E00, 0x9FFF)), _letters((0x3041, 0x30FA)),
+    _letters((0x0E01, 0x0E4E)), _letters((0x0905, 0x094D)), _letters((0x0621, 0x0652)), _letters((0x05D0, 0x05EA)),
+    _letters((0x1EA0, 0x1EF9)),  # Vietnamese letters with two marks
+]
+_HANGUL = st.text(_letters((0xAC00, 0xD7A3)), min_size=1, max_size=4)
+_word = st.one_of(*(st.text(letters, min_size=1, max_size=6) for letters in _SCRIPT_LETTERS), _HANGUL)
+_sentence = st.lists(_word, min_size=1, max_size=6).map(" ".join).map(lambda s: s + ".")
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(hangul=_HANGUL, sentences=st.lists(_sentence, min_size=2, max_size=8))
+def test_stored_tokens_join_back_to_the_normalised_text_and_hangul_stays_whole(
+        tmp_path_factory: pytest.TempPathFactory, hangul: str, sentences: list[str]):
+    """For random text in twelve scripts (Hangul always among them), under the defaults: each sentence's stored
+    pieces are its normalised words (a word either whole in ## pieces, or one [UNK]), every piece is NFC, and
+    no piece or vocabulary entry holds a conjoining Jamo."""
+    project = _project(tmp_path_factory.mktemp("any-script"), [f"{hangul} {sentences[0]}", *sentences[1:]])
+    project.run("run", "--until", "vocab")
+    tokenizer = Tokenizer.from_file(str(project.workspace / "vocab" / "tokenizer.json"))
+    for text, pieces, _ in _stored(project):
+        words = [word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text))]
+        grouped: list[list[str]] = []
+        for piece in pieces:
+            if piece.startswith("##") and grouped:
+                grouped[-1].append(piece.removeprefix("##"))
+            else:
+                grouped.append([piece])
+        assert len(grouped) == len(words), (text, pieces, words)
+        for word, parts in zip(words, grouped, strict=True):
+            assert parts == ["[UNK]"] or "".join(parts) == word, (text, word, parts)
+        assert all(unicodedata.is_normalized("NFC", piece) and not _jamo(piece) for piece in pieces), pieces
+    vocab = (project.workspace / "vocab" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert not any(map(_jamo, vocab))

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer, trainers
 
 from bertwb import faults, ui
 from bertwb.config import Config
+from bertwb.data.script_report import script_report
 from bertwb.data.scripts import stripping_damages
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
                                    tokenizer_identity, write_tokenizer_files)
@@ -56,7 +57,22 @@ VIEWS = [
        from vocab order by frequency desc, token_id""",
     """create or replace view token_length_hist as
        select len(ids) as n_tokens, count(*) as sentences from tokens group by 1 order by 1""",
+    # Each script of the corpus (bertwb.data.script_report): its share of the characters and of the vocabulary,
+    # tokens per word, [UNK] rate, and the warning it earned.
+    """create or replace view vocab_scripts as
+       select script, round(100 * share, 2) as percent_of_text, round(100 * vocab_share, 2) as percent_of_vocab,
+              tokens_per_word, round(100 * unk_rate, 3) as percent_unk,
+              round(100 * altered_characters / greatest(characters, 1), 2) as percent_altered, words, warning
+       from scripts order by characters desc, script""",
 ]
+# What the summary (the manifest, `bertwb vocab`, the report page) keeps of each script; the table keeps all.
+_SUMMARY_COLUMNS = ("script", "share", "tokens_per_word", "unk_rate", "vocab_share", "warning")
+_SCRIPTS_SCHEMA = pa.schema([
+    ("script", pa.string()), ("characters", pa.int64()), ("altered_characters", pa.int64()),
+    ("decomposed", pa.bool_()), ("words", pa.int64()), ("word_characters", pa.int64()), ("tokens", pa.int64()),
+    ("unk_tokens", pa.int64()), ("unk_words", pa.int64()), ("long_words", pa.int64()), ("vocab_tokens", pa.int64()),
+    ("warning", pa.string()), ("share", pa.float64()), ("tokens_per_word", pa.float64()),
+    ("unk_rate", pa.float64()), ("vocab_share", pa.float64())])
 
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
@@ -98,6 +114,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         build.share_table("vocab")
     else:
         con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
+    scripts = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
+    scripts_batch = pa.Table.from_pylist(scripts, schema=_SCRIPTS_SCHEMA)
+    if on_cluster:
+        write_parquet(scripts_batch, build.shard_folder("scripts") / shard_name(0))
+        build.share_table("scripts")
+    else:
+        con.execute(f"create table {build.table('scripts')} as select * from scripts_batch")
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
     seconds = time.perf_counter() - started
     return {
@@ -118,11 +141,25 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "coverage": round(float((counts[:vocab_size] > 0).mean()), 4),
         "most_frequent": " ".join(tokens[i] for i in order[:10]),
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
+        "scripts": [{key: row[key] for key in _SUMMARY_COLUMNS} for row in scripts],
+        "warnings": [row["warning"] for row in scripts if row["warning"]],
         "train_seconds": round(train_seconds, 3),
         "alphabet_seconds": round(alphabet_seconds, 3),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(n_tokens / max(seconds - train_seconds, 1e-9)),
     }
+
+
+def report(summary: dict[str, Any]) -> None:
+    """The summary, then each script's coverage (when the text has more than one) and the warnings it earned."""
+    ui.summary("vocab", summary)
+    scripts = summary.get("scripts") or []
+    if len(scripts) > 1:
+        ui.summary_table("vocab: scripts", ["script", "of text", "tokens/word", "[UNK]", "of vocab"], [
+            [row["script"], f"{row['share']:.1%}", f"{row['tokens_per_word']:.2f}", f"{row['unk_rate']:.2%}",
+             f"{row['vocab_share']:.1%}"] for row in scripts])
+    for warning in summary.get("warnings") or []:
+        ui.warn(f"vocab: {warning}")
 
 
 def from_file_identity(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
@@ -158,8 +195,8 @@ def _strips(tokenizer: Tokenizer, strip: bool | None) -> bool | str:
 # out as Jamo): such a corpus gets another vocabulary from the same settings. A corpus without them gets the
 # same tokenizer.json and tokens as v3, so pairs rebuilt on it come out the same and pre-training stays fresh.
 STAGE = Stage(
-    "vocab", version=4, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
-    views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity,
+    "vocab", version=4, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens", "scripts"),
+    views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity, report=report,
     headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
