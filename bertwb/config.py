@@ -78,6 +78,10 @@ class VocabConfig:
         "auto", "auto: strip accents as BERT does when lowercasing, unless the training text has a script that BERT's "
         "stripping damages (Hangul, kana, Indic, Thai, Arabic, Hebrew ...), then keep them; true or false: always.",
         added=True)
+    language_sampling: bool = option(
+        False, "Train the vocabulary on text reweighted per script as multilingual BERT did (a script with share p of "
+        "the letters weighs as p^0.7, normalised): small languages get more of the vocabulary than their size would.",
+        added=True)
     pad_to_multiple: int = option(64, "Pad a trained vocabulary with [unusedN] tokens to a multiple of this "
                                   "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)

@@ -6,16 +6,18 @@ Every corpus here is written by the test itself: a sentence or two per language,
 from __future__ import annotations
 
 import json
+import random
 import unicodedata
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from bertwb.data import scripts
+from bertwb.data import language_sampling, scripts
 from conftest import Project, assert_one_line_error, write_bert_format
 
 SENTENCES = {
@@ -34,16 +36,16 @@ ingest:
   inputs: [corpus]
   valid_fraction: 0.0
 vocab:
-  vocab_size: 448
   min_frequency: 1
 """
+SIZE = "  vocab_size: 448\n"
 
 
 def _project(root: Path, sentences: list[str], extra: str = "") -> Project:
     """A project over ``sentences``, two to a document."""
     write_bert_format(root / "corpus" / "a.txt", [sentences[i:i + 2] for i in range(0, len(sentences), 2)])
     project = Project(root)
-    project.write_config(CONFIG + extra)
+    project.write_config(CONFIG + (extra if "vocab_size" in extra else SIZE + extra))
     return project
 
 
@@ -132,7 +134,7 @@ def test_strip_accents_true_strips_every_mark_as_bert_and_false_keeps_them(tmp_p
 def test_strip_accents_enters_the_key_only_off_its_default(tmp_path: Path):
     project = _project(tmp_path, SENTENCES["Greek"])
     project.run("run", "--until", "vocab")
-    project.write_config(CONFIG.replace("min_frequency: 1", "min_frequency: 1\n  strip_accents: auto"))
+    project.write_config(CONFIG + SIZE + "  strip_accents: auto\n")
     assert "vocab: fresh" in project.run("vocab").output  # naming the default changes nothing
     result = project.run("vocab", "--set", "vocab.strip_accents=false")
     assert "stale: vocab.strip_accents" in result.output
@@ -153,7 +155,7 @@ def test_a_published_vocab_txt_keeps_what_its_tokenizer_config_says(tmp_path: Pa
     (published / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "strip_accents": False}))
     write_bert_format(tmp_path / "corpus" / "a.txt", [["Café cafe"]])
     project = Project(tmp_path)
-    project.write_config(CONFIG + "  from_file: published/vocab.txt\n")
+    project.write_config(CONFIG + SIZE + "  from_file: published/vocab.txt\n")
     project.run("run", "--until", "vocab")
     assert _stored(project)[0][1] == ["café", "cafe"]
     normalizer = json.loads((project.workspace / "vocab" / "tokenizer.json").read_text())["normalizer"]
@@ -276,3 +278,44 @@ def test_stored_tokens_join_back_to_the_normalised_text_and_hangul_stays_whole(
         assert all(unicodedata.is_normalized("NFC", piece) and not _jamo(piece) for piece in pieces), pieces
     vocab = (project.workspace / "vocab" / "vocab.txt").read_text(encoding="utf-8").split("\n")
     assert not any(map(_jamo, vocab))
+
+
+# --- language sampling ----------------------------------------------------------------------------------------
+
+def test_reading_each_script_its_repeats_gives_the_smoothed_shares():
+    letters = np.zeros(len(scripts.NAMES))
+    letters[scripts.NAMES.index("Latin")], letters[scripts.NAMES.index("Hangul")] = 9_000, 1_000
+    letters[scripts.NAMES.index("Thai")] = 10
+    times = language_sampling.repeats(letters)
+    assert times[scripts.NAMES.index("Latin")] == 1 and times[scripts.NAMES.index("Common")] == 1
+    read = letters * times
+    shares = language_sampling.smoothed_shares(letters)
+    assert list(shares) == ["Latin", "Hangul", "Thai"]
+    for name, (before, after) in shares.items():
+        assert before == pytest.approx(letters[scripts.NAMES.index(name)] / letters.sum())
+        assert after == pytest.approx(read[scripts.NAMES.index(name)] / read.sum())
+        assert after == pytest.approx(before ** 0.7 / sum(b ** 0.7 for b, _ in shares.values()))
+    owners, counts = language_sampling.dominant_scripts(["한국어 ab", "hello 세계!", "123 ..."])
+    assert [scripts.NAMES[i] for i in owners] == ["Hangul", "Latin", "Common"] and counts.tolist() == [5, 7, 0]
+
+
+def test_language_sampling_gives_a_small_script_more_of_the_vocabulary(tmp_path: Path):
+    """Made-up words, so that the vocabulary cannot hold them all: 300 sentences of Latin-letter words and 20 of
+    Hangul ones. Reweighted, the Hangul 2.6% of the letters counts as 7.4%, and gets more pieces, longer ones."""
+    rng = random.Random(0)
+    latin = ["".join(rng.choice("aeioubcdfghklmnprst") for _ in range(rng.randint(4, 8))) for _ in range(300)]
+    syllables = [chr(0xAC00 + rng.randrange(11172)) for _ in range(25)]
+    hangul = ["".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(60)]
+    text = [" ".join(rng.choice(latin) for _ in range(10)) + "." for _ in range(300)] \
+        + [" ".join(rng.choice(hangul) for _ in range(8)) + "." for _ in range(20)]
+    project = _project(tmp_path, text, "  vocab_size: 256\n")
+    project.run("run", "--until", "vocab")
+
+    def hangul() -> dict:
+        return next(row for row in _summary(project)["scripts"] if row["script"] == "Hangul")
+
+    plain = hangul()
+    result = project.run("vocab", "--set", "vocab.language_sampling=true")
+    assert "stale: vocab.language_sampling" in result.output
+    assert _summary(project)["language_sampling"] == "Latin 97.4% → 92.6%, Hangul 2.6% → 7.4%"
+    assert hangul()["vocab_share"] > plain["vocab_share"] and hangul()["tokens_per_word"] < plain["tokens_per_word"]

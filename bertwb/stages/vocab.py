@@ -26,6 +26,7 @@ from tokenizers import Tokenizer, trainers
 from bertwb import faults, ui
 from bertwb.config import Config
 from bertwb.data.script_report import script_report
+from bertwb.data import language_sampling, scripts
 from bertwb.data.scripts import stripping_damages
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
                                    tokenizer_identity, write_tokenizer_files)
@@ -87,9 +88,9 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
         # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
         tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, _strip_setting(cfg))
-        accents = _Accents(strips_accents(tokenizer), {})
+        accents, shares = _Accents(strips_accents(tokenizer), {}), {}
     else:
-        tokenizer, alphabet_seconds, sample, accents = _train_tokenizer(cfg, con)
+        tokenizer, alphabet_seconds, sample, accents, shares = _train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
@@ -133,6 +134,9 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         # auto kept accents because stripping would damage these scripts (a few of their characters each)
         **({"accents_kept_for": ", ".join(f"{name} ({''.join(chars[:5])})" for name, chars in accents.damaged.items())}
            if accents.damaged else {}),
+        # language_sampling: each script's share of the training letters, and the share it was trained with
+        **({"language_sampling": ", ".join(f"{name} {before:.1%} → {after:.1%}" for name, (before, after)
+                                           in shares.items())} if shares else {}),
         # the sample the vocabulary was trained on, and how well it covers the text it never saw
         "train_sentences": sample.sentences if sample is not None else 0,
         "unseen_sentences": tokenised.unseen_sentences,
@@ -201,9 +205,11 @@ STAGE = Stage(
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
-def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, _Accents]:
+def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, _Accents,
+                                                     dict[str, tuple[float, float]]]:
     """A deterministic WordPiece vocabulary (README, "A deterministic vocabulary"), padded; the seconds of the
-    alphabet pass; the sample of training sentences it was trained on; and what it does with accents.
+    alphabet pass; the sample of training sentences it was trained on; what it does with accents; and with
+    ``language_sampling``, each script's share of the sample's letters before and after smoothing.
 
     ``strip_accents: auto`` strips as BERT does unless the sample holds characters that stripping damages
     (`bertwb.data.scripts.stripping_damages`): the alphabet pass, which reads every character anyway, finds
@@ -215,6 +221,11 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingS
                           "where split = 'train'").fetchone()[0]
     sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed)
     started = time.perf_counter()
+    shares = {}
+    if cfg.vocab.language_sampling:
+        with ui.progress("vocab: scripts", total=n_train, unit="sentences") as bar:
+            letters = sample.script_letters(con, bar)
+        sample.repeats, shares = language_sampling.repeats(letters), language_sampling.smoothed_shares(letters)
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
         alphabet, continuing, present = _alphabet(tokenizer, sample.batches(con, bar, count=True),
                                                   cfg.vocab.limit_alphabet)
@@ -233,7 +244,7 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingS
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
         tokenizer.train_from_iterator(sample.batches(con, bar), trainer=trainer, length=sample.sentences)
     return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, lowercase, strip), \
-        alphabet_seconds, sample, _Accents(strip, damaged)
+        alphabet_seconds, sample, _Accents(strip, damaged), shares
 
 
 def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str], list[str]]:
@@ -314,6 +325,7 @@ class TrainingSample:
         self.threshold = None if not wanted or wanted >= n_train else (wanted << 64) // n_train
         self.seed_key = np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64))
         self.sentences = n_train
+        self.repeats: np.ndarray | None = None  # per script: how often a sentence is read (language_sampling)
 
     def contains(self, doc_ids: np.ndarray, sent_idxs: np.ndarray) -> np.ndarray:
         """Whether each (doc_id, sent_idx) of the train split is in the sample."""
@@ -332,17 +344,35 @@ class TrainingSample:
         try:
             for batch in reader:
                 bar.advance(batch.num_rows)
-                texts = batch.column("text")
                 if self.threshold is not None:
-                    texts = texts.filter(pa.array(self.contains(batch.column("doc_id").to_numpy(),
+                    batch = batch.filter(pa.array(self.contains(batch.column("doc_id").to_numpy(),
                                                                 batch.column("sent_idx").to_numpy())))
-                kept += len(texts)
-                yield texts.to_pylist()
+                kept += batch.num_rows
+                texts = batch.column("text").to_pylist()
+                yield texts if self.repeats is None else self._repeated(texts, batch)
         finally:
             reader.close()
             cursor.close()
         if count:
             self.sentences = kept
+
+    def _repeated(self, texts: list[str], batch: pa.RecordBatch) -> list[str]:
+        """``texts`` with each read as often as its script's repeat says: the whole part, and one more time when a
+        hash of its place (another draw than `contains`'s) falls below the fraction."""
+        times = self.repeats[language_sampling.dominant_scripts(texts)[0]]
+        key = (batch.column("doc_id").to_numpy().astype(np.uint64) << np.uint64(32)) \
+            | batch.column("sent_idx").to_numpy().astype(np.uint64)
+        draw = _mix64(key ^ self.seed_key ^ np.uint64(0x2545F4914F6CDD1D)).astype(np.float64) / 2.0**64
+        reads = (np.floor(times) + (draw < times - np.floor(times))).astype(np.int64)
+        return [text for text, n in zip(texts, reads.tolist(), strict=True) for _ in range(n)]
+
+    def script_letters(self, con: Any, bar: Any) -> np.ndarray:
+        """The letters of the sample's sentences, by the script each sentence is mostly written in."""
+        letters = np.zeros(len(scripts.NAMES), dtype=np.int64)
+        for texts in self.batches(con, bar):
+            owners, counts = language_sampling.dominant_scripts(texts)
+            letters += np.bincount(owners, weights=counts, minlength=len(scripts.NAMES)).astype(np.int64)
+        return letters
 
 
 def _mix64(values: np.ndarray) -> np.ndarray:
