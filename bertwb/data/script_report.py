@@ -59,11 +59,12 @@ def script_report(tokenizer: Tokenizer, con: Any, published: bool, limit: int = 
         return rows.setdefault(name, ScriptRow(name))
 
     unk_id = tokenizer.token_to_id("[UNK]")
+    word_scripts: dict[str, str] = {}  # a corpus says "the" thousands of times: each word's script is found once
     for start in range(0, len(texts), 1000):
         batch = texts[start:start + 1000]
         _count_characters(batch, row)
         for text, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False), strict=True):
-            _count_words(text, encoding, unk_id, row)
+            _count_words(text, encoding, unk_id, row, word_scripts)
     _count_altered(tokenizer, texts, rows)
     for token in tokenizer.get_vocab(with_added_tokens=False):
         if not (token.startswith("[") and token.endswith("]")):
@@ -86,7 +87,7 @@ def _count_characters(texts: list[str], row: Any) -> None:
 _SPACES = np.array([ord(c) for c in " \t\n\r\u00a0\u3000"], dtype=np.uint32)
 
 
-def _count_words(text: str, encoding: Any, unk_id: int, row: Any) -> None:
+def _count_words(text: str, encoding: Any, unk_id: int, row: Any, word_scripts: dict[str, str]) -> None:
     """Each word of one encoded sentence: its script, characters, tokens and [UNK]s."""
     spans: dict[int, list[int]] = {}  # word -> [first char, last char, tokens, [UNK]s]
     for word, (begin, end), token in zip(encoding.word_ids, encoding.offsets, encoding.ids, strict=True):
@@ -98,7 +99,10 @@ def _count_words(text: str, encoding: Any, unk_id: int, row: Any) -> None:
         span[3] += token == unk_id
     for begin, end, tokens, unks in spans.values():
         word = text[begin:end]
-        counted = row(dominant_script(word))
+        script = word_scripts.get(word)
+        if script is None:
+            script = word_scripts[word] = dominant_script(word)
+        counted = row(script)
         counted.words += 1
         counted.word_characters += len(word)
         counted.tokens += tokens
