@@ -210,6 +210,23 @@ def test_the_summary_warns_of_text_without_spaces(tmp_path: Path):
     assert warnings[0].startswith("warning: vocab: Thai: written without spaces, so each run of it is one word")
     assert "cut its text into words before ingest (with PyThaiNLP, say)" in warnings[0]
     assert _summary(project)["warnings"] == [warnings[0].removeprefix("warning: vocab: ")]
+    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
+        han = con.execute("select words, word_characters, tokens_per_word from scripts where script = 'Han'").fetchone()
+    ideographs = sum(map(len, SENTENCES["Chinese"])) - 2  # all but the two full stops
+    assert han[0] == han[1] == ideographs and han[2] == 1  # one word, and one token, per ideograph
+
+
+def test_an_unspaced_run_past_100_characters_is_unk_and_says_why(tmp_path: Path):
+    run = "ภาษาไทยเป็นภาษาราชการของประเทศไทย" * 4  # 132 characters, no space
+    project = _project(tmp_path, [run, "กรุงเทพ เมืองหลวง"])
+    result = project.run("run", "--until", "vocab")
+    thai = next(row for row in _summary(project)["scripts"] if row["script"] == "Thai")
+    assert thai["unk_rate"] == pytest.approx(1 / 3)  # the long run is one [UNK]; the two short words are not
+    assert "warning: vocab: Thai: 33% of its words are [UNK]" not in result.output  # not most of them
+    write_bert_format(tmp_path / "corpus" / "a.txt", [[run, run + " " + run]])  # now every Thai word is such a run
+    result = project.run("run", "--until", "vocab")
+    assert "warning: vocab: Thai: 100% of its words are [UNK]: its words average 132 characters, and a word over " \
+           "100 is [UNK] whole; cut its text into words before ingest (with PyThaiNLP, say)" in result.output
 
 
 def test_the_summary_warns_of_a_script_the_published_vocabulary_lacks(tmp_path: Path):

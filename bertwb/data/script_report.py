@@ -143,7 +143,7 @@ def _warning(row: ScriptRow, published: bool) -> str:
     unspaced = row.script in UNSPACED and row.word_characters / max(row.words, 1) > LONG_WORD_CHARS
     segment = f"cut its text into words before ingest (with {_SEGMENTERS[row.script]}, say)" if unspaced else ""
     if row.unk_words / max(row.words, 1) >= 0.5:
-        why = f"its words average {row.word_characters / row.words:.0f} characters and longer than " \
+        why = f"its words average {row.word_characters / row.words:.0f} characters, and a word over " \
               f"{_LONGEST_WORD} is [UNK] whole; {segment}" if unspaced else \
             "the vocabulary lacks its characters; " + ("use a model whose vocabulary covers it" if published else
                                                      "raise vocab.vocab_size or vocab.limit_alphabet, or turn on "
