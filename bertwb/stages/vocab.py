@@ -1,10 +1,10 @@
-"""vocab: train (or load) a WordPiece vocabulary and tokenise every sentence into ``tokens``.
+"""vocab: train (or load) a WordPiece vocabulary, tokenise every sentence into ``tokens``, report it per script.
 
-The tokenizer is BERT's, in Hugging Face ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0–4 when
-trained), written to the stage directory as the files ``transformers.BertTokenizerFast`` loads. Invariants:
-the same corpus and settings give the same ``vocab.txt`` on any machine and thread count (`_alphabet` fixes
-what ``WordPieceTrainer`` leaves to hash order); a ``vocab.from_file`` vocabulary is kept exactly; training
-reads a seeded sample; nothing holds the corpus in memory. On Ray, tasks write ``tokens`` as Parquet files.
+The tokenizer is BERT's, in ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0–4 when trained), written as
+the files ``transformers.BertTokenizerFast`` loads. Invariants: the same corpus and settings give the same ``vocab.txt``
+on any machine and thread count (`_alphabet` fixes what ``WordPieceTrainer`` leaves to hash order); a ``from_file``
+vocabulary is kept exactly; training reads a seeded sample; nothing holds the corpus in memory; ``strip_accents:
+auto`` never strips at a script's cost. On Ray, tasks write ``tokens`` as Parquet files.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from tokenizers import Tokenizer, trainers
 
 from bertwb import faults, ui
 from bertwb.config import Config
-from bertwb.data.script_report import script_report
 from bertwb.data import language_sampling, scripts
+from bertwb.data.script_report import script_report
 from bertwb.data.scripts import stripping_damages
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
                                    tokenizer_identity, write_tokenizer_files)
@@ -115,8 +115,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         build.share_table("vocab")
     else:
         con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
-    scripts = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
-    scripts_batch = pa.Table.from_pylist(scripts, schema=_SCRIPTS_SCHEMA)
+    script_rows = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
+    scripts_batch = pa.Table.from_pylist(script_rows, schema=_SCRIPTS_SCHEMA)
     if on_cluster:
         write_parquet(scripts_batch, build.shard_folder("scripts") / shard_name(0))
         build.share_table("scripts")
@@ -145,8 +145,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "coverage": round(float((counts[:vocab_size] > 0).mean()), 4),
         "most_frequent": " ".join(tokens[i] for i in order[:10]),
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
-        "scripts": [{key: row[key] for key in _SUMMARY_COLUMNS} for row in scripts],
-        "warnings": [row["warning"] for row in scripts if row["warning"]],
+        "scripts": [{key: row[key] for key in _SUMMARY_COLUMNS} for row in script_rows],
+        "warnings": [row["warning"] for row in script_rows if row["warning"]],
         "train_seconds": round(train_seconds, 3),
         "alphabet_seconds": round(alphabet_seconds, 3),
         "seconds": round(seconds, 3),
@@ -157,11 +157,11 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
 def report(summary: dict[str, Any]) -> None:
     """The summary, then each script's coverage (when the text has more than one) and the warnings it earned."""
     ui.summary("vocab", summary)
-    scripts = summary.get("scripts") or []
-    if len(scripts) > 1:
+    rows = summary.get("scripts") or []
+    if len(rows) > 1:
         ui.summary_table("vocab: scripts", ["script", "of text", "tokens/word", "[UNK]", "of vocab"], [
             [row["script"], f"{row['share']:.1%}", f"{row['tokens_per_word']:.2f}", f"{row['unk_rate']:.2%}",
-             f"{row['vocab_share']:.1%}"] for row in scripts])
+             f"{row['vocab_share']:.1%}"] for row in rows])
     for warning in summary.get("warnings") or []:
         ui.warn(f"vocab: {warning}")
 
