@@ -73,7 +73,15 @@ class VocabConfig:
                              min=64, max=1_000_000)
     min_frequency: int = option(2, "Minimum count for a merge to enter the vocabulary.", min=1)
     limit_alphabet: int = option(1000, "Most distinct characters kept in the initial alphabet.", min=1)
-    lowercase: bool = option(True, "Uncased model: lowercase and strip accents.")
+    lowercase: bool = option(True, "Uncased model: lowercase the text (strip_accents says what happens to accents).")
+    strip_accents: Literal["auto", True, False] = option(
+        "auto", "auto: strip accents as BERT does when lowercasing, unless the training text has a script that BERT's "
+        "stripping damages (Hangul, kana, Indic, Thai, Arabic, Hebrew ...), then keep them; true or false: always.",
+        added=True)
+    language_sampling: bool = option(
+        False, "Train the vocabulary on text reweighted per script as multilingual BERT did (a script with share p of "
+        "the letters weighs as p^0.7, normalised): small languages get more of the vocabulary than their size would.",
+        added=True)
     pad_to_multiple: int = option(64, "Pad a trained vocabulary with [unusedN] tokens to a multiple of this "
                                   "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)

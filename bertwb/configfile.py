@@ -234,6 +234,11 @@ def _other_types_key(cls: type, key: str, path: tuple[str, ...]) -> str | None:
     return f"{of}, and this task is {own}"
 
 
+def _yaml_word(value: Any) -> str:
+    """A choice as it is written in bertwb.yaml: true and false in lower case."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str) -> Any:
     """Check ``value`` against the field's type and range; return it in canonical form."""
     origin = typing.get_origin(hint)
@@ -244,8 +249,8 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
         hint = next(a for a in args if a is not type(None))
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
-        if value not in args:
-            raise BertwbError(prefix + f"{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+        if not any(value == arg and type(value) is type(arg) for arg in args):  # 1 is not true
+            raise BertwbError(prefix + f"{name} must be one of {', '.join(map(_yaml_word, args))}, got {value!r}")
         return value
     if origin is list:
         if isinstance(value, str):

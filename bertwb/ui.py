@@ -154,6 +154,19 @@ def summary(stage: str, values: dict[str, Any]) -> None:
             err.print(plain(f"{stage}: {key} = {_fmt(value)}"))
 
 
+def summary_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """A table that is part of a stage summary: a rich table (terminal) or one plain line per row (elsewhere),
+    as `summary` prints the rest; nothing when quiet."""
+    if not _narrating():
+        return
+    if interactive():
+        table(title, columns, rows)
+    else:
+        for row in rows:
+            cells = zip(columns, row, strict=True)
+            err.print(plain(f"{title}: " + ", ".join(f"{column} {_fmt(value)}" for column, value in cells)))
+
+
 @contextmanager
 def tables_to_stderr(enabled: bool = True) -> Iterator[None]:
     """Inside, tables go to stderr: stdout keeps only what the command prints after (``--json``)."""

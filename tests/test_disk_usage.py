@@ -10,7 +10,7 @@ import duckdb
 
 from conftest import Project
 
-TABLES = ("documents", "sentences", "vocab", "tokens", "pairs")
+TABLES = ("documents", "sentences", "vocab", "tokens", "scripts", "pairs")
 
 
 def _files_bytes(folder: Path) -> int:

@@ -31,24 +31,32 @@ FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens
 _NO_LIMIT = 10**9
 
 
-def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
-    """A BERT WordPiece tokenizer over ``vocab`` (token -> id), or an untrained one for ``None``."""
+def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool, strip_accents: bool | None = None) -> Tokenizer:
+    """A BERT WordPiece tokenizer over ``vocab`` (token -> id), or an untrained one for ``None``.
+
+    Its normaliser is always BERT's own (``BertNormalizer``), since that is the one normaliser transformers'
+    ``BertTokenizerFast`` rebuilds from ``tokenizer_config.json``: any other would give other ids there.
+    ``strip_accents`` None strips as BERT does, when lowercasing; it is stored as None whenever it says just
+    that, so a tokenizer.json reads the same as before the setting existed.
+    """
     model = models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##") if vocab else \
         models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##")
     tokenizer = Tokenizer(model)
-    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                      strip_accents=None, lowercase=lowercase)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, lowercase=lowercase,
+        strip_accents=None if strip_accents is None or strip_accents == lowercase else strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     return tokenizer
 
 
-def load_tokenizer(path: Path, lowercase: bool | None = None) -> Tokenizer:
+def load_tokenizer(path: Path, lowercase: bool | None = None, strip_accents: bool | None = None) -> Tokenizer:
     """The tokenizer in ``path``: a ``tokenizer.json``, a ``vocab.txt``, or a folder holding either.
 
     Its file's padding and truncation are turned off (bertwb owns lengths; see the module docstring).
-    A ``vocab.txt`` is cased as ``lowercase`` says, else as its folder's ``tokenizer_config.json``
-    says, else uncased. Special tokens present in the vocabulary are kept whole in text,
+    A ``tokenizer.json``'s normaliser is kept exactly. A ``vocab.txt`` is cased as ``lowercase`` says, else as
+    its folder's ``tokenizer_config.json`` says, else uncased; its accents are stripped as ``strip_accents``
+    says, else as that file says, else as BERT does. Special tokens present in the vocabulary are kept whole in text,
     and the BERT template is set when the file has none. Unreadable or non-BERT files are one-line errors.
     """
     path = tokenizer_file(path)
@@ -61,9 +69,13 @@ def load_tokenizer(path: Path, lowercase: bool | None = None) -> Tokenizer:
             if len(vocab) != len(lines):
                 raise BertwbError(f"{path}: blank or repeated lines; a vocab.txt has one distinct token per line")
             side = path.parent / "tokenizer_config.json"
-            if lowercase is None and side.is_file():
-                lowercase = bool(json.loads(side.read_text(encoding="utf-8")).get("do_lower_case", True))
-            tokenizer = build_tokenizer(vocab, True if lowercase is None else lowercase)
+            asked = lowercase is None or strip_accents is None  # read for what the caller left open
+            said = json.loads(side.read_text(encoding="utf-8")) if asked and side.is_file() else {}
+            if lowercase is None:
+                lowercase = bool(said.get("do_lower_case", True))
+            if strip_accents is None and isinstance(said.get("strip_accents"), bool):
+                strip_accents = said["strip_accents"]
+            tokenizer = build_tokenizer(vocab, lowercase, strip_accents)
     except BertwbError:
         raise
     except Exception as exc:  # noqa: BLE001 - tokenizers, JSON and decoding errors all mean "unreadable"
@@ -99,19 +111,19 @@ def tokenizer_digest(tokenizer: Tokenizer) -> str:
     return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
 
 
-def tokenizer_identity(path: Path, lowercase: bool | None = None) -> dict[str, Any]:
+def tokenizer_identity(path: Path, lowercase: bool | None = None, strip_accents: bool | None = None) -> dict[str, Any]:
     """The tokenizer at ``path`` for a stage key: the file read and the `tokenizer_digest` of what
     `load_tokenizer` makes of it. Cached by the files' size and modification time, since every
     ``bertwb status`` asks."""
     file = tokenizer_file(path)
     side = file.parent / "tokenizer_config.json"
     stats = tuple((p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None for p in (file, side))
-    return {"path": str(file), "tokenizer": _cached_digest(file, lowercase, stats)}
+    return {"path": str(file), "tokenizer": _cached_digest(file, lowercase, strip_accents, stats)}
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_digest(file: Path, lowercase: bool | None, stats: tuple) -> str:
-    return tokenizer_digest(load_tokenizer(file, lowercase))
+def _cached_digest(file: Path, lowercase: bool | None, strip_accents: bool | None, stats: tuple) -> str:
+    return tokenizer_digest(load_tokenizer(file, lowercase, strip_accents))
 
 
 def declared_lengths(path: Path) -> dict[str, Any]:
@@ -157,7 +169,8 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
     (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
     write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
     write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, lowercase), "strip_accents": None,
+        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, lowercase),
+        "strip_accents": strips_accents(tokenizer),
         "tokenize_chinese_chars": True, "model_max_length": model_max_length, **SPECIAL_TOKENS_MAP})
 
 
@@ -173,6 +186,13 @@ def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
     """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config)."""
     normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
     return bool(normalizer.get("lowercase", default)) if normalizer.get("type") == "BertNormalizer" else default
+
+
+def strips_accents(tokenizer: Tokenizer) -> bool | None:
+    """What the tokenizer's own BERT normaliser says of accents, as ``tokenizer_config.json`` says it: None
+    (strip when lowercasing, as BERT), True or False; None for a normaliser of another kind."""
+    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
+    return normalizer.get("strip_accents") if normalizer.get("type") == "BertNormalizer" else None
 
 
 def add_bert_template(tokenizer: Tokenizer) -> None:

@@ -23,7 +23,7 @@ from bertwb.config import Config
 from bertwb.errors import BertwbError
 from bertwb.report import figures, sources
 from bertwb.report.folder import FIGURES_DIR, PAGE, check_replaceable, write_marker
-from bertwb.report.page import Shown, render
+from bertwb.report.page import Shown, ShownTable, render
 from bertwb.workspace import Workspace, building
 
 
@@ -53,7 +53,8 @@ def write_report(cfg: Config, ws: Workspace, output: Path | None = None) -> dict
     with building(out.resolve(), what="report") as tmp:
         shown = [_draw(plan, tmp) for plan in found.planned]
         (tmp / PAGE).write_text(render(f"bertwb report: {ws.root}", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                       found.headline, list(states.items()), found.notes, shown), encoding="utf-8")
+                                       found.headline, list(states.items()), found.notes, shown, found.tables),
+                                encoding="utf-8")
         write_marker(tmp, [PAGE, *(f"{FIGURES_DIR}/{figure.path.name}" for figure in shown)])
     return {"page": str(out / PAGE), "figures": [{"name": f.name, "path": str(out / FIGURES_DIR / f.path.name),
                                                   "section": f.section, "title": f.title} for f in shown],
@@ -85,6 +86,7 @@ class _Findings:
         self.planned: list[_Planned] = []
         self.headline: list[tuple[str, str, str]] = []
         self.notes: list[str] = []
+        self.tables: list[ShownTable] = []
         self.logs: dict[str, sources.TrainingLog] = {}
         self.data()
         self.pretraining()
@@ -105,6 +107,7 @@ class _Findings:
                                   f"{vocab.get('tokens_per_word', 0):.3f} WordPieces per word",
                                   f"[UNK] {100 * vocab.get('unk_rate', 0):.3f}% of tokens, "
                                   f"{100 * vocab.get('coverage', 0):.1f}% of the vocabulary used"))
+        self._scripts(vocab)
         pairs = (ws.read_manifest("pairs") or {}).get("summary") or {}
         if pairs:
             mask_rate = f", mask rate {100 * pairs['mask_rate']:.2f}%" if pairs.get("mask_rate") is not None else ""
@@ -141,6 +144,20 @@ class _Findings:
                 "pre-tokeniser yields (text split at whitespace and punctuation), so one starts at every piece "
                 "without the ## prefix; fertility is the mean number of pieces per word.",
                 lambda: figures.fertility(fertility, unk)))
+
+    def _scripts(self, vocab: dict[str, Any]) -> None:
+        """The vocab stage's per-script coverage as a table (when the text has more than one script), and each
+        script's warning as a note."""
+        scripts = vocab.get("scripts") or []
+        if len(scripts) > 1:
+            self.tables.append(ShownTable(
+                "Scripts", "Each Unicode script of the corpus: its share of the characters (spaces left out), the "
+                "WordPieces per word and the share of [UNK] among its words' tokens, and its share of the vocabulary; "
+                "counted on a fixed sample of sentences (the vocab_scripts view in SQL).",
+                ["script", "of text", "tokens per word", "[UNK]", "of vocabulary"],
+                [(row["script"], f"{100 * row['share']:.2f}%", f"{row['tokens_per_word']:.2f}",
+                  f"{100 * row['unk_rate']:.3f}%", f"{100 * row['vocab_share']:.2f}%") for row in scripts]))
+        self.notes += [f"vocab: {warning}" for warning in vocab.get("warnings") or []]
 
     def pretraining(self) -> None:
         log = sources.training_log(self.cfg, self.ws, "pretrain")

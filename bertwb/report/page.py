@@ -15,6 +15,7 @@ table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 0.2em 0.
 th { border-bottom: 1px solid #999; } tr:nth-child(even) td { background: #f6f6f6; }
 figure { margin: 1.5em 0; } figcaption { font-size: 0.9em; color: #555; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; } .note { color: #8a5a00; }
+.caption { font-size: 0.9em; color: #555; }
 """
 
 
@@ -29,9 +30,20 @@ class Shown:
     path: Path
 
 
+@dataclass
+class ShownTable:
+    """A table of numbers on the page, with what it shows and how it was computed."""
+
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[tuple[str, ...]]
+
+
 def render(title: str, subtitle: str, headline: list[tuple[str, str, str]], stages: list[tuple[str, str]],
-           notes: list[str], figures: list[Shown]) -> str:
-    """The page: headline numbers, the stages' states, notes on what is missing, then the figures by section."""
+           notes: list[str], figures: list[Shown], tables: list[ShownTable] = ()) -> str:
+    """The page: headline numbers, the stages' states, notes on what is missing or wrong, the tables, then the
+    figures by section."""
     parts = [f"<!doctype html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{_CSS}</style></head><body>", f"<h1>{_e(title)}</h1>", f"<p>{_e(subtitle)}</p>"]
     if headline:
@@ -39,6 +51,9 @@ def render(title: str, subtitle: str, headline: list[tuple[str, str, str]], stag
     parts.append("<h2>Stages</h2>" + _table(["stage", "state"], stages))
     if notes:
         parts.append("<ul>" + "".join(f"<li class='note'>{_e(note)}</li>" for note in notes) + "</ul>")
+    for shown in tables:
+        parts.append(f"<h2>{_e(shown.title)}</h2>" + _table(shown.columns, shown.rows)
+                     + f"<p class='caption'>{_e(shown.caption)}</p>")
     section = None
     for figure in figures:
         if figure.section != section:

@@ -1,14 +1,15 @@
-"""vocab: train (or load) a WordPiece vocabulary and tokenise every sentence into ``tokens``.
+"""vocab: train (or load) a WordPiece vocabulary, tokenise every sentence into ``tokens``, report it per script.
 
-The tokenizer is BERT's, in Hugging Face ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0–4 when
-trained), written to the stage directory as the files ``transformers.BertTokenizerFast`` loads. Invariants:
-the same corpus and settings give the same ``vocab.txt`` on any machine and thread count (`_alphabet` fixes
-what ``WordPieceTrainer`` leaves to hash order); a ``vocab.from_file`` vocabulary is kept exactly; training
-reads a seeded sample; nothing holds the corpus in memory. On Ray, tasks write ``tokens`` as Parquet files.
+The tokenizer is BERT's, in ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0–4 when trained), written as
+the files ``transformers.BertTokenizerFast`` loads. Invariants: the same corpus and settings give the same ``vocab.txt``
+on any machine and thread count (`_alphabet` fixes what ``WordPieceTrainer`` leaves to hash order); a ``from_file``
+vocabulary is kept exactly; training reads a seeded sample; nothing holds the corpus in memory; ``strip_accents:
+auto`` never strips at a script's cost. On Ray, tasks write ``tokens`` as Parquet files.
 """
 
 from __future__ import annotations
 
+import json
 import string
 import time
 import unicodedata
@@ -24,8 +25,11 @@ from tokenizers import Tokenizer, trainers
 
 from bertwb import faults, ui
 from bertwb.config import Config
-from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, tokenizer_identity,
-                                   write_tokenizer_files)
+from bertwb.data import language_sampling, scripts
+from bertwb.data.script_report import script_report
+from bertwb.data.scripts import stripping_damages
+from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
+                                   tokenizer_identity, write_tokenizer_files)
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.shard_files import shard_name, write_parquet, written
 from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
@@ -54,7 +58,22 @@ VIEWS = [
        from vocab order by frequency desc, token_id""",
     """create or replace view token_length_hist as
        select len(ids) as n_tokens, count(*) as sentences from tokens group by 1 order by 1""",
+    # Each script of the corpus (bertwb.data.script_report): its share of the characters and of the vocabulary,
+    # tokens per word, [UNK] rate, and the warning it earned.
+    """create or replace view vocab_scripts as
+       select script, round(100 * share, 2) as percent_of_text, round(100 * vocab_share, 2) as percent_of_vocab,
+              tokens_per_word, round(100 * unk_rate, 3) as percent_unk,
+              round(100 * altered_characters / greatest(characters, 1), 2) as percent_altered, words, warning
+       from scripts order by characters desc, script""",
 ]
+# What the summary (the manifest, `bertwb vocab`, the report page) keeps of each script; the table keeps all.
+_SUMMARY_COLUMNS = ("script", "share", "tokens_per_word", "unk_rate", "vocab_share", "warning")
+_SCRIPTS_SCHEMA = pa.schema([
+    ("script", pa.string()), ("characters", pa.int64()), ("altered_characters", pa.int64()),
+    ("decomposed", pa.bool_()), ("words", pa.int64()), ("word_characters", pa.int64()), ("tokens", pa.int64()),
+    ("unk_tokens", pa.int64()), ("unk_words", pa.int64()), ("long_words", pa.int64()), ("vocab_tokens", pa.int64()),
+    ("warning", pa.string()), ("share", pa.float64()), ("tokens_per_word", pa.float64()),
+    ("unk_rate", pa.float64()), ("vocab_share", pa.float64())])
 
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
@@ -68,9 +87,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
         # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
-        tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)
+        tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, _strip_setting(cfg))
+        accents, shares = _Accents(strips_accents(tokenizer), {}), {}
     else:
-        tokenizer, alphabet_seconds, sample = _train_tokenizer(cfg, con)
+        tokenizer, alphabet_seconds, sample, accents, shares = _train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
     train_seconds = time.perf_counter() - started
 
@@ -95,6 +115,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         build.share_table("vocab")
     else:
         con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
+    script_rows = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
+    scripts_batch = pa.Table.from_pylist(script_rows, schema=_SCRIPTS_SCHEMA)
+    if on_cluster:
+        write_parquet(scripts_batch, build.shard_folder("scripts") / shard_name(0))
+        build.share_table("scripts")
+    else:
+        con.execute(f"create table {build.table('scripts')} as select * from scripts_batch")
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
     seconds = time.perf_counter() - started
     return {
@@ -103,6 +130,13 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "sentences": n_sentences,
         "tokens": n_tokens,
         "unk_rate": round(n_unk / max(n_tokens, 1), 6),
+        "strip_accents": _strips(tokenizer, accents.strip),
+        # auto kept accents because stripping would damage these scripts (a few of their characters each)
+        **({"accents_kept_for": ", ".join(f"{name} ({''.join(chars[:5])})" for name, chars in accents.damaged.items())}
+           if accents.damaged else {}),
+        # language_sampling: each script's share of the training letters, and the share it was trained with
+        **({"language_sampling": ", ".join(f"{name} {before:.1%} → {after:.1%}" for name, (before, after)
+                                           in shares.items())} if shares else {}),
         # the sample the vocabulary was trained on, and how well it covers the text it never saw
         "train_sentences": sample.sentences if sample is not None else 0,
         "unseen_sentences": tokenised.unseen_sentences,
@@ -111,6 +145,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "coverage": round(float((counts[:vocab_size] > 0).mean()), 4),
         "most_frequent": " ".join(tokens[i] for i in order[:10]),
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
+        "scripts": [{key: row[key] for key in _SUMMARY_COLUMNS} for row in script_rows],
+        "warnings": [row["warning"] for row in script_rows if row["warning"]],
         "train_seconds": round(train_seconds, 3),
         "alphabet_seconds": round(alphabet_seconds, 3),
         "seconds": round(seconds, 3),
@@ -118,29 +154,87 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     }
 
 
+def report(summary: dict[str, Any]) -> None:
+    """The summary, then each script's coverage (when the text has more than one) and the warnings it earned."""
+    ui.summary("vocab", summary)
+    rows = summary.get("scripts") or []
+    if len(rows) > 1:
+        ui.summary_table("vocab: scripts", ["script", "of text", "tokens/word", "[UNK]", "of vocab"], [
+            [row["script"], f"{row['share']:.1%}", f"{row['tokens_per_word']:.2f}", f"{row['unk_rate']:.2%}",
+             f"{row['vocab_share']:.1%}"] for row in rows])
+    for warning in summary.get("warnings") or []:
+        ui.warn(f"vocab: {warning}")
+
+
 def from_file_identity(cfg: Config, ws: Workspace | None = None) -> list[dict[str, Any]]:
     """A ``vocab.from_file`` tokenizer's identity (its content as loaded, padding and truncation off), so a
     changed file at the same path rebuilds the vocabulary; nothing for a trained one (ingest keys that)."""
-    return [tokenizer_identity(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase)] if cfg.vocab.from_file else []
+    return [tokenizer_identity(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, _strip_setting(cfg))] \
+        if cfg.vocab.from_file else []
 
 
+def _strip_setting(cfg: Config) -> bool | None:
+    """``vocab.strip_accents`` as a tokenizer takes it: true or false, or None for auto (as BERT, or as a
+    vocab.txt's tokenizer_config.json says)."""
+    return None if cfg.vocab.strip_accents == "auto" else cfg.vocab.strip_accents
+
+
+@dataclass
+class _Accents:
+    """What the vocabulary does with accents: the normaliser's ``strip_accents`` (None: as BERT, when
+    lowercasing), and, when auto kept them, the characters of each script that stripping would have damaged."""
+
+    strip: bool | None
+    damaged: dict[str, list[str]]
+
+
+def _strips(tokenizer: Tokenizer, strip: bool | None) -> bool | str:
+    """Whether the tokenizer strips accents, for the summary; a published normaliser of another kind says so."""
+    if json.loads(tokenizer.to_str()).get("normalizer", {}).get("type") != "BertNormalizer":
+        return "as its own normaliser does"
+    return lowercases(tokenizer, True) if strip is None else strip
+
+
+# v4: vocab.strip_accents auto keeps the accents of a corpus whose scripts BERT's stripping damages (Hangul came
+# out as Jamo): such a corpus gets another vocabulary from the same settings. A corpus without them gets the
+# same tokenizer.json and tokens as v3, so pairs rebuilt on it come out the same and pre-training stays fresh.
 STAGE = Stage(
-    "vocab", version=3, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens"),
-    views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity,
+    "vocab", version=4, order=20, run=run, sections=("vocab",), deps=("ingest",), tables=("vocab", "tokens", "scripts"),
+    views=tuple(VIEWS), has_files=True, fingerprint=from_file_identity, report=report,
     headline="{vocab_size:,} tokens, [UNK] {unk_rate:.2%}",
     help="Train (or load) the WordPiece vocabulary and tokenise every sentence.")
 
 
-def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample]:
+def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, _Accents,
+                                                     dict[str, tuple[float, float]]]:
     """A deterministic WordPiece vocabulary (README, "A deterministic vocabulary"), padded; the seconds of the
-    alphabet pass; and the sample of training sentences it was trained on."""
-    tokenizer = build_tokenizer(None, cfg.vocab.lowercase)
+    alphabet pass; the sample of training sentences it was trained on; what it does with accents; and with
+    ``language_sampling``, each script's share of the sample's letters before and after smoothing.
+
+    ``strip_accents: auto`` strips as BERT does unless the sample holds characters that stripping damages
+    (`bertwb.data.scripts.stripping_damages`): the alphabet pass, which reads every character anyway, finds
+    them, and then runs again without stripping.
+    """
+    lowercase, strip = cfg.vocab.lowercase, _strip_setting(cfg)
+    tokenizer = build_tokenizer(None, lowercase, strip)
     n_train = con.execute("select count(*) from sentences join documents using (doc_id) "
                           "where split = 'train'").fetchone()[0]
     sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed)
     started = time.perf_counter()
+    shares = {}
+    if cfg.vocab.language_sampling:
+        with ui.progress("vocab: scripts", total=n_train, unit="sentences") as bar:
+            letters = sample.script_letters(con, bar)
+        sample.repeats, shares = language_sampling.repeats(letters), language_sampling.smoothed_shares(letters)
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
-        alphabet, continuing = _alphabet(tokenizer, sample.batches(con, bar, count=True), cfg.vocab.limit_alphabet)
+        alphabet, continuing, present = _alphabet(tokenizer, sample.batches(con, bar, count=True),
+                                                  cfg.vocab.limit_alphabet)
+    damaged = stripping_damages(present) if strip is None and lowercase else {}
+    if damaged:
+        strip = False
+        tokenizer = build_tokenizer(None, lowercase, strip)
+        with ui.progress("vocab: alphabet, accents kept", total=n_train, unit="sentences") as bar:
+            alphabet, continuing, _ = _alphabet(tokenizer, sample.batches(con, bar), cfg.vocab.limit_alphabet)
     alphabet_seconds = time.perf_counter() - started
     trainer = trainers.WordPieceTrainer(
         vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
@@ -149,12 +243,13 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingS
         continuing_subword_prefix="##", show_progress=False)
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
         tokenizer.train_from_iterator(sample.batches(con, bar), trainer=trainer, length=sample.sentences)
-    return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, cfg.vocab.lowercase), \
-        alphabet_seconds, sample
+    return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, lowercase, strip), \
+        alphabet_seconds, sample, _Accents(strip, damaged), shares
 
 
-def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str]]:
-    """The trainer's alphabet and continuation characters, computed in a fixed order.
+def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str], list[str]]:
+    """The trainer's alphabet and continuation characters, computed in a fixed order; and every distinct
+    character of the text before normalisation.
 
     Returns the ``limit`` most frequent characters of the normalised training text (ties broken by the
     character), sorted, and those of them that occur after another character of the same word (the
@@ -172,7 +267,8 @@ def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) ->
     counts[[ord(char) for char in _WHITESPACE]] = 0  # never part of a word
     present = np.flatnonzero(counts)
     kept = np.sort(present[np.lexsort((present, -counts[present]))][:limit])  # by count, then by codepoint
-    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]]
+    raw = np.flatnonzero(table.length >= 0)  # the table learnt every character the text holds
+    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]], [chr(c) for c in raw]
 
 
 class _NormalisingTable:
@@ -229,6 +325,7 @@ class TrainingSample:
         self.threshold = None if not wanted or wanted >= n_train else (wanted << 64) // n_train
         self.seed_key = np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64))
         self.sentences = n_train
+        self.repeats: np.ndarray | None = None  # per script: how often a sentence is read (language_sampling)
 
     def contains(self, doc_ids: np.ndarray, sent_idxs: np.ndarray) -> np.ndarray:
         """Whether each (doc_id, sent_idx) of the train split is in the sample."""
@@ -247,17 +344,35 @@ class TrainingSample:
         try:
             for batch in reader:
                 bar.advance(batch.num_rows)
-                texts = batch.column("text")
                 if self.threshold is not None:
-                    texts = texts.filter(pa.array(self.contains(batch.column("doc_id").to_numpy(),
+                    batch = batch.filter(pa.array(self.contains(batch.column("doc_id").to_numpy(),
                                                                 batch.column("sent_idx").to_numpy())))
-                kept += len(texts)
-                yield texts.to_pylist()
+                kept += batch.num_rows
+                texts = batch.column("text").to_pylist()
+                yield texts if self.repeats is None else self._repeated(texts, batch)
         finally:
             reader.close()
             cursor.close()
         if count:
             self.sentences = kept
+
+    def _repeated(self, texts: list[str], batch: pa.RecordBatch) -> list[str]:
+        """``texts`` with each read as often as its script's repeat says: the whole part, and one more time when a
+        hash of its place (another draw than `contains`'s) falls below the fraction."""
+        times = self.repeats[language_sampling.dominant_scripts(texts)[0]]
+        key = (batch.column("doc_id").to_numpy().astype(np.uint64) << np.uint64(32)) \
+            | batch.column("sent_idx").to_numpy().astype(np.uint64)
+        draw = _mix64(key ^ self.seed_key ^ np.uint64(0x2545F4914F6CDD1D)).astype(np.float64) / 2.0**64
+        reads = (np.floor(times) + (draw < times - np.floor(times))).astype(np.int64)
+        return [text for text, n in zip(texts, reads.tolist(), strict=True) for _ in range(n)]
+
+    def script_letters(self, con: Any, bar: Any) -> np.ndarray:
+        """The letters of the sample's sentences, by the script each sentence is mostly written in."""
+        letters = np.zeros(len(scripts.NAMES), dtype=np.int64)
+        for texts in self.batches(con, bar):
+            owners, counts = language_sampling.dominant_scripts(texts)
+            letters += np.bincount(owners, weights=counts, minlength=len(scripts.NAMES)).astype(np.int64)
+        return letters
 
 
 def _mix64(values: np.ndarray) -> np.ndarray:
@@ -269,12 +384,12 @@ def _mix64(values: np.ndarray) -> np.ndarray:
     return values ^ (values >> np.uint64(31))
 
 
-def _padded(vocab: dict[str, int], multiple: int, lowercase: bool) -> Tokenizer:
+def _padded(vocab: dict[str, int], multiple: int, lowercase: bool, strip_accents: bool | None) -> Tokenizer:
     """The trained vocabulary with ``[unusedN]`` tokens appended up to a multiple of ``multiple``, as a
     tokenizer whose only special tokens are BERT's five (the trainer also marked the ``##x`` seeds special)."""
     size = len(vocab)
     vocab = {**vocab, **{f"[unused{i}]": size + i for i in range((-size) % multiple)}}
-    tokenizer = build_tokenizer(vocab, lowercase)
+    tokenizer = build_tokenizer(vocab, lowercase, strip_accents)
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
     return tokenizer
 
