@@ -356,7 +356,7 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, **options: Any) -> None:
     """Turn texts (INPUT_FILE or stdin lines) into vectors with any model bertwb holds: JSONL, Parquet, NumPy or a
     database table."""
-    from bertwb.embed import EmbedRequest, embed as embed_texts  # torch loads for this command only
+    from bertwb.embed.run import EmbedRequest, embed as embed_texts  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     done = embed_texts(cfg, ws, EmbedRequest(**options), sys.stdin, sys.stdout)
@@ -380,7 +380,7 @@ def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
 def similar(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str, where: str,
             top_k: int, model: str | None, device: str, as_json: bool) -> None:
     """The stored texts nearest to QUERY by cosine similarity (exact search, as the vectors were made)."""
-    from bertwb.embed import similar as search  # torch loads for this command only
+    from bertwb.embed.run import similar as search  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     found = search(cfg, ws, query, where, top_k, model, device)
@@ -395,8 +395,9 @@ def similar(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
 @cli.command()
 @_config_options
 @click.argument("out", type=PathArg())
-@click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,
-              help="hf: a folder transformers' from_pretrained loads.")
+@click.option("--format", "fmt", type=click.Choice(["hf", "sentence-transformers"]), default="hf", show_default=True,
+              help="hf: a folder transformers' from_pretrained loads; sentence-transformers: that, with the pooling "
+              "files SentenceTransformer(OUT) reads (the model's own, else mean).")
 @_checkpoint_option
 @click.option("--force", is_flag=True, help="Replace OUT when it exists.")
 def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, out: str, fmt: str,
@@ -407,7 +408,7 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
     cfg, ws = _load(config_path, overrides, workdir)
     model_dir, tokenizer_dir = _model(cfg, ws, checkpoint)
     written = hf.export_hf(model_dir, modeldir.load_tokenizer(model_dir, tokenizer_dir), Path(out), force,
-                           outputs.protected_paths(cfg, ws))
+                           outputs.protected_paths(cfg, ws), fmt == "sentence-transformers")
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
 
@@ -430,6 +431,10 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
     sizes = done["config"]
     ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
             f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
+    if done["sentence_transformers"]:
+        pooled = done["sentence_transformers"]
+        ui.info(f"kept its sentence-transformers pooling: {'+'.join(pooled['pooling'])}"
+                f"{', normalised' if pooled['normalize'] else ''} (`bertwb embed --model {done['path']}` uses it)")
     if done["initialised"]:
         ui.warn(f"the source has no {', '.join(done['initialised'])}: initialised anew (train before using them)")
     if done["dropped_tensors"]:
