@@ -1,0 +1,310 @@
+"""``bertwb embed`` and ``bertwb similar`` driven as a user does: vectors equal to a plain-torch reference on a
+tiny sentence-transformers folder, windows, passthrough and order, the formats, ``--into`` keyed as a stage,
+exact top-k, and one-line errors. Tests needing transformers or sentence-transformers skip without them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from click.testing import CliRunner, Result
+
+from bertwb.cli import cli
+from bertwb.embed import search
+from bertwb.model import modeldir
+from bertwb.model.bert import BertConfig, BertForPreTraining
+from conftest import GLUE_WORDS, TOPIC_WORDS, assert_one_line_error
+from publishedkit import plain_tokenizer, tiny_published_model, word_tokenizer
+
+SENTENCES = ["the captain sailed the ship into the harbour .", "bread and butter with salt",
+             "a comet in the night sky", "the crew and the anchor", "flour , oven and knife ! the soup",
+             "star"]
+
+
+def bertwb(*args: str, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=stdin, prog_name="bertwb")
+
+
+def embed(workdir: Path, *args: str, stdin: str | None = None) -> Result:
+    result = bertwb("embed", "--workdir", str(workdir), *args, stdin=stdin)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def vectors_of(result: Result) -> tuple[list, np.ndarray]:
+    """The ids and vectors of embed's JSON lines on stdout."""
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    return [row["id"] for row in rows], np.array([row["embedding"] for row in rows], np.float64)
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def native_model(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
+    """A random two-layer bertwb model directory whose tokenizer makes every corpus word one token."""
+    tokenizer = word_tokenizer(folder)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = BertForPreTraining(BertConfig(vocab_size=tokenizer.get_vocab_size(), num_layers=2, hidden_size=hidden,
+                                              num_heads=2, intermediate_size=2 * hidden, max_position_embeddings=64))
+        with torch.no_grad():
+            for param in model.parameters():  # biases and LayerNorms too, so every part shows in the vectors
+                param.add_(torch.randn_like(param) * 0.1)
+    modeldir.save_model_dir(model, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_model(tmp_path_factory.mktemp("model") / "m")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    return write_lines(tmp_path / "texts.txt", SENTENCES)
+
+
+# --- a sentence-transformers folder against plain torch -----------------------------------------------
+
+def sentence_transformers_folder(base: Path, folder: Path, mode: str, normalize: bool) -> Path:
+    """``base`` (a transformers BertModel with its tokenizer) with modules.json, 1_Pooling and 2_Normalize."""
+    shutil.copytree(base, folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    keys = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, **{key: name == mode for name, key in keys.items()}}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hf_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("hf") / "base"
+    tiny_published_model(folder, transformers, "BertModel")
+    return folder
+
+
+def torch_reference(folder: Path, texts: list[str], mode: str, normalize: bool) -> np.ndarray:
+    """Each text alone through transformers' BertModel, its last hidden states pooled in plain torch."""
+    import transformers
+
+    tokenizer = plain_tokenizer(folder)
+    model = transformers.BertModel.from_pretrained(folder).eval()
+    vectors = []
+    with torch.no_grad():
+        for text in texts:
+            ids = torch.tensor([tokenizer.encode(text).ids])
+            hidden = model(input_ids=ids).last_hidden_state[0]  # (T, H), no padding
+            vector = {"cls": hidden[0], "mean": hidden.mean(0), "max": hidden.max(0).values}[mode]
+            vectors.append(torch.nn.functional.normalize(vector, dim=0) if normalize else vector)
+    return torch.stack(vectors).double().numpy()
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "max"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_a_sentence_transformers_folder_pools_as_its_config_says(hf_base: Path, tmp_path: Path, corpus: Path,
+                                                                 mode: str, normalize: bool):
+    folder = sentence_transformers_folder(hf_base, tmp_path / "st", mode, normalize)
+    ids, ours = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(folder)))  # pooling auto
+    assert ids == list(range(1, len(SENTENCES) + 1))
+    reference = torch_reference(folder, SENTENCES, mode, normalize)
+    assert np.abs(ours - reference).max() <= 1e-5
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6) == normalize
+    _, asked = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(folder), "--pooling", "mean",
+                                "--no-normalize"))  # options override the config
+    assert np.abs(asked - torch_reference(folder, SENTENCES, "mean", False)).max() <= 1e-5
+
+
+def test_sentence_transformers_loads_the_import_s_export_and_encodes_as_embed(hf_base: Path, tmp_path: Path,
+                                                                                corpus: Path):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    source = sentence_transformers_folder(hf_base, tmp_path / "st", "max", True)
+    imported, out = tmp_path / "imported", tmp_path / "out"
+    result = bertwb("import-hf", str(source), "--out", str(imported), "--workdir", str(tmp_path / "ws"))
+    assert result.exit_code == 0 and "kept its sentence-transformers pooling: max, normalised" in result.stderr
+    assert bertwb("export", str(out), "--checkpoint", str(imported), "--format", "sentence-transformers",
+                  "--workdir", str(tmp_path / "ws")).exit_code == 0
+    assert {"modules.json", "1_Pooling", "2_Normalize", "sentence_bert_config.json"} <= {p.name for p in out.iterdir()}
+    _, ours = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(imported)))
+    theirs = sentence_transformers.SentenceTransformer(str(out), device="cpu").encode(SENTENCES, batch_size=32)
+    assert np.abs(ours - theirs).max() <= 1e-4
+    assert np.abs(ours - torch_reference(source, SENTENCES, "max", True)).max() <= 1e-5
+
+
+def test_a_model_without_pooling_files_exports_mean_pooling(model: Path, tmp_path: Path, corpus: Path):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    out = tmp_path / "out"
+    assert bertwb("export", str(out), "--checkpoint", str(model), "--format", "sentence-transformers",
+                  "--workdir", str(tmp_path / "ws")).exit_code == 0
+    assert not (out / "2_Normalize").exists()
+    _, ours = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model)))
+    theirs = sentence_transformers.SentenceTransformer(str(out), device="cpu").encode(SENTENCES)
+    assert np.abs(ours - theirs).max() <= 1e-4
+
+
+# --- layers, windows, inputs and formats --------------------------------------------------------------
+
+def test_layers_concatenate_or_average(model: Path, tmp_path: Path, corpus: Path):
+    ws = tmp_path / "ws"
+    _, last = vectors_of(embed(ws, str(corpus), "--model", str(model), "--layers", "-1"))
+    _, before = vectors_of(embed(ws, str(corpus), "--model", str(model), "--layers", "-2"))
+    _, both = vectors_of(embed(ws, str(corpus), "--model", str(model), "--layers", "-2,-1"))
+    _, averaged = vectors_of(embed(ws, str(corpus), "--model", str(model), "--layers", "-2,-1", "--combine", "mean"))
+    assert both.shape == (len(SENTENCES), 64) and last.shape == (len(SENTENCES), 32)
+    assert np.allclose(both[:, :32], before, atol=1e-6) and np.allclose(both[:, 32:], last, atol=1e-6)
+    assert np.allclose(averaged, (before + last) / 2, atol=1e-6)  # mean pooling is linear
+    assert not np.allclose(before, last, atol=1e-3)
+
+
+def test_long_texts_are_split_into_windows_whose_vectors_are_averaged(model: Path, tmp_path: Path):
+    words = "ship sail harbour wave captain anchor deck crew storm tide".split()  # one token each
+    texts = write_lines(tmp_path / "t.txt", [" ".join(words), "the moon"])
+    result = embed(tmp_path / "ws", str(texts), "--model", str(model), "--max-length", "6")
+    assert "1 of 2 texts had more than 6 tokens: split into windows whose vectors are averaged" in result.stderr
+    _, split = vectors_of(result)
+    pieces = write_lines(tmp_path / "p.txt", [" ".join(words[0:4]), " ".join(words[4:8]), " ".join(words[8:])])
+    _, windows = vectors_of(embed(tmp_path / "ws", str(pieces), "--model", str(model)))
+    assert np.abs(split[0] - windows.mean(0)).max() <= 1e-6
+    _, whole = vectors_of(embed(tmp_path / "ws", str(texts), "--model", str(model)))
+    assert np.abs(whole[1] - split[1]).max() <= 1e-6 and np.abs(whole[0] - split[0]).max() > 1e-3
+
+
+def test_table_input_keeps_its_order_ids_and_columns(model: Path, tmp_path: Path, corpus: Path):
+    records = [{"doc": f"d{i}", "body": text, "lang": "en", "meta": {"n": i}} for i, text in enumerate(SENTENCES)]
+    records.reverse()  # an order no sort would give back
+    table = tmp_path / "rows.jsonl"
+    table.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    ids, vectors = vectors_of(embed(tmp_path / "ws", str(table), "--model", str(model), "--text-column", "body",
+                                    "--id-column", "doc"))
+    rows = [json.loads(line) for line in
+            embed(tmp_path / "ws", str(table), "--model", str(model), "--text-column", "body",
+                  "--id-column", "doc").stdout.splitlines()]
+    assert ids == [r["doc"] for r in records]
+    assert [(r["body"], r["lang"], r["meta"]) for r in rows] == [(r["body"], r["lang"], r["meta"]) for r in records]
+    assert "doc" not in rows[0] and list(rows[0])[:2] == ["id", "embedding"]
+    _, plain = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model)))
+    assert np.abs(vectors - plain[::-1]).max() <= 1e-6  # the same text, the same vector, in input order
+
+
+def test_stdin_parquet_and_npy(model: Path, tmp_path: Path):
+    ws, stdin = tmp_path / "ws", "\n".join(SENTENCES[:3]) + "\n"
+    ids, lines = vectors_of(embed(ws, "--model", str(model), stdin="\n" + stdin))
+    assert ids == [2, 3, 4]  # the lines as a user counts them, the blank one too
+    embed(ws, "--model", str(model), "-o", str(tmp_path / "v.parquet"), stdin=stdin)
+    table = pq.read_table(tmp_path / "v.parquet")
+    column = table.schema.field("embedding").type
+    assert pa.types.is_fixed_size_list(column) and column.list_size == 32 and column.value_type == pa.float32()
+    assert table.column("id").to_pylist() == [1, 2, 3] and table.column("text").to_pylist() == SENTENCES[:3]
+    stored = np.array(table.column("embedding").to_pylist())
+    assert np.abs(stored - lines).max() <= 1e-6
+    assert json.loads(table.schema.metadata[b"bertwb.embed"])["settings"]["pooling"] == ["mean"]
+    embed(ws, "--model", str(model), "-o", str(tmp_path / "v.npy"), "--dtype", "float16", stdin=stdin)
+    half = np.load(tmp_path / "v.npy")
+    assert half.dtype == np.float16 and half.shape == (3, 32) and np.abs(half - lines).max() <= 1e-2
+
+
+# --- --into, status and similar --------------------------------------------------------------------------
+
+def _status(ws: Path) -> dict[str, dict]:
+    result = bertwb("status", "--workdir", str(ws), "--json")
+    assert result.exit_code == 0, result.output
+    return {row["stage"]: row for row in json.loads(result.stdout)}
+
+
+def test_into_stores_a_table_keyed_like_a_stage(model: Path, tmp_path: Path, corpus: Path):
+    ws = tmp_path / "ws"
+    manifest = ws / "manifests" / "embed" / "vecs.json"
+    first = embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
+    assert first.stdout == "" and "into table vecs" in first.stderr
+    with duckdb.connect(str(ws / "bertwb.duckdb"), read_only=True) as con:
+        assert con.execute("select data_type from information_schema.columns where table_name = 'vecs' "
+                           "and column_name = 'embedding'").fetchone()[0] == "FLOAT[32]"
+        assert con.execute("select list(id order by id) from vecs").fetchone()[0] == list(range(1, 7))
+    assert _status(ws)["embed/vecs"]["state"] == "fresh" and _status(ws)["embed/vecs"]["rows"] == {"vecs": 6}
+    built = json.loads(manifest.read_text())["build"]
+
+    again = embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
+    assert "embed/vecs: fresh (key " in again.stderr and "skipped" in again.stderr
+    assert json.loads(manifest.read_text())["build"] == built  # nothing ran, nothing was rewritten
+
+    embed(ws, str(corpus), "--model", str(model), "--into", "vecs", "--pooling", "cls")  # other settings: rebuilt
+    assert json.loads(manifest.read_text())["build"] != built
+    assert json.loads(manifest.read_text())["settings"]["pooling"] == ["cls"]
+
+    write_lines(corpus, SENTENCES[:2])
+    row = _status(ws)["embed/vecs"]
+    assert row["state"] == "stale" and row["reason"] == f"input changed: {corpus.resolve()}"
+    query = bertwb("sql", "--workdir", str(ws), "--format", "csv",
+                   "select id from vecs order by array_cosine_similarity(embedding, "
+                   "(select embedding from vecs where id = 3)) desc limit 1")
+    assert query.stdout == "id\n3\n"
+
+
+def test_similar_returns_the_brute_force_top_k(model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    words = sorted({w for topic in TOPIC_WORDS.values() for w in topic.split()} | set(GLUE_WORDS))
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(words, 5)) for _ in range(40)]
+    texts, ws = write_lines(tmp_path / "t.txt", lines), tmp_path / "ws"
+    embed(ws, str(texts), "--model", str(model), "--into", "many", "--layers", "-2,-1")
+    embed(ws, str(texts), "--model", str(model), "--layers", "-2,-1", "-o", str(tmp_path / "many.parquet"))
+    _, stored = vectors_of(embed(ws, str(texts), "--model", str(model), "--layers", "-2,-1"))
+    query = "the storm and the anchor"
+    _, [vector] = vectors_of(embed(ws, "--model", str(model), "--layers", "-2,-1", stdin=query))
+    cosine = stored @ vector / (np.linalg.norm(stored, axis=1) * np.linalg.norm(vector))
+    expected = (np.argsort(-cosine, kind="stable")[:7] + 1).tolist()
+    monkeypatch.setattr(search, "rows_per_batch", lambda dimension: 6)  # the best k carried across batches
+    for where in ("many", str(tmp_path / "many.parquet")):
+        result = bertwb("similar", query, "--in", where, "--top-k", "7", "--json", "--workdir", str(ws))
+        assert result.exit_code == 0, result.output
+        found = json.loads(result.stdout)
+        assert [row["id"] for row in found] == expected
+        assert np.allclose([row["score"] for row in found], cosine[np.array(expected) - 1], atol=1e-5)
+        assert found[0]["text"] == lines[expected[0] - 1]
+    table = bertwb("similar", query, "--in", "many", "--top-k", "2", "--workdir", str(ws))
+    assert table.exit_code == 0 and lines[expected[0] - 1] in table.stdout
+
+
+# --- bad input: one line, exit 1 -------------------------------------------------------------------------
+
+def test_bad_input_is_one_line(model: Path, tmp_path: Path, corpus: Path):
+    ws = str(tmp_path / "ws")
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", "nosuchmodel", "--workdir", ws),
+                          "--model nosuchmodel", "no such folder", "pretrain")
+    table = tmp_path / "t.csv"
+    table.write_text("body,label\nthe ship,1\n")
+    assert_one_line_error(bertwb("embed", str(table), "--model", str(model), "--workdir", ws),
+                          str(table), "no column 'text'", "--text-column")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert_one_line_error(bertwb("embed", str(empty), "--model", str(model), "--workdir", ws), str(empty), "empty")
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(model), "--layers", "-9", "--workdir", ws),
+                          "--layers -9", "2 layers")
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(model), "--format", "npy", "--workdir", ws),
+                          "--output")
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(model), "--into", "pairs", "--workdir", ws),
+                          "--into pairs", "stages")
+    assert_one_line_error(bertwb("similar", "a query", "--in", "nothing", "--workdir", ws),
+                          "--in nothing", "no such embedding table")
+
+
+def test_a_query_of_another_dimension_than_the_table_is_one_line(model: Path, tmp_path: Path, corpus: Path):
+    ws = tmp_path / "ws"
+    wider = native_model(tmp_path / "wider", hidden=48)
+    embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
+    assert_one_line_error(bertwb("similar", "the ship", "--in", "vecs", "--model", str(wider), "--workdir", str(ws)),
+                          "vecs", "32 dimensions", "48")
