@@ -2,11 +2,10 @@
 
 Export writes what ``transformers`` loads as the class its ``config.json`` names, labels in ``id2label``:
 weights under Hugging Face names (`bertwb.model.hf_names`, the tied decoder left out as ``save_pretrained``
-does) and the tokenizer files. Import writes a bertwb model directory and ``import.json`` (kind, heads
-initialised, the source tokenizer's lengths, never applied); a sentence-transformers model's pooling files
-(`bertwb.embed.pooling`) travel both ways. Export → import → export writes identical bytes; ``--force``
-replaces only a folder holding ``.bertwb-export`` (README, "Checkpoints, Hugging Face ...").
-"""
+does), the tokenizer files, and a sentence-transformers model's pooling files (`bertwb.embed.pooling`), which
+import keeps too. Import writes a bertwb model directory and ``import.json`` (kind, heads initialised, the source
+tokenizer's lengths, never applied). Export → import → export writes identical bytes; ``--force`` replaces only
+a folder holding ``.bertwb-export`` (README, "Checkpoints, Hugging Face ...")."""
 
 from __future__ import annotations
 
