@@ -431,8 +431,10 @@ def import_hf(config_path: str | None, overrides: tuple[str, ...], workdir: str 
     sizes = done["config"]
     ui.info(f"imported {done['source']} ({done['architecture']}, {done['layout']} layout, L{sizes['num_layers']} "
             f"H{sizes['hidden_size']} A{sizes['num_heads']}, vocab {sizes['vocab_size']:,}) to {done['path']}")
-    if done["sentence_transformers"]:
-        pooled = done["sentence_transformers"]
+    pooled = done["sentence_transformers"]
+    if pooled and pooled.get("not_kept"):
+        ui.warn(f"its sentence-transformers pooling was not kept: {pooled['not_kept']}")
+    elif pooled:
         ui.info(f"kept its sentence-transformers pooling: {'+'.join(pooled['pooling'])}"
                 f"{', normalised' if pooled['normalize'] else ''} (`bertwb embed --model {done['path']}` uses it)")
     if done["initialised"]:

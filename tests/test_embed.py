@@ -300,6 +300,10 @@ def test_bad_input_is_one_line(model: Path, tmp_path: Path, corpus: Path):
                           "--into pairs", "stages")
     assert_one_line_error(bertwb("similar", "a query", "--in", "nothing", "--workdir", ws),
                           "--in nothing", "no such embedding table")
+    assert_one_line_error(bertwb("embed", "--workdir", ws, stdin="the ship\n"), "--model pretrain", "bertwb pretrain")
+    assert bertwb("sql", "--write", "--workdir", ws, "create table mine as select 1 as a").exit_code == 0
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(model), "--into", "mine", "--workdir", ws),
+                          "--into mine", "did not make")
 
 
 def test_a_query_of_another_dimension_than_the_table_is_one_line(model: Path, tmp_path: Path, corpus: Path):
@@ -308,3 +312,15 @@ def test_a_query_of_another_dimension_than_the_table_is_one_line(model: Path, tm
     embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
     assert_one_line_error(bertwb("similar", "the ship", "--in", "vecs", "--model", str(wider), "--workdir", str(ws)),
                           "vecs", "32 dimensions", "48")
+
+
+def test_modules_bertwb_does_not_compute_refuse_embed_but_not_import(hf_base: Path, tmp_path: Path, corpus: Path):
+    folder = sentence_transformers_folder(hf_base, tmp_path / "st", "mean", False)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(folder), "--workdir", str(tmp_path / "ws")),
+                          "modules.json", "Dense", "use sentence-transformers")
+    imported = bertwb("import-hf", str(folder), "--out", str(tmp_path / "imported"), "--workdir", str(tmp_path / "ws"))
+    assert imported.exit_code == 0 and "its sentence-transformers pooling was not kept" in imported.stderr
+    assert not (tmp_path / "imported" / "modules.json").exists()

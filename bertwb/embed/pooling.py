@@ -139,7 +139,7 @@ def resolve(own: Pooling | None, pooling: str, layers: str, combine: str, normal
     chosen = _layers(layers, num_layers)
     length = max_length or min(own.max_seq_length or limit, limit)
     if length > limit:
-        raise BertwbError(f"--max-length {length} is more than the model's {limit} positions; lower it")
+        raise BertwbError(f"--max-length {length} is more than the {limit} tokens the model takes; lower it")
     if length < 3:
         raise BertwbError(f"--max-length {length} leaves no room for a token beside [CLS] and [SEP]; use 3 or more")
     return EmbedSettings(modes, chosen, combine, own.normalize if normalize is None else normalize, length, dtype)

@@ -44,8 +44,12 @@ def find_model(cfg: Config, ws: Workspace, choice: str) -> ModelSource:
     """The model ``choice`` names; one line naming what it could have been when it names none."""
     choice = choice.strip()
     if choice == "pretrain":
-        folder = model_choice.checkpoint_dir(cfg, ws, None, lambda: keys.current_run_dir(cfg, ws, "pretrain"),
-                                             quiet=True)
+        try:
+            folder = model_choice.checkpoint_dir(cfg, ws, None, lambda: keys.current_run_dir(cfg, ws, "pretrain"),
+                                                 quiet=True)
+        except BertwbError:
+            raise BertwbError(f"--model pretrain: no pre-trained model of the current settings in {ws.root}; run "
+                              "`bertwb pretrain`, or give --model a fine-tuning task or a model folder") from None
         return ModelSource("pretrain", folder, None)
     if choice in cfg.finetune.tasks:
         return ModelSource(choice, model_choice.task_dir(cfg, ws, choice, None), None)

@@ -53,6 +53,10 @@ def check_name(ws: Workspace, table: str) -> None:
     own = {name for stage in stages.templates() for name in stage.tables} | {"stage_metrics"}
     if table.lower() in own:
         raise BertwbError(f"--into {table}: {table} is a table of bertwb's stages; pick another name")
+    existing = {name.lower() for name in labels_of(ws) or {}}
+    if table.lower() in existing and manifest_of(ws, table) is None:
+        raise BertwbError(f"--into {table}: {ws.db_path} already has a table {table} that `bertwb embed` did not "
+                          "make; pick another name, or drop it first (bertwb sql --write)")
 
 
 def is_table_name(name: str) -> bool:

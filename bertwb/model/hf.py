@@ -43,7 +43,12 @@ def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, for
     The model's sentence-transformers pooling (an import of such a model keeps it) goes along, so
     ``SentenceTransformer(out)`` pools as the source did; ``sentence_transformers`` writes it for any model
     (mean pooling where it has none of its own)."""
-    pooling = Pooling.read(model_dir.path)
+    try:
+        pooling = Pooling.read(model_dir.path)
+    except BertwbError:
+        if sentence_transformers:
+            raise
+        pooling = None  # modules bertwb does not compute (a Dense layer): the plain export, as before
     if pooling is None and sentence_transformers:
         pooling = Pooling()
     model, _ = modeldir.load_model(model_dir)
@@ -69,7 +74,11 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
               own: Path | None = None) -> dict[str, Any]:
     """Convert the Hugging Face BERT folder ``source`` into a bertwb model directory ``out`` (which must
     pass `bertwb.outputs.check_folder`; ``own``: the workspace's folder for imports, allowed)."""
-    pooling = Pooling.read(source)  # a sentence-transformers folder: its pooling is kept beside the weights
+    try:
+        pooling = Pooling.read(source)  # a sentence-transformers folder: its pooling is kept beside the weights
+        not_kept = None
+    except BertwbError as exc:  # modules bertwb does not compute: the encoder is imported, its pooling is not
+        pooling, not_kept = None, str(exc)
     model_dir = modeldir.open_model_dir(source / pooling.transformer_path if pooling else source)
     if model_dir.tokenizer_dir is None:
         raise BertwbError(f"{source}: no vocab.txt or tokenizer.json; a model needs its tokenizer to be used")
@@ -86,7 +95,7 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
                    "dropped_tensors": report.dropped, "config": _sizes(model),
                    "source_tokenizer": declared_lengths(model_dir.tokenizer_dir),
-                   "sentence_transformers": None if pooling is None else
+                   "sentence_transformers": {"not_kept": not_kept} if not_kept else None if pooling is None else
                    {"pooling": list(pooling.modes), "normalize": pooling.normalize,
                     "max_seq_length": pooling.max_seq_length}}
         if pooling is not None:
