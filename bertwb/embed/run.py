@@ -54,16 +54,16 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
     from bertwb.model import modeldir  # noqa: PLC0415
 
     started = time.time()
+    source = find_model(cfg, ws, request.model)
+    path = Path(request.input_file) if request.input_file else None
+    if request.output:  # before any work: a refused path costs nothing
+        outputs.check_file(request.output, outputs.protected_paths(cfg, ws, [
+            *outputs.reading(path, "the input file"), *outputs.reading(source.folder, "the model", True)]))
     fmt = output_format(request.fmt, request.output) if request.output or not request.into else None
     if request.into:
         store.check_name(ws, request.into)
-    source = find_model(cfg, ws, request.model)
     model_dir = modeldir.open_model_dir(source.folder, "--model")
-    path = Path(request.input_file) if request.input_file else None
     inputs = read_inputs(path, stdin, request.text_column, request.id_column)
-    if request.output:
-        outputs.check_file(request.output, outputs.protected_paths(cfg, ws, [
-            *outputs.reading(path, "the input file"), *outputs.reading(source.folder, "the model", True)]))
     settings = resolve(source.pooling, request.pooling, request.layers, request.combine, request.normalize,
                        request.max_length, request.dtype, model_dir.config.num_layers,
                        modeldir.max_length(model_dir)[0])
