@@ -343,6 +343,9 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
               "config says, else not).")
 @click.option("--max-length", type=click.IntRange(3), default=None, help="Tokens per window; longer texts are split "
               "and their windows averaged (default: the model's).")
+@click.option("--tokens", type=click.Choice(["pieces", "words"]), is_flag=False, flag_value="pieces", default=None,
+              help="A vector per token with its character offsets, not one per text: each word piece (--tokens), or "
+              "each word's first piece (--tokens words).")
 @click.option("--format", "fmt", type=click.Choice(["auto", *embed_writing.FORMATS]), default="auto",
               show_default=True, help="auto: by --output's extension, else jsonl.")
 @click.option("--output", "-o", type=PathArg(dir_okay=False), help="Write the vectors here (default: JSON lines on "
@@ -362,9 +365,9 @@ def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     done = embed_texts(cfg, ws, EmbedRequest(**options), sys.stdin, sys.stdout)
     if not done["skipped"]:
         where = f"table {options['into']}" if options["into"] else options["output"]
+        made = f"{done['tokens']:,} token vectors" if done["tokens"] is not None else f"{done['pooling']} pooling"
         ui.info(f"embedded {done['rows']:,} texts as {done['dimension']}-dimensional vectors "
-                f"({done['pooling']} pooling{', normalised' if done['normalized'] else ''})"
-                + (f" into {where}" if where else ""))
+                f"({made}{', normalised' if done['normalized'] else ''})" + (f" into {where}" if where else ""))
 
 
 @cli.command()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import unicodedata
 from pathlib import Path
 
 import duckdb
@@ -216,6 +217,111 @@ def test_stdin_parquet_and_npy(model: Path, tmp_path: Path):
     embed(ws, "--model", str(model), "-o", str(tmp_path / "v.npy"), "--dtype", "float16", stdin=stdin)
     half = np.load(tmp_path / "v.npy")
     assert half.dtype == np.float16 and half.shape == (3, 32) and np.abs(half - lines).max() <= 1e-2
+
+
+# --- token vectors ----------------------------------------------------------------------------------------
+
+TOKEN_TEXTS = ["The Ships sailed , unknown Stärs !", "star", "a comet in the night sky with the moon and stars ."]
+
+
+def _plain(text: str) -> str:
+    """``text`` as the uncased tokenizer sees it: lowercased, accents stripped."""
+    return "".join(c for c in unicodedata.normalize("NFD", text.lower()) if not unicodedata.combining(c))
+
+
+def _token_rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def _plain_torch_tokens(folder: Path, text: str, room: int) -> tuple[list[str], np.ndarray]:
+    """Each piece of ``text`` and its last-layer vector, from bertwb's reference BertModel run on each window of
+    ``room`` pieces alone (between [CLS] and [SEP], no padding, no batch)."""
+    tokenizer = plain_tokenizer(folder)
+    model, _ = modeldir.load_model(modeldir.open_model_dir(folder, "--model"), torch.device("cpu"))
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    pieces = []
+    with torch.no_grad():
+        for start in range(0, len(encoding.ids), room):
+            ids = torch.tensor([[cls, *encoding.ids[start:start + room], sep]])
+            hidden, _ = model.eval().bert(ids)  # (1, T, H)
+            pieces.append(hidden[0, 1:-1])
+    return encoding.tokens, torch.cat(pieces).double().numpy()
+
+
+def test_token_vectors_are_each_piece_s_hidden_state_and_offsets_slice_the_text(model: Path, tmp_path: Path):
+    texts = write_lines(tmp_path / "t.txt", TOKEN_TEXTS)
+    ws, out = tmp_path / "ws", tmp_path / "tokens.parquet"
+    result = embed(ws, str(texts), "--model", str(model), "--tokens", "--max-length", "8", "--batch-size", "2",
+                   "-o", str(out))  # windows of 6 pieces, batches that pad
+    assert "2 of 3 texts had more than 8 tokens: split into windows each token's vector is its window's" \
+        in result.stderr
+    rows = _token_rows(out)
+    assert [row["id"] for row in rows] == [1, 2, 3] and [row["text"] for row in rows] == TOKEN_TEXTS
+    for row, text in zip(rows, TOKEN_TEXTS, strict=True):
+        pieces, reference = _plain_torch_tokens(model, text, room=6)
+        assert row["tokens"] == pieces and len(row["offsets"]) == len(pieces) == len(row["embedding"])
+        assert np.abs(np.array(row["embedding"]) - reference).max() <= 1e-5
+        for piece, (start, end) in zip(pieces, row["offsets"], strict=True):
+            spelled = _plain(text[start:end])
+            assert spelled == piece.removeprefix("##") or (piece == "[UNK]" and spelled.isalpha()), (piece, start)
+    assert rows[0]["tokens"][:3] == ["the", "ship", "##s"] and "[UNK]" in rows[0]["tokens"]
+    lines = [json.loads(line) for line in embed(ws, str(texts), "--model", str(model), "--tokens",
+                                                "--max-length", "8").stdout.splitlines()]
+    assert [(line["id"], line["tokens"], line["offsets"]) for line in lines] == \
+        [(row["id"], row["tokens"], row["offsets"]) for row in rows]
+    assert np.abs(np.array(lines[0]["embedding"]) - np.array(rows[0]["embedding"])).max() <= 1e-6
+
+
+def test_word_vectors_are_each_word_s_first_piece_spanning_the_word(model: Path, tmp_path: Path):
+    texts, ws = write_lines(tmp_path / "t.txt", TOKEN_TEXTS), tmp_path / "ws"
+    embed(ws, str(texts), "--model", str(model), "--tokens", "-o", str(tmp_path / "pieces.parquet"))
+    embed(ws, str(texts), "--model", str(model), "--tokens", "words", "--normalize", "-o", str(tmp_path / "w.parquet"))
+    for pieces, words, text in zip(_token_rows(tmp_path / "pieces.parquet"), _token_rows(tmp_path / "w.parquet"),
+                                   TOKEN_TEXTS, strict=True):
+        assert words["tokens"] == [text[start:end] for start, end in words["offsets"]]
+        assert words["tokens"] == text.replace(",", " , ").replace("!", " ! ").replace(".", " . ").split()
+        first = [i for i, piece in enumerate(pieces["tokens"]) if not piece.startswith("##")]
+        expected = np.array(pieces["embedding"])[first]
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)  # --normalize scales each token's vector
+        assert np.abs(np.array(words["embedding"]) - expected).max() <= 1e-6
+    assert words["tokens"][:4] == ["a", "comet", "in", "the"]
+    first_text = _token_rows(tmp_path / "w.parquet")[0]
+    at = TOKEN_TEXTS[0].index("Stärs")  # a word of two pieces, star ##s, found in the text as written
+    assert first_text["tokens"][5] == "Stärs" and first_text["offsets"][5] == [at, at + 5]
+
+
+def test_token_vectors_of_chosen_layers_equal_transformers_hidden_states(hf_base: Path, tmp_path: Path):
+    import transformers
+
+    texts = write_lines(tmp_path / "t.txt", TOKEN_TEXTS)
+    rows = [json.loads(line) for line in embed(tmp_path / "ws", str(texts), "--model", str(hf_base), "--tokens",
+                                               "--layers", "-2,-1").stdout.splitlines()]
+    tokenizer = plain_tokenizer(hf_base)
+    reference = transformers.BertModel.from_pretrained(hf_base).eval()
+    with torch.no_grad():
+        for row, text in zip(rows, TOKEN_TEXTS, strict=True):
+            states = reference(input_ids=torch.tensor([tokenizer.encode(text).ids]), output_hidden_states=True)
+            expected = torch.cat(states.hidden_states[-2:], -1)[0, 1:-1]  # (pieces, 2H): [CLS] and [SEP] left out
+            assert np.abs(np.array(row["embedding"]) - expected.double().numpy()).max() <= 1e-5
+
+
+def test_token_vectors_go_into_a_table_that_unnests_to_a_row_per_token(model: Path, tmp_path: Path):
+    texts, ws = write_lines(tmp_path / "t.txt", TOKEN_TEXTS), tmp_path / "ws"
+    embed(ws, str(texts), "--model", str(model), "--tokens", "--into", "tokens_table")
+    query = bertwb("sql", "--workdir", str(ws), "--format", "csv", "select id, unnest(tokens) as token, "
+                   "unnest(offsets)[1] as start, len(unnest(embedding)) as width from tokens_table where id = 2")
+    assert query.stdout == "id,token,start,width\n2,star,0,32\n"
+    assert_one_line_error(bertwb("similar", "a star", "--in", "tokens_table", "--workdir", str(ws)),
+                          "tokens_table", "token vectors", "without --tokens")
+    assert_one_line_error(bertwb("embed", str(texts), "--model", str(model), "--tokens", "--pooling", "cls",
+                                 "--workdir", str(ws)), "--pooling cls", "--tokens", "not pooled")
+    assert_one_line_error(bertwb("embed", str(texts), "--model", str(model), "--tokens", "-o",
+                                 str(tmp_path / "t.npy"), "--workdir", str(ws)), "--tokens", "t.npy", ".parquet")
+    clash = tmp_path / "rows.csv"
+    clash.write_text("text,offsets\nthe ship,3\n")
+    assert_one_line_error(bertwb("embed", str(clash), "--model", str(model), "--tokens", "--workdir", str(ws)),
+                          "'offsets'", "rename")
 
 
 # --- --into, status and similar --------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Texts to vectors: a model directory's encoder run in inference mode over length-bucketed batches (padded
-only to the longest window of each batch), the chosen layers combined, then pooled as `EmbedSettings` say.
+only to the longest window of each batch), the chosen layers combined, then pooled as `EmbedSettings` say,
+or kept per token (each piece, or each word's first piece) with the token's character offsets.
 
 A text longer than ``max_length`` tokens is cut into windows of ``[CLS] piece [SEP]``, which are pooled
-alone and averaged (before normalising). `pool` is the one pooling function; tests compare it with torch.
+alone and averaged (before normalising); a token's vector is its window's. `pool` is the one pooling function.
 """
 
 from __future__ import annotations
@@ -26,10 +27,32 @@ from bertwb.workspace import Workspace
 
 @dataclass
 class Encoded:
-    """One vector per text, in input order, and how many texts were split into windows."""
+    """One vector per text, in input order, and how many texts were split into windows; with ``--tokens``,
+    ``vectors`` holds every text's token vectors in turn and `tokens` says which belong to which text."""
 
-    vectors: np.ndarray  # (n_texts, dim) float32
+    vectors: np.ndarray  # (n_texts, dim) float32, or (n_tokens, dim) with tokens
     split: int
+    tokens: TextTokens | None = None
+
+
+@dataclass
+class TextTokens:
+    """The tokens behind token vectors, flat in input order: text i owns rows ``starts[i]:starts[i + 1]``."""
+
+    starts: np.ndarray  # (n_texts + 1,) int64: where each text's tokens begin, then the total
+    names: list[str]  # the word piece as the vocabulary spells it (``##s``), or the word as the text spells it
+    offsets: np.ndarray  # (n_tokens, 2) int32: characters [start, end) of the token in its text
+
+
+@dataclass
+class _Windows:
+    """Every text's windows of ids (``[CLS]`` and ``[SEP]`` included), the text each belongs to, and the index
+    of its first piece among all texts' pieces laid end to end."""
+
+    ids: list[list[int]]
+    owner: np.ndarray  # (n_windows,) int64
+    first_piece: np.ndarray  # (n_windows,) int64
+    encodings: list  # the tokenizer's encoding of each text, without special tokens
 
 
 class Encoder:
@@ -56,42 +79,57 @@ class Encoder:
 
     def dimension(self, settings: EmbedSettings) -> int:
         concat = len(settings.layers) if settings.combine == "concat" else 1
-        return self.bert.config.hidden_size * concat * len(settings.pooling)
+        return self.bert.config.hidden_size * concat * max(len(settings.pooling), 1)
 
     @torch.inference_mode()
     def encode(self, texts: list[str], settings: EmbedSettings, show_progress: bool = True) -> Encoded:
         """``texts`` as vectors (see the module doc), in order."""
-        windows, owner = self._windows(texts, settings.max_length)
-        vectors = np.zeros((len(windows), self.dimension(settings)), np.float32)
-        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))  # buckets of similar lengths
-        with ui.progress("embedding", total=len(windows), unit="windows") if show_progress else nullcontext() as bar:
+        windows = self._windows(texts, settings.max_length)
+        pieces = int(windows.first_piece[-1] + len(windows.ids[-1]) - 2) if windows.ids else 0
+        rows = pieces if settings.tokens else len(windows.ids)
+        vectors = np.zeros((rows, self.dimension(settings)), np.float32)
+        order = sorted(range(len(windows.ids)), key=lambda i: len(windows.ids[i]))  # buckets of similar lengths
+        with ui.progress("embedding", total=len(order), unit="windows") if show_progress else nullcontext() as bar:
             for start in range(0, len(order), self.batch_size):
                 chosen = order[start:start + self.batch_size]
-                vectors[chosen] = self._batch([windows[i] for i in chosen], settings).numpy()
+                tokens, mask = self._token_states([windows.ids[i] for i in chosen], settings)
+                if settings.tokens:
+                    states = tokens.float().cpu().numpy()
+                    for row, window in enumerate(chosen):  # each window's pieces, [CLS] and [SEP] left out
+                        first, count = windows.first_piece[window], len(windows.ids[window]) - 2
+                        vectors[first:first + count] = states[row, 1:1 + count]
+                else:
+                    vectors[chosen] = pool(tokens.float(), mask, settings.pooling).cpu().numpy()
                 if bar is not None:
                     bar.advance(len(chosen))
-        counts = np.bincount(owner, minlength=len(texts))
+        counts = np.bincount(windows.owner, minlength=len(texts))
+        split = int((counts > 1).sum())
+        if settings.tokens:
+            tokens, rows = _text_tokens(texts, windows.encodings, settings.tokens)
+            vectors = vectors if rows is None else vectors[rows]
+            return Encoded(_normalized(vectors) if settings.normalize else vectors, split, tokens)
         sums = np.zeros((len(texts), vectors.shape[1]), np.float64)
-        np.add.at(sums, owner, vectors)
+        np.add.at(sums, windows.owner, vectors)
         means = (sums / counts[:, None]).astype(np.float32)
-        if settings.normalize:
-            means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)  # F.normalize's eps
-        return Encoded(means, int((counts > 1).sum()))
+        return Encoded(_normalized(means) if settings.normalize else means, split)
 
-    def _windows(self, texts: list[str], max_length: int) -> tuple[list[list[int]], np.ndarray]:
-        """Every text's windows of at most ``max_length`` ids, ``[CLS]`` and ``[SEP]`` included, and the text
-        each window belongs to."""
+    def _windows(self, texts: list[str], max_length: int) -> _Windows:
+        """Every text cut into windows of at most ``max_length`` ids, ``[CLS]`` and ``[SEP]`` included."""
         room = max_length - 2
-        windows, owner = [], []
-        for index, encoding in enumerate(self.tokenizer.encode_batch(texts, add_special_tokens=False)):
-            ids = encoding.ids
-            for start in range(0, max(len(ids), 1), room):
-                windows.append([self.cls_id, *ids[start:start + room], self.sep_id])
+        ids, owner, first_piece, pieces = [], [], [], 0
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        for index, encoding in enumerate(encodings):
+            text_ids = encoding.ids
+            for start in range(0, max(len(text_ids), 1), room):
+                ids.append([self.cls_id, *text_ids[start:start + room], self.sep_id])
                 owner.append(index)
-        return windows, np.asarray(owner, np.int64)
+                first_piece.append(pieces + start)
+            pieces += len(text_ids)
+        return _Windows(ids, np.asarray(owner, np.int64), np.asarray(first_piece, np.int64), encodings)
 
-    def _batch(self, windows: list[list[int]], settings: EmbedSettings) -> torch.Tensor:
-        """Pooled vectors (B, dim) of windows of any lengths, padded to the longest."""
+    def _token_states(self, windows: list[list[int]], settings: EmbedSettings) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token vectors (B, T, dim) of windows of any lengths, padded to the longest, the chosen layers
+        combined; and the mask (B, T), 1 for real tokens."""
         longest = max(map(len, windows))
         input_ids = torch.full((len(windows), longest), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(windows), longest), dtype=torch.long)
@@ -101,7 +139,35 @@ class Encoder:
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         states = hidden_states(self.bert, input_ids, None if bool(mask.all()) else mask, settings.layers)
         tokens = torch.cat(states, -1) if settings.combine == "concat" else torch.stack(states).mean(0)
-        return pool(tokens.float(), mask, settings.pooling).cpu()
+        return tokens, mask
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)  # F.normalize's eps
+
+
+def _text_tokens(texts: list[str], encodings: list, mode: str) -> tuple[TextTokens, np.ndarray | None]:
+    """Each text's tokens and their character offsets; for ``words``, one per word, spanning the whole word and
+    spelled as the text spells it, with the rows of each word's first piece among all texts' pieces."""
+    starts, names, offsets, rows, pieces = [0], [], [], [], 0
+    for text, encoding in zip(texts, encodings, strict=True):
+        if mode == "pieces":
+            names.extend(encoding.tokens)
+            offsets.extend(encoding.offsets)
+        else:
+            spans: dict[object, list[int]] = {}
+            for piece, (word, (begin, end)) in enumerate(zip(encoding.word_ids, encoding.offsets, strict=True)):
+                word = ("piece", piece) if word is None else word  # a piece of no word stands alone
+                if word not in spans:
+                    spans[word] = [begin, end]
+                    rows.append(pieces + piece)
+                spans[word][1] = end
+            names.extend(text[begin:end] for begin, end in spans.values())
+            offsets.extend(spans.values())
+        pieces += len(encoding.ids)
+        starts.append(len(names))
+    found = TextTokens(np.asarray(starts, np.int64), names, np.asarray(offsets, np.int32).reshape(-1, 2))
+    return found, (np.asarray(rows, np.int64) if mode == "words" else None)
 
 
 def hidden_states(bert: BertModel, input_ids: torch.Tensor, mask: torch.Tensor | None,

@@ -36,8 +36,10 @@ class Inputs:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def read_inputs(path: Path | None, stdin: TextIO, text_column: str, id_column: str | None) -> Inputs:
-    """The rows of ``path`` (a table by its extension, else lines of text) or of ``stdin``'s lines."""
+def read_inputs(path: Path | None, stdin: TextIO, text_column: str, id_column: str | None,
+                reserved: tuple[str, ...] = RESERVED) -> Inputs:
+    """The rows of ``path`` (a table by its extension, else lines of text) or of ``stdin``'s lines; no column
+    may pass through under a ``reserved`` name, one the output gives its own column."""
     if path is not None and not path.is_file():
         what = "a folder, not a file" if path.exists() else "no such file"
         raise BertwbError(f"{path}: {what}; give a text file (one input per line), a CSV, TSV, JSONL or Parquet "
@@ -56,7 +58,7 @@ def read_inputs(path: Path | None, stdin: TextIO, text_column: str, id_column: s
     ids = column(rows, columns, named, path, "--id-column") if named else [row.line for row in rows]
     _check_unique(ids, rows, path, named)
     passing = [name for name in columns if name != named]
-    clash = [name for name in passing if name in RESERVED]
+    clash = [name for name in passing if name in reserved]
     if clash:
         raise BertwbError(f"{path}: a column is called {clash[0]!r}, a name the output gives its own column; rename "
                           f"it{' or pass --id-column ' + clash[0] if clash[0] == 'id' else ''}")

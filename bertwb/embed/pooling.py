@@ -121,6 +121,7 @@ class EmbedSettings:
     normalize: bool  # scaled to length 1 after pooling (and after averaging windows)
     max_length: int  # tokens per window, [CLS] and [SEP] included; longer texts are split
     dtype: str  # float32 | float16, as stored
+    tokens: str | None = None  # pieces | words: a vector per word piece (or per word's first piece), unpooled
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pooling": list(self.pooling), "layers": list(self.layers)}
@@ -131,18 +132,27 @@ class EmbedSettings:
 
 
 def resolve(own: Pooling | None, pooling: str, layers: str, combine: str, normalize: bool | None,
-            max_length: int | None, dtype: str, num_layers: int, limit: int) -> EmbedSettings:
+            max_length: int | None, dtype: str, num_layers: int, limit: int,
+            tokens: str | None = None) -> EmbedSettings:
     """The settings the options ask for, ``auto`` and unset ones taken from the model's ``own`` pooling
-    (else mean, unnormalised, its whole ``limit``). ``num_layers`` and ``limit`` bound the layers and length."""
+    (else mean, unnormalised, its whole ``limit``). ``num_layers`` and ``limit`` bound the layers and length.
+
+    Token vectors (``tokens``) are not pooled, and normalised only when asked: a model's own normalisation is
+    of its text vectors, as sentence-transformers leaves its token embeddings unnormalised."""
     own = own or Pooling()
-    modes = own.modes if pooling == "auto" else (pooling,)
+    if tokens is not None and pooling != "auto":
+        raise BertwbError(f"--pooling {pooling} with --tokens: token vectors are not pooled; leave --pooling out, "
+                          "or --tokens out for one vector per text")
+    modes = () if tokens is not None else own.modes if pooling == "auto" else (pooling,)
     chosen = _layers(layers, num_layers)
     length = max_length or min(own.max_seq_length or limit, limit)
     if length > limit:
         raise BertwbError(f"--max-length {length} is more than the {limit} tokens the model takes; lower it")
     if length < 3:
         raise BertwbError(f"--max-length {length} leaves no room for a token beside [CLS] and [SEP]; use 3 or more")
-    return EmbedSettings(modes, chosen, combine, own.normalize if normalize is None else normalize, length, dtype)
+    if normalize is None:
+        normalize = own.normalize and tokens is None
+    return EmbedSettings(modes, chosen, combine, normalize, length, dtype, tokens)
 
 
 def _layers(text: str, num_layers: int) -> tuple[int, ...]:

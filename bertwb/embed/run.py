@@ -16,10 +16,10 @@ import numpy as np
 from bertwb import outputs, ui
 from bertwb.config import Config
 from bertwb.embed import store
-from bertwb.embed.inputs import read_inputs
+from bertwb.embed.inputs import RESERVED, read_inputs
 from bertwb.embed.pooling import EmbedSettings, resolve
 from bertwb.embed.source import find_model
-from bertwb.embed.writing import SETTINGS_KEY, arrow_table, output_format, write_vectors
+from bertwb.embed.writing import SETTINGS_KEY, TOKEN_COLUMNS, arrow_table, output_format, write_vectors
 from bertwb.errors import BertwbError
 from bertwb.train import model_choice
 from bertwb.workspace import Workspace
@@ -38,6 +38,7 @@ class EmbedRequest:
     combine: str = "concat"
     normalize: bool | None = None
     max_length: int | None = None
+    tokens: str | None = None  # pieces | words: token vectors instead of one per text
     fmt: str = "auto"
     output: str | None = None
     dtype: str = "float32"
@@ -59,14 +60,16 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
     if request.output:  # before any work: a refused path costs nothing
         outputs.check_file(request.output, outputs.protected_paths(cfg, ws, [
             *outputs.reading(path, "the input file"), *outputs.reading(source.folder, "the model", True)]))
-    fmt = output_format(request.fmt, request.output) if request.output or not request.into else None
+    tokens = request.tokens is not None
+    fmt = output_format(request.fmt, request.output, tokens) if request.output or not request.into else None
     if request.into:
         store.check_name(ws, request.into)
     model_dir = modeldir.open_model_dir(source.folder, "--model")
-    inputs = read_inputs(path, stdin, request.text_column, request.id_column)
+    inputs = read_inputs(path, stdin, request.text_column, request.id_column,
+                         RESERVED + TOKEN_COLUMNS if tokens else RESERVED)
     settings = resolve(source.pooling, request.pooling, request.layers, request.combine, request.normalize,
                        request.max_length, request.dtype, model_dir.config.num_layers,
-                       modeldir.max_length(model_dir)[0])
+                       modeldir.max_length(model_dir)[0], request.tokens)
     record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
               "input": {"where": inputs.where, "digest": inputs.digest,
                         "file": store.file_identity(str(path.resolve())) if path else None}}
@@ -79,16 +82,18 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
     encoder = Encoder.load(model_dir, ws, request.device, request.batch_size)
     encoded = encoder.encode(inputs.texts, settings)
     if encoded.split:
+        joined = "each token's vector is its window's" if tokens else "whose vectors are averaged"
         ui.info(f"{encoded.split:,} of {len(inputs.texts):,} texts had more than {settings.max_length} tokens: split "
-                "into windows whose vectors are averaged")
+                f"into windows {joined}")
     vectors = encoded.vectors.astype(np.float16 if settings.dtype == "float16" else np.float32)
     record["dimension"] = int(vectors.shape[1])
     if fmt is not None:
-        write_vectors(inputs, vectors, fmt, request.output, stdout, record)
+        write_vectors(inputs, vectors, fmt, request.output, stdout, record, encoded.tokens)
     summary = {"rows": len(inputs.texts), "dimension": int(vectors.shape[1]), "split": encoded.split,
-               "pooling": "+".join(settings.pooling), "normalized": settings.normalize, "format": fmt}
+               "pooling": "+".join(settings.pooling), "normalized": settings.normalize, "format": fmt,
+               "tokens": len(vectors) if tokens else None}
     if request.into:
-        rows = arrow_table(inputs, vectors.astype(np.float32))  # DuckDB has no half float: FLOAT[dim]
+        rows = arrow_table(inputs, vectors.astype(np.float32), tokens=encoded.tokens)  # DuckDB has no half float
         store.save(ws, request.into, rows, key, {**record, "summary": summary}, started)
     return {"skipped": False, **summary}
 
@@ -105,6 +110,9 @@ def similar(cfg: Config, ws: Workspace, query: str, where: str, k: int, model: s
         raise BertwbError("the query is empty; give the text to search for")
     record, batches = _stored(cfg, ws, where)
     settings = EmbedSettings.from_dict(record["settings"])
+    if settings.tokens:
+        raise BertwbError(f"--in {where}: it holds token vectors (`embed --tokens`), and a query is one vector per "
+                          "text; search vectors made without --tokens")
     source = find_model(cfg, ws, model or record["model"]["choice"])
     encoder = Encoder.load(modeldir.open_model_dir(source.folder, "--model"), ws, device)
     vector = encoder.encode([query], settings, show_progress=False).vectors[0]
