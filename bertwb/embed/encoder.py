@@ -20,6 +20,7 @@ from bertwb.embed.pooling import EmbedSettings
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.bert import BertModel
+from bertwb.model.heads import masked_mean
 from bertwb.train import model_choice
 from bertwb.train.device import resolve_device
 from bertwb.workspace import Workspace
@@ -137,7 +138,7 @@ class Encoder:
             input_ids[row, :len(ids)] = torch.tensor(ids)
             mask[row, :len(ids)] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        states = hidden_states(self.bert, input_ids, None if bool(mask.all()) else mask, settings.layers)
+        states = self.bert.hidden_states(input_ids, None, None if bool(mask.all()) else mask, settings.layers)
         tokens = torch.cat(states, -1) if settings.combine == "concat" else torch.stack(states).mean(0)
         return tokens, mask
 
@@ -170,21 +171,6 @@ def _text_tokens(texts: list[str], encodings: list, mode: str) -> tuple[TextToke
     return found, (np.asarray(rows, np.int64) if mode == "words" else None)
 
 
-def hidden_states(bert: BertModel, input_ids: torch.Tensor, mask: torch.Tensor | None,
-                  layers: tuple[int, ...]) -> list[torch.Tensor]:
-    """The hidden states (B, T, H) at ``layers`` (0: the embeddings' output, i: block i's, -1: the last), in
-    that order; blocks past the deepest one asked for are not run."""
-    count = len(bert.layers) + 1
-    wanted = [layer % count for layer in layers]
-    attn_mask = None if mask is None else mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T): keys to attend
-    x = bert.embeddings(input_ids, torch.zeros_like(input_ids))
-    states = {0: x}
-    for index, block in enumerate(bert.layers[:max(wanted)], 1):
-        x = block(x, attn_mask)
-        states[index] = x
-    return [states[i] for i in wanted]
-
-
 def pool(tokens: torch.Tensor, mask: torch.Tensor, modes: tuple[str, ...]) -> torch.Tensor:
     """Token vectors (B, T, H) with their mask (B, T) pooled by each of ``modes``, side by side: (B, H * modes)."""
     weights = mask.unsqueeze(-1).to(tokens.dtype)  # (B, T, 1): 1 for real tokens, 0 for padding
@@ -195,9 +181,10 @@ def pool(tokens: torch.Tensor, mask: torch.Tensor, modes: tuple[str, ...]) -> to
             pooled.append(tokens[:, 0])
         elif mode == "max":
             pooled.append(tokens.masked_fill(weights == 0, float("-inf")).max(1).values)
-        elif mode in ("mean", "mean_sqrt_len"):
-            total = (tokens * weights).sum(1)
-            pooled.append(total / (counts if mode == "mean" else counts.sqrt()))
+        elif mode == "mean":
+            pooled.append(masked_mean(tokens, mask))
+        elif mode == "mean_sqrt_len":
+            pooled.append((tokens * weights).sum(1) / counts.sqrt())
         else:
             raise BertwbError(f"pooling {mode!r} is not one bertwb computes; use cls, max, mean or mean_sqrt_len")
     return torch.cat(pooled, -1)
