@@ -414,6 +414,10 @@ def export(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
                            outputs.protected_paths(cfg, ws), fmt == "sentence-transformers")
     ui.info(f"exported {written['source']} to {written['path']} as {written['architecture']}: "
             f"{written['parameters']:,} parameters in {written['tensors']} tensors; {', '.join(written['files'])}")
+    if written["feature_layers"]:
+        ui.warn(f"its head reads layers {', '.join(map(str, written['feature_layers']))} side by side, which "
+                f"transformers' {written['architecture']} cannot: transformers.BertModel loads the encoder from "
+                f"{written['path']}, and `bertwb predict TASK --checkpoint {written['path']}` uses all of it")
 
 
 @cli.command("import-hf")

@@ -63,6 +63,7 @@ def export_hf(model_dir: modeldir.ModelDir, tokenizer: Tokenizer, out: Path, for
         if pooling is not None:
             _write_pooling(pooling, tmp, model_dir)
     return {"path": str(out), "source": model_dir.label, "architecture": model.hf_architecture,
+            "feature_layers": getattr(model, "feature_layers", None),
             "pooling": None if pooling is None else "+".join(pooling.modes),
             "normalize": pooling is not None and pooling.normalize,
             "tensors": len(hf_state),
