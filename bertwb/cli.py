@@ -354,7 +354,11 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 @click.option("--into", metavar="TABLE", help="Store the vectors in the workspace database as TABLE (skipped while "
               "fresh).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "auto"]), default="fp32", show_default=True,
+              help="bf16: autocast, about twice as fast where the device has native bf16 (a CPU with avx512_bf16 "
+              "or amx_bf16), vectors within about 2e-3 of fp32's; auto: bf16 there, else fp32.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=256, show_default=True,
+              help="Windows per batch at most; a batch holds windows of one length and at most 8,192 tokens.")
 @click.option("--force", is_flag=True, help="With --into: embed again even when the table is fresh.")
 def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, **options: Any) -> None:
     """Turn texts (INPUT_FILE or stdin lines) into vectors with any model bertwb holds: JSONL, Parquet, NumPy or a

@@ -18,9 +18,12 @@ import torch
 from click.testing import CliRunner, Result
 
 from bertwb.cli import cli
+from bertwb.embed import encoder as encoder_module
 from bertwb.embed import search
+from bertwb.embed.encoder import BATCH_TOKENS, Encoder
 from bertwb.model import modeldir
 from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.train.device import native_bf16
 from conftest import GLUE_WORDS, TOPIC_WORDS, assert_one_line_error
 from publishedkit import plain_tokenizer, tiny_published_model, word_tokenizer
 
@@ -253,7 +256,7 @@ def test_token_vectors_are_each_piece_s_hidden_state_and_offsets_slice_the_text(
     texts = write_lines(tmp_path / "t.txt", TOKEN_TEXTS)
     ws, out = tmp_path / "ws", tmp_path / "tokens.parquet"
     result = embed(ws, str(texts), "--model", str(model), "--tokens", "--max-length", "8", "--batch-size", "2",
-                   "-o", str(out))  # windows of 6 pieces, batches that pad
+                   "-o", str(out))  # windows of 6 pieces and shorter ones, in batches of one length
     assert "2 of 3 texts had more than 8 tokens: split into windows each token's vector is its window's" \
         in result.stderr
     rows = _token_rows(out)
@@ -322,6 +325,42 @@ def test_token_vectors_go_into_a_table_that_unnests_to_a_row_per_token(model: Pa
     clash.write_text("text,offsets\nthe ship,3\n")
     assert_one_line_error(bertwb("embed", str(clash), "--model", str(model), "--tokens", "--workdir", str(ws)),
                           "'offsets'", "rename")
+
+
+# --- batches and precision --------------------------------------------------------------------------------
+
+def test_batches_hold_windows_of_one_length_within_the_budgets():
+    lengths = np.array([5, 3, 5, 9, 3, 3, 5, 2000, 1500, 3, 9, 5])
+    encoder = Encoder.__new__(Encoder)
+    encoder.batch_size = 2
+    batches = encoder._batches(lengths)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))  # each window once
+    assert all(len(set(lengths[batch])) == 1 and len(batch) <= 2 for batch in batches)  # no padding
+    assert [int(lengths[batch[0]]) for batch in batches] == sorted(int(lengths[b[0]]) for b in batches)
+    encoder.batch_size, many = 10_000, np.repeat([7, 5000], 3000)
+    sizes = [(len(batch), int(many[batch[0]])) for batch in encoder._batches(many)]
+    assert all(rows * length <= max(BATCH_TOKENS, length) for rows, length in sizes)
+    assert sizes[0] == (BATCH_TOKENS // 7, 7) and sizes[-1] == (1, 5000)  # short windows many to a batch
+
+
+@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="this CPU has no native bf16 (avx512_bf16, amx_bf16)")
+def test_bf16_vectors_stay_close_to_fp32_ones(model: Path, tmp_path: Path, corpus: Path):
+    _, full = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model)))
+    _, half = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "bf16"))
+    _, auto = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "auto"))
+    cosine = (full * half).sum(1) / (np.linalg.norm(full, axis=1) * np.linalg.norm(half, axis=1))
+    assert cosine.min() >= 0.999 and 0 < np.abs(full - half).max() <= 2e-2 * np.abs(full).max()
+    assert np.array_equal(auto, half)
+
+
+def test_bf16_is_refused_where_the_cpu_would_emulate_it(model: Path, tmp_path: Path, corpus: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda device: False)
+    assert_one_line_error(bertwb("embed", str(corpus), "--model", str(model), "--precision", "bf16", "--workdir",
+                                 str(tmp_path / "ws")), "--precision bf16", "no native bf16", "fp32")
+    embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "auto", "-o", str(tmp_path / "a.pq"))
+    settings = json.loads(pq.read_table(tmp_path / "a.pq").schema.metadata[b"bertwb.embed"])["settings"]
+    assert settings["precision"] == "fp32"  # auto, as it resolved here: what the vectors are keyed on
 
 
 # --- --into, status and similar --------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Texts to vectors: a model directory's encoder run in inference mode over length-bucketed batches (padded
-only to the longest window of each batch), the chosen layers combined, then pooled as `EmbedSettings` say,
-or kept per token (each piece, or each word's first piece) with the token's character offsets.
+"""Texts to vectors: a model directory's encoder in inference mode over batches of windows of one length (no
+padding, so no attention mask: SDPA's mask-free kernel), the chosen layers combined (under bf16 autocast
+with ``precision`` bf16), then pooled as `EmbedSettings` say, or kept per token with character offsets.
 
 A text longer than ``max_length`` tokens is cut into windows of ``[CLS] piece [SEP]``, which are pooled
 alone and averaged (before normalising); a token's vector is its window's. `pool` is the one pooling function.
@@ -22,8 +22,10 @@ from bertwb.model import modeldir
 from bertwb.model.bert import BertModel
 from bertwb.model.heads import masked_mean
 from bertwb.train import model_choice
-from bertwb.train.device import resolve_device
+from bertwb.train.device import native_bf16, resolve_device
 from bertwb.workspace import Workspace
+
+BATCH_TOKENS = 8192  # tokens per batch at most: short windows go many to a batch, long ones few
 
 
 @dataclass
@@ -59,12 +61,12 @@ class _Windows:
 class Encoder:
     """A model's backbone and tokenizer, turning texts into vectors with fixed settings."""
 
-    def __init__(self, bert: BertModel, tokenizer: Tokenizer, device: torch.device, batch_size: int = 64):
+    def __init__(self, bert: BertModel, tokenizer: Tokenizer, device: torch.device, batch_size: int = 256):
         self.bert, self.tokenizer, self.device, self.batch_size = bert.eval(), tokenizer, device, batch_size
         self.cls_id, self.sep_id, self.pad_id = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
 
     @classmethod
-    def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 64) -> Encoder:
+    def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 256) -> Encoder:
         """The encoder of ``model_dir`` (a model of any kind: its head is not used) and its tokenizer."""
         tokenizer = modeldir.load_tokenizer(model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir))
         model, _ = modeldir.load_model(model_dir, resolve_device(device, "--device"))
@@ -89,18 +91,16 @@ class Encoder:
         pieces = int(windows.first_piece[-1] + len(windows.ids[-1]) - 2) if windows.ids else 0
         rows = pieces if settings.tokens else len(windows.ids)
         vectors = np.zeros((rows, self.dimension(settings)), np.float32)
-        order = sorted(range(len(windows.ids)), key=lambda i: len(windows.ids[i]))  # buckets of similar lengths
-        with ui.progress("embedding", total=len(order), unit="windows") if show_progress else nullcontext() as bar:
-            for start in range(0, len(order), self.batch_size):
-                chosen = order[start:start + self.batch_size]
-                tokens, mask = self._token_states([windows.ids[i] for i in chosen], settings)
-                if settings.tokens:
-                    states = tokens.float().cpu().numpy()
-                    for row, window in enumerate(chosen):  # each window's pieces, [CLS] and [SEP] left out
-                        first, count = windows.first_piece[window], len(windows.ids[window]) - 2
-                        vectors[first:first + count] = states[row, 1:1 + count]
+        lengths = np.fromiter(map(len, windows.ids), np.int64, len(windows.ids))
+        with ui.progress("embedding", total=len(lengths), unit="windows") if show_progress else nullcontext() as bar:
+            for chosen in self._batches(lengths):
+                length = int(lengths[chosen[0]])
+                tokens = self._token_states([windows.ids[i] for i in chosen], settings).float()  # (B, T, dim)
+                if settings.tokens:  # each window's pieces, [CLS] and [SEP] left out, to their rows
+                    rows_of = windows.first_piece[chosen][:, None] + np.arange(length - 2)  # (B, T - 2)
+                    vectors[rows_of.reshape(-1)] = tokens[:, 1:-1].reshape(-1, tokens.size(-1)).cpu().numpy()
                 else:
-                    vectors[chosen] = pool(tokens.float(), mask, settings.pooling).cpu().numpy()
+                    vectors[chosen] = pool(tokens, None, settings.pooling).cpu().numpy()
                 if bar is not None:
                     bar.advance(len(chosen))
         counts = np.bincount(windows.owner, minlength=len(texts))
@@ -128,19 +128,37 @@ class Encoder:
             pieces += len(text_ids)
         return _Windows(ids, np.asarray(owner, np.int64), np.asarray(first_piece, np.int64), encodings)
 
-    def _token_states(self, windows: list[list[int]], settings: EmbedSettings) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token vectors (B, T, dim) of windows of any lengths, padded to the longest, the chosen layers
-        combined; and the mask (B, T), 1 for real tokens."""
-        longest = max(map(len, windows))
-        input_ids = torch.full((len(windows), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(windows), longest), dtype=torch.long)
-        for row, ids in enumerate(windows):
-            input_ids[row, :len(ids)] = torch.tensor(ids)
-            mask[row, :len(ids)] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        states = self.bert.hidden_states(input_ids, None, None if bool(mask.all()) else mask, settings.layers)
-        tokens = torch.cat(states, -1) if settings.combine == "concat" else torch.stack(states).mean(0)
-        return tokens, mask
+    def _batches(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """The windows' indices in batches of one length each, so none is padded: at most ``batch_size``
+        windows and `BATCH_TOKENS` tokens (or one window) a batch, shortest first."""
+        order = np.argsort(lengths, kind="stable")
+        batches = []
+        for group in np.split(order, np.flatnonzero(np.diff(lengths[order])) + 1):
+            if len(group) == 0:
+                continue
+            rows = max(1, min(self.batch_size, BATCH_TOKENS // int(lengths[group[0]])))
+            batches.extend(group[start:start + rows] for start in range(0, len(group), rows))
+        return batches
+
+    def _token_states(self, windows: list[list[int]], settings: EmbedSettings) -> torch.Tensor:
+        """Token vectors (B, T, dim) of windows of one length, the chosen layers combined."""
+        input_ids = torch.tensor(windows, dtype=torch.long, device=self.device)  # (B, T): no padding, no mask
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if settings.precision == "bf16" \
+                else nullcontext():
+            states = self.bert.hidden_states(input_ids, None, None, settings.layers)
+        return torch.cat(states, -1) if settings.combine == "concat" else torch.stack(states).mean(0)
+
+
+def resolve_precision(choice: str, device: torch.device) -> str:
+    """``fp32``, or ``bf16`` (autocast) where ``device`` has native bf16 matrix units: ``auto`` picks, and
+    ``bf16`` elsewhere is one line, since emulated bf16 is slower than fp32 and no closer to it."""
+    if choice == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    if choice == "bf16" and not native_bf16(device):
+        raise BertwbError(f"--precision bf16: this {'GPU' if device.type == 'cuda' else 'CPU'} has no native bf16 "
+                          "matrix units (avx512_bf16 or amx_bf16 on a CPU), so bf16 would be slower than fp32; use "
+                          "--precision fp32 or auto")
+    return choice
 
 
 def _normalized(vectors: np.ndarray) -> np.ndarray:
@@ -171,8 +189,11 @@ def _text_tokens(texts: list[str], encodings: list, mode: str) -> tuple[TextToke
     return found, (np.asarray(rows, np.int64) if mode == "words" else None)
 
 
-def pool(tokens: torch.Tensor, mask: torch.Tensor, modes: tuple[str, ...]) -> torch.Tensor:
-    """Token vectors (B, T, H) with their mask (B, T) pooled by each of ``modes``, side by side: (B, H * modes)."""
+def pool(tokens: torch.Tensor, mask: torch.Tensor | None, modes: tuple[str, ...]) -> torch.Tensor:
+    """Token vectors (B, T, H) with their mask (B, T; None: no padding) pooled by each of ``modes``, side by
+    side: (B, H * modes)."""
+    if mask is None:
+        mask = torch.ones(tokens.shape[:2], dtype=torch.long, device=tokens.device)
     weights = mask.unsqueeze(-1).to(tokens.dtype)  # (B, T, 1): 1 for real tokens, 0 for padding
     counts = weights.sum(1).clamp(min=1e-9)  # (B, 1)
     pooled = []

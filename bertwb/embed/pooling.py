@@ -122,6 +122,7 @@ class EmbedSettings:
     max_length: int  # tokens per window, [CLS] and [SEP] included; longer texts are split
     dtype: str  # float32 | float16, as stored
     tokens: str | None = None  # pieces | words: a vector per word piece (or per word's first piece), unpooled
+    precision: str = "fp32"  # fp32 | bf16 (autocast), as resolved for the device that computed them
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "pooling": list(self.pooling), "layers": list(self.layers)}
@@ -133,7 +134,7 @@ class EmbedSettings:
 
 def resolve(own: Pooling | None, pooling: str, layers: str, combine: str, normalize: bool | None,
             max_length: int | None, dtype: str, num_layers: int, limit: int,
-            tokens: str | None = None) -> EmbedSettings:
+            tokens: str | None = None, precision: str = "fp32") -> EmbedSettings:
     """The settings the options ask for, ``auto`` and unset ones taken from the model's ``own`` pooling
     (else mean, unnormalised, its whole ``limit``). ``num_layers`` and ``limit`` bound the layers and length.
 
@@ -152,7 +153,7 @@ def resolve(own: Pooling | None, pooling: str, layers: str, combine: str, normal
         raise BertwbError(f"--max-length {length} leaves no room for a token beside [CLS] and [SEP]; use 3 or more")
     if normalize is None:
         normalize = own.normalize and tokens is None
-    return EmbedSettings(modes, chosen, combine, normalize, length, dtype, tokens)
+    return EmbedSettings(modes, chosen, combine, normalize, length, dtype, tokens, precision)
 
 
 def _layers(text: str, num_layers: int) -> tuple[int, ...]:

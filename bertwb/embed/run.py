@@ -44,15 +44,17 @@ class EmbedRequest:
     dtype: str = "float32"
     into: str | None = None
     device: str = "auto"
-    batch_size: int = 64
+    precision: str = "fp32"  # fp32 | bf16 | auto: bf16 where the device has native bf16
+    batch_size: int = 256
     force: bool = False
 
 
 def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdout: TextIO) -> dict[str, Any]:
     """Embed the request's input and write the vectors where it says; a summary (``skipped`` when ``--into``
     found its table fresh)."""
-    from bertwb.embed.encoder import Encoder  # noqa: PLC0415 - torch loads for this command only
+    from bertwb.embed.encoder import Encoder, resolve_precision  # noqa: PLC0415 - torch loads for this command only
     from bertwb.model import modeldir  # noqa: PLC0415
+    from bertwb.train.device import resolve_device  # noqa: PLC0415
 
     started = time.time()
     source = find_model(cfg, ws, request.model)
@@ -69,7 +71,8 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
                          RESERVED + TOKEN_COLUMNS if tokens else RESERVED)
     settings = resolve(source.pooling, request.pooling, request.layers, request.combine, request.normalize,
                        request.max_length, request.dtype, model_dir.config.num_layers,
-                       modeldir.max_length(model_dir)[0], request.tokens)
+                       modeldir.max_length(model_dir)[0], request.tokens,
+                       resolve_precision(request.precision, resolve_device(request.device, "--device")))
     record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
               "input": {"where": inputs.where, "digest": inputs.digest,
                         "file": store.file_identity(str(path.resolve())) if path else None}}
