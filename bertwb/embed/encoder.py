@@ -63,7 +63,7 @@ class Encoder:
 
     def __init__(self, bert: BertModel, tokenizer: Tokenizer, device: torch.device, batch_size: int = 256):
         self.bert, self.tokenizer, self.device, self.batch_size = bert.eval(), tokenizer, device, batch_size
-        self.cls_id, self.sep_id, self.pad_id = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        self.cls_id, self.sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
 
     @classmethod
     def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 256) -> Encoder:
@@ -95,20 +95,20 @@ class Encoder:
         with ui.progress("embedding", total=len(lengths), unit="windows") if show_progress else nullcontext() as bar:
             for chosen in self._batches(lengths):
                 length = int(lengths[chosen[0]])
-                tokens = self._token_states([windows.ids[i] for i in chosen], settings).float()  # (B, T, dim)
+                states = self._token_states([windows.ids[i] for i in chosen], settings).float()  # (B, T, dim)
                 if settings.tokens:  # each window's pieces, [CLS] and [SEP] left out, to their rows
                     rows_of = windows.first_piece[chosen][:, None] + np.arange(length - 2)  # (B, T - 2)
-                    vectors[rows_of.reshape(-1)] = tokens[:, 1:-1].reshape(-1, tokens.size(-1)).cpu().numpy()
+                    vectors[rows_of.reshape(-1)] = states[:, 1:-1].reshape(-1, states.size(-1)).cpu().numpy()
                 else:
-                    vectors[chosen] = pool(tokens, None, settings.pooling).cpu().numpy()
+                    vectors[chosen] = pool(states, None, settings.pooling).cpu().numpy()
                 if bar is not None:
                     bar.advance(len(chosen))
         counts = np.bincount(windows.owner, minlength=len(texts))
         split = int((counts > 1).sum())
         if settings.tokens:
-            tokens, rows = _text_tokens(texts, windows.encodings, settings.tokens)
+            found, rows = _text_tokens(texts, windows.encodings, settings.tokens)
             vectors = vectors if rows is None else vectors[rows]
-            return Encoded(_normalized(vectors) if settings.normalize else vectors, split, tokens)
+            return Encoded(_normalized(vectors) if settings.normalize else vectors, split, found)
         sums = np.zeros((len(texts), vectors.shape[1]), np.float64)
         np.add.at(sums, windows.owner, vectors)
         means = (sums / counts[:, None]).astype(np.float32)
