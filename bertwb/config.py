@@ -270,6 +270,20 @@ class FinetuneTaskConfig(FinetuneTraining):
 
 
 @dataclass
+class FeatureTaskConfig(FinetuneTaskConfig):
+    """The options of the task types whose head may read the encoder's features as they are (classify, tag):
+    the BERT paper's feature-based approach (section 5.3). Both are in the task's key once set."""
+
+    freeze_encoder: bool = option(False, "Train the head alone: the encoder keeps its weights (no gradient, no "
+                                  "optimizer state, no dropout), as the BERT paper's feature-based approach.",
+                                  added=True)
+    feature_layers: list[int] | None = option(
+        None, "Hidden states the head reads, side by side, e.g. [-4, -3, -2, -1] (-1 the last layer, 0 the "
+        "embeddings): a tag head reads each token's, a classify head their mean over the text. Unset: the "
+        "usual head (the pooled [CLS], or the last layer's tokens).", added=True)
+
+
+@dataclass
 class FinetuneConfig(FinetuneTraining):
     """finetune: the settings every task shares, and the tasks."""
 

@@ -252,6 +252,13 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
         if not any(value == arg and type(value) is type(arg) for arg in args):  # 1 is not true
             raise BertwbError(prefix + f"{name} must be one of {', '.join(map(_yaml_word, args))}, got {value!r}")
         return value
+    if origin is list and args == (int,):
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                               for v in value):
+            raise BertwbError(prefix + f"{name} must be a list of whole numbers, e.g. [-4, -3, -2, -1], got {value!r}")
+        return value
     if origin is list:
         if isinstance(value, str):
             value = [value]

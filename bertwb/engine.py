@@ -17,6 +17,7 @@ import duckdb
 from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
 from bertwb.data import shard_files
+from bertwb.embed import store as embed_store
 from bertwb.errors import BertwbError
 from bertwb.keys import input_fingerprints, stage_key
 from bertwb.stage import Stage
@@ -316,7 +317,8 @@ def run_summary(cfg: Config, ws: Workspace, names: list[str], ran: dict[str, Any
 
 
 def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """One row per stage (and instance): state, reason, key, size, finish time, duration and disk use."""
+    """One row per stage (and instance, and embedding table): state, reason, key, size, finish time, duration
+    and disk use."""
     rows = []
     probe = _Probe(ws)
     tables = disk.table_bytes(ws)
@@ -335,5 +337,5 @@ def status(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
             "duration_s": manifest.get("duration_s"),
             "disk": disk.stage_usage(stage, ws, tables),  # each table and folder: bytes, per corpus MB
         })
-    return rows
+    return rows + embed_store.status_rows(cfg, ws, tables)  # `bertwb embed --into` tables, keyed as stages
 

@@ -246,3 +246,28 @@ def test_the_scale_benchmark_runs_every_data_stage_of_both_commits_on_each_size(
     assert float(growth[2][3].removesuffix(" MB")) > 0  # pairs take disk per corpus MB
     assert re.search(r"Headline: 1\.0 MB: data preparation \*\*\d+\.\d\d×\*\*", result.stdout)
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
+def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_vectors(tmp_path):
+    """benchmarks/embed.py on a tiny sentence-transformers folder and a few lines of ``--text``: both whole
+    processes run, their vectors are compared (equal in fp32), and each side has its row."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("sentence_transformers")
+    from publishedkit import tiny_published_model
+    from test_embed import sentence_transformers_folder
+
+    tiny_published_model(tmp_path / "base", transformers, "BertModel")
+    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 4)
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "embed.py"), "--model", str(folder), "--text",
+                             str(tmp_path / "texts.txt"), "--sentences", "10", "--rounds", "2", "--threads", "1",
+                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and not line.startswith("| |")]
+    assert [row.split(" | ")[0] for row in rows] == ["| `bertwb embed`", "| sentence-transformers script"]
+    assert all(float(row.split(" | ")[1]) > 0 for row in rows)
+    assert "Sentences: 10 from" in result.stdout and "round 2 bertwb" in result.stdout
+    difference = float(re.search(r"between the two sides' vectors: (\S+)\.\n", result.stdout).group(1))
+    assert difference <= 1e-5
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append

@@ -1,6 +1,6 @@
 """Issue #25, items 1 and 2: a path the user names for output never replaces what bertwb or the user keeps.
 
-Item 1, one guard (bertwb.outputs) for every command that writes a user-named path: predict, sql,
+Item 1, one guard (bertwb.outputs) for every command that writes a user-named path: predict, sql, embed,
 report, export and import-hf refuse the workspace and anything in it, the config file, every file or
 folder the config names, and a link leading to any of them, with one line naming the path; the
 project's files are byte for byte what they were. Item 2: report replaces only its own earlier output.
@@ -70,13 +70,14 @@ def _commands(project: Project) -> dict[str, Callable[[str], list[str]]]:
     return {
         "predict": lambda target: ["predict", "topic", "--output", target],
         "sql": lambda target: ["sql", "select 1 as x", "--format", "csv", "--output", target],
+        "embed": lambda target: ["embed", "--model", str(models / "tiny"), "--output", target],
         "report": lambda target: ["report", "--output", target],
         "export": lambda target: ["export", "--checkpoint", str(models / "tiny"), "--force", target],
         "import-hf": lambda target: ["import-hf", str(models / "hf"), "--force", "--out", target],
     }
 
 
-FILE_COMMANDS = ["predict", "sql"]
+FILE_COMMANDS = ["predict", "sql", "embed"]
 FOLDER_COMMANDS = ["report", "export", "import-hf"]
 
 FILE_TARGETS = {

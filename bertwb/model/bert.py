@@ -187,6 +187,23 @@ class BertModel(nn.Module):
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
 
+    def hidden_states(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                      attention_mask: torch.Tensor | None, layers: tuple[int, ...]) -> list[torch.Tensor]:
+        """The hidden states (B, T, H) at ``layers``, in that order, as transformers' ``hidden_states`` counts
+        them (0: the embeddings' output, i: block i's, -1: the last); blocks past the deepest one asked for are
+        not run. What the feature-based heads and ``bertwb embed`` read."""
+        count = len(self.layers) + 1
+        wanted = [layer % count for layer in layers]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        attn_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        x = self.embeddings(input_ids, token_type_ids)
+        states = {0: x}
+        for index, block in enumerate(self.layers[:max(wanted)], 1):
+            x = block(x, attn_mask)
+            states[index] = x
+        return [states[i] for i in wanted]
+
 
 class MLMHead(nn.Module):
     """Dense H -> H, GELU, LayerNorm, then scores over the vocabulary with the (tied) word embeddings."""

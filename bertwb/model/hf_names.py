@@ -51,6 +51,7 @@ HF_ALIASES = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
 HF_IGNORED = re.compile(r"bert\.embeddings\.(position_ids|token_type_ids)")
 # Old TensorFlow-converted checkpoints call LayerNorm parameters gamma / beta.
 HF_LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
+FEATURE_LAYERS_KEY = "bertwb_feature_layers"  # config.json: the hidden states a feature-based head reads
 
 
 def _compile(template: str) -> str:
@@ -214,12 +215,14 @@ _HF_CONFIG_NAMES = {
 }
 
 
-def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: list[str] | None = None) -> dict:
+def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: list[str] | None = None,
+                   feature_layers: tuple[int, ...] | None = None) -> dict:
     """The `config.json` fields with which `transformers.BertConfig(**d)` describes the same model.
 
     `architectures` names the transformers class of `kind`; a classifier's labels are written as HF writes
     them, `id2label` (ids as strings) and its inverse `label2id`, from which HF counts `num_labels`, and a
-    sequence classifier's `problem_type` (regression for one output, as its loss is).
+    sequence classifier's `problem_type` (regression for one output, as its loss is). A feature-based head's
+    layers go in `FEATURE_LAYERS_KEY`, which transformers keeps but no transformers class computes.
     """
     d = {_HF_CONFIG_NAMES.get(f.name, f.name): getattr(config, f.name) for f in fields(config)}
     labels = {}
@@ -230,6 +233,8 @@ def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: l
                   "label2id": {name: i for i, name in enumerate(label_names)}}
         if kind == "sequence_classification":  # one output is a regressor, as transformers reads num_labels 1
             labels["problem_type"] = "regression" if len(label_names) == 1 else "single_label_classification"
+        if feature_layers:
+            labels[FEATURE_LAYERS_KEY] = list(feature_layers)
     return {
         "architectures": [MODEL_KINDS[kind].hf_architecture],
         "model_type": "bert",
@@ -242,8 +247,21 @@ def hf_config_dict(config: BertConfig, kind: str = "pretraining", label_names: l
 
 
 def hf_config_of(model: AnyBert) -> dict:
-    """`hf_config_dict` of a model: its sizes, its kind and (for a classifier) its label names."""
-    return hf_config_dict(model.config, model.kind, getattr(model, "label_names", None))
+    """`hf_config_dict` of a model: its sizes, its kind and (for a classifier) its label names and layers."""
+    return hf_config_dict(model.config, model.kind, getattr(model, "label_names", None),
+                          getattr(model, "feature_layers", None))
+
+
+def feature_layers_from_hf_dict(d: dict, where: str) -> tuple[int, ...] | None:
+    """A feature-based classifier's layers from its `config.json` (None for the standard head)."""
+    layers = d.get(FEATURE_LAYERS_KEY)
+    if layers is None:
+        return None
+    if not (isinstance(layers, list) and layers and all(isinstance(i, int) and not isinstance(i, bool)
+                                                         for i in layers)):
+        raise BertwbError(f"{where}: {FEATURE_LAYERS_KEY} must be a list of layer numbers, got {layers!r}; restore "
+                          "the config.json fine-tuning wrote")
+    return tuple(layers)
 
 
 def config_from_hf_dict(d: dict) -> BertConfig:

@@ -26,8 +26,8 @@ from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig
 from bertwb.model.heads import CLASSIFIER_KINDS, MODEL_KINDS, AnyBert, new_model
 from bertwb.textinput import text_lines
-from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, from_hf_state_dict, hf_config_of, hf_name,
-                                   kind_of, label_names_from_hf_dict, shape_mismatch)
+from bertwb.model.hf_names import (bertwb_name, config_from_hf_dict, feature_layers_from_hf_dict, from_hf_state_dict,
+                                   hf_config_of, hf_name, kind_of, label_names_from_hf_dict, shape_mismatch)
 
 # Names only bertwb's state dict has; Hugging Face names never contain them.
 _BERTWB_MARKERS = ("bert.layers.", "bert.embeddings.tokens.", "mlm_head.", "nsp_head.", "span_head.")
@@ -44,6 +44,7 @@ class ModelDir:
     step: int | None = None  # pretrain step, for checkpoints and the stage output
     kind: str = "pretraining"  # which model the weights are: a key of bertwb.model.heads.MODEL_KINDS
     label_names: list[str] | None = None  # a classifier's labels, by id; None for other kinds
+    feature_layers: tuple[int, ...] | None = None  # the hidden states a feature-based classifier reads
 
     @property
     def label(self) -> str:
@@ -91,7 +92,7 @@ def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
     weights = weights_file(path)
     if weights is None:
         raise BertwbError(f"{path}: no model.safetensors or pytorch_model.bin; is it a model directory?")
-    step = None
+    step, feature_layers = None, None
     if (path / "config.json").is_file():
         hf_config = _read_json(path / "config.json")
         try:
@@ -99,6 +100,7 @@ def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
         except BertwbError as exc:
             raise BertwbError(f"{path}: {exc}") from None
         kind, label_names = _kind_from_config_json(path / "config.json", hf_config, tensor_names(weights))
+        feature_layers = feature_layers_from_hf_dict(hf_config, str(path / "config.json"))
         training = path / "training.json"
         if training.is_file():
             step = _read_json(training).get("steps_done")
@@ -111,6 +113,7 @@ def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
                               "is incomplete, use an older one") from None
         step = state.get("step")
         kind, label_names = kind_of(tensor_names(weights)), state.get("label_names")
+        feature_layers = feature_layers_from_hf_dict(state, str(path / "state.json"))
         if kind in CLASSIFIER_KINDS and not (isinstance(label_names, list) and label_names):
             raise BertwbError(f"{path / 'state.json'}: no label_names for the model's classifier; the checkpoint "
                               "is incomplete, use an older one")
@@ -118,8 +121,9 @@ def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
         raise BertwbError(f"{path}: no config.json (or state.json) describing the model; copy the model's "
                           "config.json next to its weights")
     has_tokenizer = (path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()
+    classifier = kind in CLASSIFIER_KINDS
     return ModelDir(path, weights, config, path if has_tokenizer else None, step, kind,
-                    label_names if kind in CLASSIFIER_KINDS else None)
+                    label_names if classifier else None, feature_layers if classifier else None)
 
 
 def _kind_from_config_json(config_file: Path, hf_config: dict[str, Any],
@@ -208,15 +212,17 @@ def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
 
 
 def load_model(model_dir: ModelDir, device: torch.device | str = "cpu", kind: str | None = None,
-               label_names: list[str] | None = None, convert: bool = False) -> tuple[AnyBert, LoadReport]:
+               label_names: list[str] | None = None, convert: bool = False,
+               feature_layers: tuple[int, ...] | None = None) -> tuple[AnyBert, LoadReport]:
     """The directory's model with its weights, as the bertwb class of its kind; parts the source lacks are
     initialised.
 
     bertwb-layout weights must be complete (a missing tensor means a damaged file); Hugging Face
     ones may lack heads (a ``BertModel`` has no MLM/NSP heads, a ``BertForMaskedLM`` no pooler or NSP).
 
-    ``kind`` is the model the caller needs (None: the directory's own) and ``label_names`` a classifier's
-    labels (None: the directory's). A directory holding another model (or a classifier of other labels)
+    ``kind`` is the model the caller needs (None: the directory's own), ``label_names`` a classifier's
+    labels (None: the directory's) and ``feature_layers`` the layers its head reads (None: the directory's,
+    empty: the standard head). A directory holding another model (or a classifier of other labels or layers)
     is a one-line error, unless ``convert``: then its encoder and pooler are kept, its own head is left
     out, and the head the caller needs is initialised (``LoadReport.converted_from`` says so). Training
     converts — pre-training from a fine-tuned model, fine-tuning from a pre-trained one; commands that only
@@ -225,11 +231,15 @@ def load_model(model_dir: ModelDir, device: torch.device | str = "cpu", kind: st
     target = kind or model_dir.kind
     if label_names is None and target == model_dir.kind:
         label_names = model_dir.label_names
-    same = target == model_dir.kind and (target not in CLASSIFIER_KINDS or label_names == model_dir.label_names)
+    if feature_layers is None and target == model_dir.kind:
+        feature_layers = model_dir.feature_layers
+    layers = tuple(feature_layers or ()) or None
+    same = target == model_dir.kind and (target not in CLASSIFIER_KINDS or (
+        label_names == model_dir.label_names and layers == model_dir.feature_layers))
     if not same and not convert:
         raise BertwbError(_other_model_error(model_dir, target, label_names))
     state = read_state_dict(model_dir.weights)
-    model = new_model(model_dir.config, target, label_names)
+    model = new_model(model_dir.config, target, label_names, layers)
     layout = "bertwb" if _is_bertwb_layout(state) else "hf"
     if layout == "bertwb":  # the tied decoder is the word embeddings; safetensors' save_model keeps one name
         decoder = state.pop("mlm_head.decoder.weight", None)

@@ -25,6 +25,19 @@ def resolve_device(name: str, setting: str = "--device", local_rank: int = 0) ->
     return torch.device("cpu")
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 matrices in hardware: a CUDA GPU that supports bf16, or a CPU whose
+    flags (``/proc/cpuinfo``) name avx512_bf16 or amx_bf16. Elsewhere bf16 is emulated, slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def uses_bf16(precision: str, device: torch.device) -> bool:
     """Whether ``precision`` means bf16 autocast on ``device``: ``auto`` is bf16 on CUDA and fp32 elsewhere."""
     return precision == "bf16" or precision == "auto" and device.type == "cuda"

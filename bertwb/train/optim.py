@@ -38,13 +38,14 @@ def _param_groups(settings: TrainingConfig, model: torch.nn.Module) -> list[dict
 
     The encoder is ``model.bert``, every model class's body; the MLM decoder's weight is its word embeddings
     (one tensor, tied), so a held encoder holds the decoder too. Without the two options: the two groups of
-    before, so older checkpoints resume.
+    before, so older checkpoints resume. A frozen tensor (``requires_grad`` off: a feature-based task's
+    encoder) is in no group, so the optimizer keeps no state for it.
     """
     def split(tensors: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
         return [{"params": [t for t in tensors if t.ndim >= 2], "weight_decay": settings.weight_decay, **extra},
                 {"params": [t for t in tensors if t.ndim < 2], "weight_decay": 0.0, **extra}]
 
-    tensors = list(model.parameters())  # each once: the tied decoder weight is the embedding's
+    tensors = [t for t in model.parameters() if t.requires_grad]  # each once: the tied decoder is the embedding
     if not settings.heads_first and settings.heads_lr_scale == 1.0:
         return split(tensors)
     encoder = {id(t) for t in model.bert.parameters()}

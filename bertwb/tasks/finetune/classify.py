@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from bertwb.config import FinetuneTaskConfig, option
+from bertwb.config import FeatureTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
 from bertwb.tasks.finetune.features import Features
@@ -31,7 +31,7 @@ REGRESSION_LABEL = "score"  # the one output of a regressor
 
 
 @dataclass
-class ClassifySettings(FinetuneTaskConfig):
+class ClassifySettings(FeatureTaskConfig):
     """A classify task's own options, beside the settings every task has."""
 
     format: Literal["auto", "csv", "tsv", "jsonl", "parquet"] = option(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from bertwb.config import FinetuneTaskConfig, option
+from bertwb.config import FeatureTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
 from bertwb.tasks.finetune.features import IGNORE, Features
@@ -30,7 +30,7 @@ _BIO = re.compile(r"O|[BI]-\S+")
 
 
 @dataclass
-class TagSettings(FinetuneTaskConfig):
+class TagSettings(FeatureTaskConfig):
     """A tag task's own options, beside the settings every task has."""
 
     format: Literal["auto", "conll"] = option("auto", "File format; auto reads .conll and .txt files as CoNLL.")

@@ -21,7 +21,7 @@ import torch
 
 from bertwb import fast, ui
 from bertwb.artifacts import METRICS_FILE, RESULTS_FILE, TASK_FILE, write_json
-from bertwb.config import Config, FinetuneTaskConfig
+from bertwb.config import Config, FeatureTaskConfig, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.data.tokenizer import write_tokenizer_files
 from bertwb.errors import BertwbError
@@ -75,8 +75,9 @@ def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = No
     source = modeldir.open_model_dir(Path(plan.model_dir))
     tokenizer = modeldir.load_tokenizer(source, folder=Path(plan.tokenizer_dir))
     modeldir.check_length(source, settings.max_seq_length, str(cfg.origin(f"{setting}.max_seq_length")))
+    layers = _feature_layers(cfg, settings, setting, source.config.num_layers)
     data = _read_data(cfg, task, settings, setting, tokenizer, dist)
-    trainer = _fit(plan, settings, task, source, data, dist)
+    trainer = _fit(plan, settings, task, source, data, dist, layers)
     final = _kept_weights(trainer, plan, dist)
     results = {name: score_split(trainer.objective, trainer.model, part.batches, part.examples, part.features,
                                  settings.precision, dist)
@@ -142,20 +143,42 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
     return _Data(label_names, training, dev, test)
 
 
+def _feature_layers(cfg: Config, settings: FinetuneTaskConfig, setting: str, num_layers: int) -> tuple[int, ...]:
+    """The hidden states a feature-based head reads (empty: the usual head), each one the model has, once."""
+    layers = tuple(getattr(settings, "feature_layers", None) or ())
+    wrong = [i for i in layers if not -(num_layers + 1) <= i <= num_layers]
+    if wrong:
+        raise BertwbError(f"{cfg.origin(f'{setting}.feature_layers')} has layer {wrong[0]}, but the model it starts "
+                          f"from has {num_layers} layers; give -{num_layers + 1} to {num_layers} (0 is the "
+                          "embeddings, -1 the last layer)")
+    if len({i % (num_layers + 1) for i in layers}) != len(layers):
+        raise BertwbError(f"{cfg.origin(f'{setting}.feature_layers')} {list(layers)} names a layer twice; name "
+                          "each once")
+    return layers
+
+
 def _fit(plan: FinetunePlan, settings: FinetuneTaskConfig, task: TaskType, source: modeldir.ModelDir, data: _Data,
-         dist: Dist) -> Trainer:
-    """The model ``source`` with a new head for the task, trained (or resumed) to the requested step."""
+         dist: Dist, feature_layers: tuple[int, ...] = ()) -> Trainer:
+    """The model ``source`` with a new head for the task (reading ``feature_layers`` when given, on a frozen
+    encoder with ``freeze_encoder``), trained (or resumed) to the requested step."""
     torch.manual_seed(settings.seed)
-    model, report = modeldir.load_model(source, kind=task.model_kind, label_names=data.label_names, convert=True)
+    model, report = modeldir.load_model(source, kind=task.model_kind, label_names=data.label_names, convert=True,
+                                        feature_layers=feature_layers)
+    frozen = getattr(settings, "freeze_encoder", False)
+    if frozen:
+        model.freeze_encoder()
     if dist.rank == 0:
         new = f"; new {', '.join(report.initialised_heads)}" if report.initialised_heads else ""
-        ui.stage_line(f"finetune/{plan.task}", f"starting from {source.label} ({report.layout} layout{new})")
+        how = ", encoder frozen" if frozen else ""
+        how += f", head on layers {', '.join(map(str, feature_layers))}" if feature_layers else ""
+        ui.stage_line(f"finetune/{plan.task}", f"starting from {source.label} ({report.layout} layout{new}{how})")
     objective = objective_for(task, data.label_names)
     objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)  # this task built the model
     objective.dev = (data.dev.examples, data.dev.features) if data.dev else None
     trainer = Trainer(settings, objective, model, data.training.batches, valid=data.dev.batches if data.dev else None,
                       dist=dist, run_dir=Path(plan.run_dir), name=f"finetune/{plan.task}",
-                      state={"task": plan.task, "label_names": data.label_names, "config": asdict(settings)},
+                      state={"task": plan.task, "label_names": data.label_names, "config": asdict(settings),
+                             **({"bertwb_feature_layers": list(feature_layers)} if feature_layers else {})},
                       keep_best=settings.keep_best and data.dev is not None,
                       patience=settings.patience if data.dev else 0)
     trainer.fit()
@@ -191,7 +214,8 @@ def _write_model_dir(out_dir: Path, plan: FinetunePlan, settings: FinetuneTaskCo
 
 def featurizing_settings(settings: FinetuneTaskConfig) -> dict[str, Any]:
     """What predicting needs to know about a task besides its model: its type, the type's own options (how
-    inputs become features and predictions) and the longest input."""
-    shared = {f.name for f in dataclasses.fields(FinetuneTaskConfig)}
+    inputs become features and predictions) and the longest input. How the head was trained (frozen, on which
+    layers) is the model's: its config.json says which layers."""
+    shared = {f.name for f in dataclasses.fields(FeatureTaskConfig)}
     own = [f.name for f in dataclasses.fields(settings) if f.name not in shared]
     return {key: getattr(settings, key) for key in ("type", *own, "max_seq_length")}

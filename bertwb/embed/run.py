@@ -1,0 +1,149 @@
+"""``bertwb embed`` (texts to vectors, to a file or a workspace table) and ``bertwb similar`` (a query against
+stored vectors): one public function each, calling the parts of :mod:`bertwb.embed`. Torch loads inside the
+functions only, when a model is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from bertwb import outputs, ui
+from bertwb.config import Config
+from bertwb.embed import store
+from bertwb.embed.inputs import RESERVED, read_inputs
+from bertwb.embed.pooling import EmbedSettings, resolve
+from bertwb.embed.source import find_model
+from bertwb.embed.writing import SETTINGS_KEY, TOKEN_COLUMNS, arrow_table, output_format, write_vectors
+from bertwb.errors import BertwbError
+from bertwb.train import model_choice
+from bertwb.workspace import Workspace
+
+
+@dataclass
+class EmbedRequest:
+    """What ``bertwb embed`` was asked for: its options, unresolved (``auto`` and None: the model's own)."""
+
+    model: str = "pretrain"
+    input_file: str | None = None
+    text_column: str = "text"
+    id_column: str | None = None
+    pooling: str = "auto"
+    layers: str = "-1"
+    combine: str = "concat"
+    normalize: bool | None = None
+    max_length: int | None = None
+    tokens: str | None = None  # pieces | words: token vectors instead of one per text
+    fmt: str = "auto"
+    output: str | None = None
+    dtype: str = "float32"
+    into: str | None = None
+    device: str = "auto"
+    precision: str = "fp32"  # fp32 | bf16 | auto: bf16 where the device has native bf16
+    batch_size: int = 256
+    force: bool = False
+
+
+def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdout: TextIO) -> dict[str, Any]:
+    """Embed the request's input and write the vectors where it says; a summary (``skipped`` when ``--into``
+    found its table fresh)."""
+    from bertwb.embed.encoder import Encoder, resolve_precision  # noqa: PLC0415 - torch loads for this command only
+    from bertwb.model import modeldir  # noqa: PLC0415
+    from bertwb.train.device import resolve_device  # noqa: PLC0415
+
+    started = time.time()
+    source = find_model(cfg, ws, request.model)
+    path = Path(request.input_file) if request.input_file else None
+    if request.output:  # before any work: a refused path costs nothing
+        outputs.check_file(request.output, outputs.protected_paths(cfg, ws, [
+            *outputs.reading(path, "the input file"), *outputs.reading(source.folder, "the model", True)]))
+    tokens = request.tokens is not None
+    fmt = output_format(request.fmt, request.output, tokens) if request.output or not request.into else None
+    if request.into:
+        store.check_name(ws, request.into)
+    model_dir = modeldir.open_model_dir(source.folder, "--model")
+    inputs = read_inputs(path, stdin, request.text_column, request.id_column,
+                         RESERVED + TOKEN_COLUMNS if tokens else RESERVED)
+    settings = resolve(source.pooling, request.pooling, request.layers, request.combine, request.normalize,
+                       request.max_length, request.dtype, model_dir.config.num_layers,
+                       modeldir.max_length(model_dir)[0], request.tokens,
+                       resolve_precision(request.precision, resolve_device(request.device, "--device")))
+    record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
+              "input": {"where": inputs.where, "digest": inputs.digest,
+                        "file": store.file_identity(str(path.resolve())) if path else None}}
+    key = store.key_of(record["model"], record["settings"], {"digest": inputs.digest})
+    if request.into and not request.force and not request.output:
+        found = store.state(cfg, ws, request.into, store.labels_of(ws), key)
+        if found.state == "fresh":
+            ui.stage_line(f"{store.PREFIX}/{request.into}", f"fresh ({found.reason}), skipped")
+            return {"skipped": True, "rows": len(inputs.texts)}
+    encoder = Encoder.load(model_dir, ws, request.device, request.batch_size)
+    encoded = encoder.encode(inputs.texts, settings)
+    if encoded.split:
+        joined = "each token's vector is its window's" if tokens else "whose vectors are averaged"
+        ui.info(f"{encoded.split:,} of {len(inputs.texts):,} texts had more than {settings.max_length} tokens: split "
+                f"into windows {joined}")
+    vectors = encoded.vectors.astype(np.float16 if settings.dtype == "float16" else np.float32)
+    record["dimension"] = int(vectors.shape[1])
+    if fmt is not None:
+        write_vectors(inputs, vectors, fmt, request.output, stdout, record, encoded.tokens)
+    summary = {"rows": len(inputs.texts), "dimension": int(vectors.shape[1]), "split": encoded.split,
+               "pooling": "+".join(settings.pooling), "normalized": settings.normalize, "format": fmt,
+               "tokens": len(vectors) if tokens else None}
+    if request.into:
+        rows = arrow_table(inputs, vectors.astype(np.float32), tokens=encoded.tokens)  # DuckDB has no half float
+        store.save(ws, request.into, rows, key, {**record, "summary": summary}, started)
+    return {"skipped": False, **summary}
+
+
+def similar(cfg: Config, ws: Workspace, query: str, where: str, k: int, model: str | None = None,
+            device: str = "auto") -> list[dict[str, Any]]:
+    """The ``k`` rows of table or Parquet file ``where`` nearest to ``query`` by cosine, best first; the query is
+    embedded by the model and settings the vectors were made with (``model`` overrides the model)."""
+    from bertwb.embed.encoder import Encoder  # noqa: PLC0415 - torch loads for this command only
+    from bertwb.embed.search import rows_per_batch, top_k  # noqa: PLC0415
+    from bertwb.model import modeldir  # noqa: PLC0415
+
+    if not query.strip():
+        raise BertwbError("the query is empty; give the text to search for")
+    record, batches = _stored(cfg, ws, where)
+    settings = EmbedSettings.from_dict(record["settings"])
+    if settings.tokens:
+        raise BertwbError(f"--in {where}: it holds token vectors (`embed --tokens`), and a query is one vector per "
+                          "text; search vectors made without --tokens")
+    source = find_model(cfg, ws, model or record["model"]["choice"])
+    encoder = Encoder.load(modeldir.open_model_dir(source.folder, "--model"), ws, device)
+    vector = encoder.encode([query], settings, show_progress=False).vectors[0]
+    return top_k(vector, batches(rows_per_batch(len(vector))), k, where)
+
+
+def _stored(cfg: Config, ws: Workspace, where: str) -> tuple[dict[str, Any], Any]:
+    """What ``--in`` names: its record (model and settings) and a function giving its rows in batches."""
+    path = model_choice.user_path(cfg, where)
+    if path.is_file():
+        import pyarrow.parquet as pq  # noqa: PLC0415
+
+        try:
+            parquet = pq.ParquetFile(path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for files that are not Parquet
+            raise BertwbError(f"--in {where}: not a Parquet file ({str(exc).splitlines()[0]}); give a table or a file "
+                              "that `bertwb embed --format parquet` wrote") from None
+        meta = (parquet.schema_arrow.metadata or {}).get(SETTINGS_KEY)
+        if meta is None:
+            raise BertwbError(f"--in {where}: no bertwb settings in the file; search a Parquet file that "
+                              "`bertwb embed --format parquet` wrote")
+        return json.loads(meta), lambda rows: parquet.iter_batches(rows)
+    manifest = store.manifest_of(ws, where) if store.is_table_name(where) else None
+    if manifest is None:
+        known = ", ".join(store.tables(ws)) or "none yet"
+        raise BertwbError(f"--in {where}: no such embedding table (tables: {known}) or file; make one with "
+                          f"`bertwb embed FILE --into {where if store.is_table_name(where) else 'NAME'}`")
+    found = store.state(cfg, ws, where, store.labels_of(ws))
+    if found.state != "fresh":
+        ui.warn(f"table {where} is {found.state} ({found.reason}); searching the vectors it holds")
+    return manifest, lambda rows: store.read_batches(ws, where, rows)
