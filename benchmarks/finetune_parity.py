@@ -265,8 +265,9 @@ def data_line(data: Path) -> str:
     about = json.loads((data / "about.json").read_text()) if (data / "about.json").is_file() else {}
     sources, seed = about.get("sources", []), about.get("seed", 0)
     if about.get("builder") == "make_qa_snippets.py":  # the second QA set, built unlike the first
+        questions = about.get("squad_train_answerable", 0) + about.get("squad_train_impossible", 0)
         return (f"`benchmarks/make_qa_snippets.py` (VADER movie-review snippets, sha256 "
-                f"{about.get('sources_sha256')}), seed {seed}, {about.get('squad_train_answerable', 0) + about.get('squad_train_impossible', 0):,} train questions")
+                f"{about.get('sources_sha256')}), seed {seed}, {questions:,} train questions")
     # the packages' text changes with their versions: the digest tells two runs' data apart
     digest = f" (their text's sha256 {about['sources_sha256']})" if "sources_sha256" in about else ""
     if not sources or any(name.endswith(".txt.gz") for name in sources):  # the package's files: the default

@@ -93,7 +93,7 @@ def contexts_of(snippets: list[str], rng: random.Random) -> list[str]:
 
 def pair_counts(words: list[re.Match]) -> dict[tuple[str, str], int]:
     counts: dict[tuple[str, str], int] = {}
-    for first, second in zip(words, words[1:]):
+    for first, second in zip(words, words[1:], strict=False):
         key = (first.group().lower(), second.group().lower())
         counts[key] = counts.get(key, 0) + 1
     return counts

@@ -227,7 +227,9 @@ def _fast_step(model, batch) -> torch.Tensor:
 def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
     """The same step in plain PyTorch: plain attention, F.cross_entropy, argmax, per-tensor AdamW; dropout
     with the packed dropout's masks so that both sides drop the same elements."""
-    fast.install(model, pieces=("dropout",))
+    # the packed dropout, and the unpadded encoder (its own test holds it to the plain one) so that dropout draws
+    # over the same real tokens on both sides
+    fast.install(model, pieces=("dropout", "unpad"))
     monkeypatch.setattr(type(model.bert.layers[0].attn), "attend",
                         lambda self, q, k, v, mask, p: _plain_attention(q, k, v, mask, p))
     decay = [t for t in model.parameters() if t.ndim >= 2]
@@ -269,3 +271,32 @@ def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
     assert window[2] == reference[2]  # MLM hits
     for (name, ours), theirs in zip(fast_model.state_dict().items(), plain_model.state_dict().values(), strict=True):
         torch.testing.assert_close(ours, theirs, atol=2e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["pretraining", "question_answering", "token_classification"])
+def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_real_tokens(kind):
+    """`fast.unpad` runs the blocks on a padded batch's real tokens only: every real position's output and every
+    parameter's gradient is the plain model's (without dropout, whose draws follow the tensors' shapes); a batch
+    without padding takes the plain path untouched."""
+    from bertwb.model.heads import new_model
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        hidden_dropout=0.0, attention_dropout=0.0)
+    plain = new_model(config, kind, ["O", "B-X", "I-X"] if kind == "token_classification" else None)
+    unpadded = fast.install(copy.deepcopy(plain), pieces=("unpad",))
+    assert type(unpadded.bert).__name__ == "UnpaddedBertModel"
+    lengths = torch.tensor([12, 5, 9, 1 + 1])
+    mask = (torch.arange(12)[None] < lengths[:, None]).long()  # (B, T): 1 = a real token
+    ids, types = torch.randint(5, VOCAB, (4, 12)) * mask, (torch.arange(12)[None] >= 3).long() * mask
+    outputs = []
+    for model in (plain, unpadded):
+        hidden, _ = model.bert(ids, types, mask)
+        (hidden * mask[..., None] * torch.linspace(-1, 1, 32)).sum().backward()
+        outputs.append(hidden * mask[..., None])
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-5, rtol=1e-5)
+    for (name, a), b in zip(plain.named_parameters(), unpadded.parameters(), strict=True):
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+    with torch.no_grad():  # no padding: the plain forward itself
+        torch.testing.assert_close(plain.bert(ids[:1], types[:1])[0], unpadded.bert(ids[:1], types[:1])[0])
