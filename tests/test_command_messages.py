@@ -122,7 +122,7 @@ def test_predict_with_another_tasks_model_says_which_task_it_predicts(finetuned:
     """--checkpoint of the tag task's model for `predict topic` (a classify task) printed tags without a word."""
     result = _invoke(finetuned, ["predict", "topic", "--checkpoint", str(finetuned.workspace / "finetune" / "ner")],
                      stdin=b"the ship\n")
-    assert result.exit_code == 0 and '"tags"' in result.stdout
+    assert result.exit_code == 0 and '"entities"' in result.stdout
     assert "is a tag model, but finetune.tasks.topic is classify: predicting as the model was trained (tag)" \
         in result.output
 

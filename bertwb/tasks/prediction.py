@@ -116,18 +116,25 @@ def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: 
 
 
 def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
-                   batch_size: int) -> TaskPredictor:
+                   batch_size: int, word_labels: bool = False) -> TaskPredictor:
     """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory,
     a relative path first against the config's folder, as `bertwb.train.model_choice.user_path` says).
 
     The directory's ``task.json``, when it has one, says how inputs become features, as in training.
+    ``word_labels`` (``--words``) asks a tag task for each word's label on raw text too; other types have none.
     """
     if not checkpoint:
         task_settings(cfg, task)  # an unknown task is named first
     folder = model_choice.task_dir(cfg, ws, task, checkpoint)
     model_dir = modeldir.open_model_dir(folder, "--checkpoint" if checkpoint else None)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    return TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}")
+    predictor = TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded,
+                              f"finetune.tasks.{task}")
+    if word_labels and not hasattr(predictor.task, "word_labels"):
+        raise BertwbError(f"--words gives a tag task's labels word by word; {task} is a {settings.type} task")
+    if word_labels:
+        predictor.task.word_labels = True
+    return predictor
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
@@ -144,11 +151,18 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
                           f"({', '.join(TASK_TYPES)}); predict with the bertwb that trained it")
     cls = settings_class(type_name)  # the config's values where the type has the key, then the model's own
     known = {f.name for f in fields(cls)}
-    settings = cls(**{k: v for k, v in {**asdict(settings), **saved}.items() if k in known})
+    given = asdict(settings)
+    if given.get("format", "auto") == "auto":  # a format the config names is the input's, not the training file's
+        given.pop("format", None)
+    settings = cls(**{k: v for k, v in {**asdict(settings), **saved, **_only(given, "format")}.items() if k in known})
     if settings.type is None:
         raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
                           "unknown; add the task to the config")
     return settings, saved.get("recorded", {})
+
+
+def _only(values: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: values[key] for key in keys if key in values}
 
 
 def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) -> int:

@@ -169,13 +169,15 @@ class Sentence:
     tags: list[str] | None = None
 
 
-def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str) -> list[Sentence]:
-    """Sentences of a CoNLL file: one token per line in whitespace-separated columns, a blank line between
-    sentences, ``-DOCSTART-`` lines skipped. Every line must have as many columns as the first."""
+def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str,
+               text: str | None = None) -> list[Sentence]:
+    """Sentences of a CoNLL file (``text``: its content, when the caller has read it): one token per line in
+    whitespace-separated columns, a blank line between sentences, ``-DOCSTART-`` lines skipped. Every line
+    must have as many columns as the first."""
     sentences: list[Sentence] = []
     current: Sentence | None = None
     width = None
-    for number, line in enumerate(text_lines(read_text(path)), 1):
+    for number, line in enumerate(text_lines(read_text(path) if text is None else text), 1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             current = None
@@ -188,7 +190,8 @@ def read_conll(path: Path, token_column: int, tag_column: int | None, setting: s
                                   f"{needed}; one token and its tag per line, separated by whitespace")
         elif len(fields) != width:
             raise BertwbError(f"{path}:{number}: {len(fields)} column(s) where the file has {width}; "
-                              "every token line needs the same columns")
+                              f"every token line needs the same columns (raw text to predict on, one input per "
+                              f"line, is {setting}.format: text)")
         if current is None:
             current = Sentence(number, [], [] if tag_column is not None else None)
             sentences.append(current)
