@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from bertwb.cli import cli
-from conftest import Project, assert_one_line_error, tiny_model_dir
+from conftest import Project, assert_one_line_error, ingested_documents, make_documents, tiny_model_dir
 
 
 def _tag_sentences(n: int, seed: int = 0) -> list[list[tuple[str, str]]]:
@@ -122,3 +123,35 @@ def test_a_labelled_conll_file_s_rows_carry_their_gold(tagger: Project, tmp_path
     rows = _predict(tagger, str(dev))
     assert [row["gold"] for row in rows] == [[tag for _, tag in s] for s in _tag_sentences(3, seed=5)]
     assert rows[0]["entities"][0].keys() == {"type", "text", "first_word", "last_word", "score"}
+
+
+# --- 1b: hard-wrapped prose is read as paragraphs, and one line says so ---------------------------------------
+
+def _wrapped(documents: list[list[str]], width: int = 72) -> str:
+    return "\n\n".join(textwrap.fill(" ".join(sentences), width) for sentences in documents) + "\n"
+
+
+def test_hard_wrapped_prose_is_read_as_paragraphs_and_one_line_says_so(project: Project):
+    """A licence or a book wrapped at 72 columns was read as one sentence per line: its fragments became the
+    sentences, and nothing said so."""
+    documents = make_documents(30, seed=4)
+    (project.root / "corpus" / "a.txt").write_text(_wrapped(documents))
+    result = project.run("ingest")
+    assert "ingest: corpus/a.txt reads as paragraphs: it looks hard-wrapped (" in result.output
+    assert "set ingest.format: bert if it is one sentence per line" in result.output
+    ingested = ingested_documents(project)
+    assert [" ".join(doc) for doc in ingested] == [" ".join(doc) for doc in documents]
+    assert all(sentence[-1] in ".?!" for doc in ingested for sentence in doc)  # sentences, not line fragments
+
+
+def test_the_bert_format_is_not_taken_for_wrapped_prose(project: Project):
+    """Lines of one sentence each, and a wrapped file that ingest.format names as bert, stay as they are."""
+    result = project.run("ingest")
+    assert "reads as paragraphs" not in result.output
+    assert ingested_documents(project) == make_documents(120)
+    documents = make_documents(30, seed=4)
+    (project.root / "corpus" / "a.txt").write_text(_wrapped(documents))
+    named = project.run("ingest", "--set", "ingest.format=bert")
+    assert "reads as paragraphs" not in named.output
+    assert [len(doc) for doc in ingested_documents(project)] == \
+        [len(textwrap.fill(" ".join(doc), 72).splitlines()) for doc in documents]
