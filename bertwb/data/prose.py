@@ -30,7 +30,7 @@ def wrapped_prose(path: Path) -> str | None:
         return None
     width = max(len(line) for line in filled)
     # Lines followed by another line of their paragraph: a wrap cut them, so they end near the width.
-    inner = [line.rstrip() for line, after in zip(lines, lines[1:]) if line.strip() and after.strip()]
+    inner = [line.rstrip() for line, after in zip(lines[:-1], lines[1:], strict=True) if line.strip() and after.strip()]
     if width > MAX_WRAP_WIDTH or len(inner) < MIN_LINES // 2:
         return None
     open_ended = sum(not _SENTENCE_END.search(line) for line in filled) / len(filled)
