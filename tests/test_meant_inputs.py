@@ -155,3 +155,115 @@ def test_the_bert_format_is_not_taken_for_wrapped_prose(project: Project):
     assert "reads as paragraphs" not in named.output
     assert [len(doc) for doc in ingested_documents(project)] == \
         [len(textwrap.fill(" ".join(doc), 72).splitlines()) for doc in documents]
+
+
+# --- 1c: a tokenizer.json that is not BERT's WordPiece is refused; casing is the normaliser's ----------------
+
+def _with_tokenizer(folder: Path, kind: str) -> Path:
+    """A tiny model directory whose tokenizer.json holds the same tokens in another kind of model (BPE,
+    Unigram), as a RoBERTa or T5 folder would; or WordPiece under a normaliser that keeps case, or with a gap."""
+    from tokenizers import Tokenizer, models, normalizers  # noqa: PLC0415
+
+    tiny_model_dir(folder)
+    path = folder / "tokenizer.json"
+    tokenizer = Tokenizer.from_file(str(path))
+    vocab = tokenizer.get_vocab()
+    if kind == "BPE":
+        tokenizer.model = models.BPE(vocab, [], unk_token="[UNK]")
+    elif kind == "Unigram":
+        tokenizer.model = models.Unigram([(token, -1.0) for token in sorted(vocab, key=vocab.get)], 1)
+    elif kind == "cased":
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.save(str(path))
+    if kind == "gap":
+        data = json.loads(path.read_text())
+        data["model"]["vocab"]["ship"] = len(vocab) + 3  # "ship" moved past the end: ids 6 and on skip one
+        path.write_text(json.dumps(data))
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["BPE", "Unigram"])
+def test_a_bpe_or_unigram_tokenizer_is_refused_in_one_line_naming_its_kind(project: Project, tmp_path: Path,
+                                                                           kind: str):
+    """Its pieces were trained on as WordPiece ones, and export wrote a BertTokenizer that gave other ids."""
+    model = _with_tokenizer(tmp_path / "model", kind)
+    result = CliRunner().invoke(cli, ["init", str(tmp_path / "adapt"), "--recipe", "continue", "--from", str(model)])
+    assert_one_line_error(result, f"{model / 'tokenizer.json'}: a {kind} tokenizer, not BERT's WordPiece")
+    assert not (tmp_path / "adapt" / "bertwb.yaml").exists()
+    vocab = project.run("run", "--until", "vocab", "--set", f"vocab.from_file={model / 'tokenizer.json'}", expect=1)
+    assert_one_line_error(vocab, f"a {kind} tokenizer, not BERT's WordPiece", "let `bertwb vocab` train one")
+    assert not (project.workspace / "vocab" / "tokenizer.json").exists()
+
+
+def test_the_continue_recipe_cases_as_the_tokenizer_s_own_normaliser_does(tmp_path: Path):
+    """A normaliser other than BERT's that keeps case was written as `vocab.lowercase: true`."""
+    model = _with_tokenizer(tmp_path / "model", "cased")
+    CliRunner().invoke(cli, ["init", str(tmp_path / "adapt"), "--recipe", "continue", "--from", str(model)])
+    assert yaml.safe_load((tmp_path / "adapt" / "bertwb.yaml").read_text())["vocab"]["lowercase"] is False
+    lowercasing = _with_tokenizer(tmp_path / "lower", "WordPiece")
+    CliRunner().invoke(cli, ["init", str(tmp_path / "a2"), "--recipe", "continue", "--from", str(lowercasing)])
+    assert yaml.safe_load((tmp_path / "a2" / "bertwb.yaml").read_text())["vocab"]["lowercase"] is True
+
+
+# --- 2: internal errors become one line ---------------------------------------------------------------------
+
+def test_a_tokenizer_json_with_a_gap_in_its_ids_is_one_line(project: Project, tmp_path: Path):
+    """It was an internal error (IndexError) in the vocab stage."""
+    model = _with_tokenizer(tmp_path / "model", "gap")
+    result = project.run("run", "--until", "vocab", "--set", f"vocab.from_file={model / 'tokenizer.json'}", expect=1)
+    assert_one_line_error(result, f"{model / 'tokenizer.json'}: no token has id 6, though ids run to 13",
+                          "renumber the tokens")
+    assert "internal error" not in result.output
+
+
+# --- 1d: a vocabulary that makes the corpus [UNK] stops the stage -------------------------------------------
+
+def test_a_vocabulary_of_special_tokens_only_stops_naming_the_unk_rate_and_cause(project: Project):
+    """Every token became [UNK], with exit 0, and pre-training went on to learn nothing."""
+    project.run("run", "--until", "vocab")
+    built = (project.workspace / "vocab" / "tokenizer.json").read_bytes()
+    (project.root / "specials.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    result = project.run("vocab", "--set", "vocab.from_file=specials.txt", expect=1)
+    assert_one_line_error(result, "100.0% of the corpus's tokens are [UNK], above vocab.max_unk_rate 5%: the "
+                          "vocabulary of specials.txt holds only special tokens (5)", "raise vocab.max_unk_rate")
+    assert (project.workspace / "vocab" / "tokenizer.json").read_bytes() == built  # the vocabulary before stays
+    project.run("vocab", "--set", "vocab.from_file=specials.txt", "--set", "vocab.max_unk_rate=1")  # when meant
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("[1, 2]", "holds a list, not a JSON object"),
+    ('{"initialised": "MLM head"}', "its 'initialised' is a string, not a list of strings"),
+    ('{"initialised": [', "unreadable JSON ("),
+])
+def test_a_malformed_import_json_is_one_line_naming_it(tmp_path: Path, content: str, problem: str):
+    """A list was an internal error in `init --recipe continue`; a string was read letter by letter."""
+    model = tiny_model_dir(tmp_path / "model")
+    (model / "import.json").write_text(content)
+    result = CliRunner().invoke(cli, ["init", str(tmp_path / "adapt"), "--recipe", "continue", "--from", str(model)])
+    assert_one_line_error(result, f"{model / 'import.json'}: {problem}",
+                          "import the model again with `bertwb import-hf`")
+    assert "internal error" not in result.output and not (tmp_path / "adapt" / "bertwb.yaml").exists()
+
+
+def test_a_line_break_in_the_from_path_stays_inside_the_generated_comment(tmp_path: Path):
+    """The path went into the config's head comment as it was: after its newline, the rest became YAML."""
+    model = tiny_model_dir(tmp_path / "model\nvocab: {vocab_size: 7}\u2028pairs: 1")
+    result = CliRunner().invoke(cli, ["init", str(tmp_path / "adapt"), "--recipe", "continue", "--from", str(model)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "adapt" / "bertwb.yaml").read_text()
+    assert "model\\nvocab: {vocab_size: 7}\\u2028pairs: 1" in text  # escaped in the comment
+    config = yaml.safe_load(text)
+    assert config["vocab"]["vocab_size"] == 8192 and isinstance(config["pairs"], dict)
+    assert config["model"]["init_from"] == str(model)  # the value itself, quoted by YAML, is the real path
+    status = CliRunner().invoke(cli, ["status", "--config", str(tmp_path / "adapt" / "bertwb.yaml")])
+    assert status.exit_code == 0, status.output
+
+
+def test_a_yaml_alias_bomb_s_error_is_one_readable_line(tmp_path: Path):
+    """The value it quoted made the error line megabytes long (28 MB for a bigger bomb)."""
+    anchors = ["&a0 [lol,lol,lol,lol,lol,lol,lol,lol,lol]"] + \
+        [f"&a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 6)]
+    (tmp_path / "bertwb.yaml").write_text("vocab:\n  vocab_size: [" + ", ".join(anchors) + "]\n")
+    result = CliRunner().invoke(cli, ["status", "--config", str(tmp_path / "bertwb.yaml")])
+    assert_one_line_error(result, "bertwb.yaml line 2: vocab.vocab_size must be an integer", "characters left out")
+    assert len(result.output) < 1100

@@ -18,7 +18,7 @@ import safetensors.torch
 from tokenizers import Tokenizer
 
 from bertwb import outputs
-from bertwb.artifacts import write_json
+from bertwb.artifacts import IMPORT_FILE, write_json
 from bertwb.data.tokenizer import declared_lengths, write_tokenizer_files
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -72,7 +72,7 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
                    "initialised": report.initialised_heads, "initialised_tensors": report.initialised,
                    "dropped_tensors": report.dropped, "config": _sizes(model),
                    "source_tokenizer": declared_lengths(model_dir.tokenizer_dir)}
-        write_json(tmp / "import.json", summary)
+        write_json(tmp / IMPORT_FILE, summary)
     return {"path": str(out), **summary}
 
 
