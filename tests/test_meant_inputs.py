@@ -267,3 +267,80 @@ def test_a_yaml_alias_bomb_s_error_is_one_readable_line(tmp_path: Path):
     result = CliRunner().invoke(cli, ["status", "--config", str(tmp_path / "bertwb.yaml")])
     assert_one_line_error(result, "bertwb.yaml line 2: vocab.vocab_size must be an integer", "characters left out")
     assert len(result.output) < 1100
+
+
+# --- 3: predictions join back to their inputs ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """A classify task and a regression task, two steps each from a tiny random model."""
+    root = tmp_path_factory.mktemp("classifier")
+    tiny_model_dir(root / "model")
+    (root / "corpus").mkdir()
+    (root / "train.csv").write_text("text,label,level\n" + "".join(f"the ship sail {i},{'ab'[i % 2]},{i / 7}\n"
+                                                                  for i in range(8)))
+    project = Project(root)
+    project.write_config(yaml.safe_dump({"ingest": {"inputs": ["corpus"]}, "finetune": {
+        "steps": 2, "batch_size": 4, "max_seq_length": 32, "init_from": "model", "eval_every": 0,
+        "tasks": {"topic": {"type": "classify", "train": "train.csv"},
+                  "level": {"type": "classify", "train": "train.csv", "label_column": "level", "regression": True}}}}))
+    project.run("finetune", "-q")
+    return project
+
+
+def _rows(project: Project, *args: str, stdin: bytes | None = None) -> list[dict]:
+    result = CliRunner().invoke(cli, ["predict", "--config", str(project.config), *args], input=stdin)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_predict_keeps_every_input_column_under_its_own_name(classifier: Project, tmp_path: Path):
+    """An `id` vanished and the text came back as `text`; the label column is the gold, and an input column
+    named as a prediction column is kept beside it."""
+    (tmp_path / "new.csv").write_text("id,body,score,label\nr1,the ship,7,a\nr2,the sail,8,b\n")
+    rows = _rows(classifier, "topic", str(tmp_path / "new.csv"), "--set", "finetune.tasks.topic.text_column=body")
+    assert [list(row) for row in rows] == [["id", "body", "input.score", "label", "score", "probabilities", "gold"]] * 2
+    assert [(row["id"], row["body"], row["input.score"], row["gold"]) for row in rows] == \
+        [("r1", "the ship", "7", "a"), ("r2", "the sail", "8", "b")]
+    (tmp_path / "new.jsonl").write_text('{"key": 5, "text": "the ship", "meta": {"from": "x"}}\n')
+    [row] = _rows(classifier, "topic", str(tmp_path / "new.jsonl"))
+    assert (row["key"], row["text"], row["meta"]) == (5, "the ship", {"from": "x"}) and row["label"] in ("a", "b")
+
+
+def test_regression_values_are_rounded_as_class_scores_are(classifier: Project):
+    rows = _rows(classifier, "level", stdin=b"the ship\nthe sail sail\n")
+    assert all(row["value"] == round(row["value"], 6) and len(repr(row["value"]).split(".")[-1]) <= 6 for row in rows)
+
+
+def test_a_nul_byte_is_refused_alike_in_a_file_and_on_stdin(classifier: Project, tmp_path: Path):
+    """A CSV's NUL was read and echoed back into the output, while stdin's was refused."""
+    (tmp_path / "nul.csv").write_bytes(b"text\nthe ship\nthe\x00sail\n")
+    result = _invoke(classifier, "predict", "topic", str(tmp_path / "nul.csv"))
+    assert_one_line_error(result, f"{tmp_path / 'nul.csv'}:3: a NUL byte: binary data, not text")
+    piped = CliRunner().invoke(cli, ["predict", "topic", "--config", str(classifier.config)],
+                               input=b"the ship\nthe\x00sail\n")
+    assert_one_line_error(piped, "stdin:2: a NUL byte: binary data, not text")
+
+
+def test_tag_metrics_give_each_entity_type_and_iob1_tags_are_named(tmp_path: Path):
+    """Tag metrics were entity F1 overall only; and CoNLL 2003's original IOB1 tags went by without a word."""
+    tiny_model_dir(tmp_path / "model")
+    (tmp_path / "corpus").mkdir()
+    iob1 = [[("the", "O"), ("ship", "I-X"), ("sail", "I-Y")], [("ship", "I-X"), ("ship", "B-X"), (".", "O")]] * 4
+    (tmp_path / "train.conll").write_text(_conll(iob1))
+    (tmp_path / "dev.conll").write_text(_conll([[("the", "O"), ("ship", "B-X"), ("sail", "I-Y")]] * 3))
+    project = Project(tmp_path)
+    project.write_config(yaml.safe_dump({"ingest": {"inputs": ["corpus"]}, "finetune": {
+        "steps": 2, "batch_size": 4, "max_seq_length": 32, "init_from": "model", "eval_every": 0,
+        "tasks": {"ner": {"type": "tag", "train": "train.conll", "dev": "dev.conll"}}}}))
+    result = project.run("finetune")
+    assert f"warning: {tmp_path / 'train.conll'}: 12 of 16 entities start with I-: the tags look like IOB1" \
+        in result.output
+    dev = json.loads((project.workspace / "finetune" / "ner" / "metrics.json").read_text())["dev"]
+    assert set(dev["per_type"]) == {"X", "Y"} and dev["per_type"]["X"]["support"] == 3
+    assert set(dev["per_type"]["Y"]) == {"precision", "recall", "f1", "support"}
+    rows = project.run("sql", "--format", "csv", "select metric from finetune_metrics where metric like "
+                       "'dev_per_type.%.f1' order by metric").output.split()
+    assert rows == ["metric", "dev_per_type.X.f1", "dev_per_type.Y.f1"]
+    project.run("report")
+    assert "dev F1 by type: X " in (project.workspace / "report" / "index.html").read_text()

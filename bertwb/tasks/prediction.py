@@ -32,6 +32,7 @@ from bertwb.train.device import autocast, resolve_device
 from bertwb.workspace import writing_atomic
 
 PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
+READING_KEYS = ("format", "text_column", "label_column", "token_column", "tag_column")  # how a file is read
 
 
 class TaskPredictor:
@@ -151,18 +152,15 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
                           f"({', '.join(TASK_TYPES)}); predict with the bertwb that trained it")
     cls = settings_class(type_name)  # the config's values where the type has the key, then the model's own
     known = {f.name for f in fields(cls)}
-    given = asdict(settings)
-    if given.get("format", "auto") == "auto":  # a format the config names is the input's, not the training file's
-        given.pop("format", None)
-    settings = cls(**{k: v for k, v in {**asdict(settings), **saved, **_only(given, "format")}.items() if k in known})
+    # How to read the input (its format, its columns) is the user's to say of this file: what the config or
+    # --set gives explicitly wins over what the training file was; featurising stays as training did.
+    given = {key: value for key, value in asdict(settings).items()
+             if key in READING_KEYS and cfg.origin(f"finetune.tasks.{task}.{key}").place is not None}
+    settings = cls(**{k: v for k, v in {**asdict(settings), **saved, **given}.items() if k in known})
     if settings.type is None:
         raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
                           "unknown; add the task to the config")
     return settings, saved.get("recorded", {})
-
-
-def _only(values: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: values[key] for key in keys if key in values}
 
 
 def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) -> int:
@@ -173,7 +171,7 @@ def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) ->
     for rows in chunks:
         for row in rows:
             if fmt == "jsonl":
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")  # a Parquet date as text
                 continue
             flat = dict(_flat_items(row))
             if writer is None:
@@ -189,7 +187,8 @@ def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, An
         if isinstance(value, dict):
             yield from _flat_items(value, f"{prefix}{name}.")
         else:
-            yield prefix + name, json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value
+            listed = isinstance(value, list)
+            yield prefix + name, json.dumps(value, ensure_ascii=False, default=str) if listed else value
 
 
 def write_predictions(predictor: TaskPredictor, examples: list[Any], fmt: str, output: str | None, stdout: Any) -> int:

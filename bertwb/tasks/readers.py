@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwb.errors import BertwbError
-from bertwb.textinput import decode_utf8, text_lines
+from bertwb.textinput import decode_utf8, refuse_nul, text_lines
 
 TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -53,6 +53,7 @@ def read_text(path: Path) -> str:
         raise BertwbError(f"{path}: no such file; fix the path in the task's train/dev/test") from None
     except OSError as exc:
         raise BertwbError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    refuse_nul(data, str(path), "save the file as UTF-8 text")
     # Lines end at \n, \r\n or \r, as in a file opened as text: the readers below see \n only.
     text = decode_utf8(data, str(path), "save the file as UTF-8").replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
