@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from bertwb import ui
 from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
@@ -87,8 +88,10 @@ class TagTask:
         for example in train:
             for offset, tag in enumerate(example.tags):
                 if not _BIO.fullmatch(tag):
-                    raise BertwbError(f"{path}:{example.line + offset}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE); "
-                                      f"check {self.setting}.tag_column")
+                    scheme = " (BIOES/BILOU: convert it to BIO)" if _ANY_TAG.fullmatch(tag) else ""
+                    raise BertwbError(f"{path}:{example.line + offset}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE)"
+                                      f"{scheme}; check {self.setting}.tag_column")
+        _warn_if_iob1(train, path)
         return sorted({tag for example in train for tag in example.tags})
 
     def check_labels(self, examples: list[Example], label_names: list[str] | None, path: Path) -> None:
@@ -189,6 +192,23 @@ def entities(words: list[str], tags: list[str], scores: list[float] | None = Non
         if scores is not None:
             entity["score"] = round(sum(scores[first:last + 1]) / (last - first + 1), 6)
     return found
+
+
+def _warn_if_iob1(train: list[Example], path: Path) -> None:
+    """IOB1 (CoNLL 2003's original files) starts an entity with I- and uses B- only between two entities of one
+    type; read as IOB2 its spans still come out, but the model learns two tags for "first word". One line says
+    so when most entities start with I-."""
+    starts = inside_starts = 0
+    for example in train:
+        for index, tag in enumerate(example.tags):
+            prefix, _, kind = tag.partition("-")
+            before = example.tags[index - 1] if index else "O"
+            if prefix == "B" or (prefix == "I" and before.partition("-")[2] != kind):
+                starts += 1
+                inside_starts += prefix == "I"
+    if starts and inside_starts > starts / 2:
+        ui.warn(f"{path}: {inside_starts:,} of {starts:,} entities start with I-: the tags look like IOB1, and this "
+                "task assumes IOB2 (BIO: every entity starts with B-); convert the file to IOB2 for cleaner labels")
 
 
 def conll_shape(text: str, tag_column: int) -> tuple[str, str]:
