@@ -344,3 +344,19 @@ def test_tag_metrics_give_each_entity_type_and_iob1_tags_are_named(tmp_path: Pat
     assert rows == ["metric", "dev_per_type.X.f1", "dev_per_type.Y.f1"]
     project.run("report")
     assert "dev F1 by type: X " in (project.workspace / "report" / "index.html").read_text()
+
+
+# --- 4: messages --------------------------------------------------------------------------------------------
+
+def test_fill_mask_and_nsp_warn_when_the_import_made_their_head_anew(project: Project, tmp_path: Path):
+    """A checkpoint without the masked-LM (or NSP) head printed confident nonsense from the random new one."""
+    model = tiny_model_dir(tmp_path / "model")
+    (model / "import.json").write_text(json.dumps({"kind": "pretraining", "initialised": ["NSP head"]}))
+    filled = project.run("fill-mask", "--checkpoint", str(model), "the [MASK] sail")
+    assert "warning" not in filled.output  # its MLM head came with the checkpoint
+    nsp = project.run("nsp", "--checkpoint", str(model), "the ship", "the sail")
+    assert f"warning: {model} has no trained NSP head (import.json: the checkpoint had none" in nsp.output
+    assert "nsp's answers are random" in nsp.output
+    (model / "import.json").write_text(json.dumps({"kind": "pretraining", "initialised": ["MLM head"]}))
+    filled = project.run("fill-mask", "--checkpoint", str(model), "the [MASK] sail")
+    assert "has no trained MLM head" in filled.output and "fill-mask's answers are random" in filled.output
