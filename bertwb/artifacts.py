@@ -1,15 +1,16 @@
 """The files runs and stages leave behind, named and read in one place, without torch.
 
 Status, the report, prediction and the stages read them here: manifests (shape-checked), a training
-run's log (`METRICS_FILE`, JSON lines), a stage's final numbers (`RESULTS_FILE`), a phased folder's
-``phases.json``, a fine-tuned model's ``task.json``, a model directory's weights file and its identity.
-Readers never raise on a damaged file where the caller can go on without it: they return None, or
-skip and count what they could not read, and the caller says so.
+run's log (`METRICS_FILE`), a stage's final numbers (`RESULTS_FILE`), ``phases.json``, ``task.json``, a
+model directory's weights file and identity; `read_json` reads any other JSON object bertwb reads back, its
+fields' types checked. Readers never raise on a damaged file where the caller can go on without it: they
+return None, or skip and count what they could not read; where it cannot, one line names file and fix.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,52 @@ METRICS_FILE = "metrics.jsonl"  # the trainer's log: one JSON object per logging
 RESULTS_FILE = "metrics.json"  # a stage's final numbers: evaluate's, a fine-tuned task's dev and test
 PHASES_FILE = "phases.json"  # a phased run's (or pairs output's) folders, in order: {"phases": [...]}
 TASK_FILE = "task.json"  # a fine-tuned model's task: how inputs become features, what training recorded
+IMPORT_FILE = "import.json"  # what import-hf made of a published model: its kind, the heads it made anew
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """``data`` as indented JSON and a newline (anything JSON has no type for as its ``str``)."""
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def read_json(path: Path, fix: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON object in ``path``, each of ``fields`` that it holds of its type (a type, a tuple of types,
+    or ``list[str]``: a list of those), else one line naming the file, what is wrong and ``fix``. A file a
+    model's publisher or a damaged disk gave must not become an internal error three calls further on."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise BertwbError(f"{path}: unreadable JSON ({reason}); {fix}") from None
+    if not isinstance(data, dict):
+        raise BertwbError(f"{path}: holds {_json_name(data)}, not a JSON object; {fix}")
+    for name, kind in (fields or {}).items():
+        if name in data and not _is_of(data[name], kind):
+            raise BertwbError(f"{path}: its {name!r} is {_json_name(data[name])}, not {_kind_name(kind)}; {fix}")
+    return data
+
+
+def _is_of(value: Any, kind: Any) -> bool:
+    if typing.get_origin(kind) is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, list) and all(_is_of(v, item) for v in value)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _json_name(value: Any) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _kind_name(kind: Any) -> str:
+    if typing.get_origin(kind) is list:
+        return f"a list of {_JSON_NAMES[typing.get_args(kind)[0]].split()[-1]}s"
+    return " or ".join(_JSON_NAMES[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
 
 
 # --- manifests --------------------------------------------------------------------------------------------
@@ -119,11 +160,8 @@ def read_task_file(folder: Path) -> dict[str, Any]:
     path = folder / TASK_FILE
     if not path.is_file():
         return {}
-    data = _json_object(path)
-    if data is None:
-        raise BertwbError(f"{path}: damaged (not a JSON object); restore it, or fine-tune the task again "
-                          "(`bertwb finetune TASK --force`)")
-    return data
+    return read_json(path, "restore it, or fine-tune the task again (`bertwb finetune TASK --force`)",
+                     {"type": (str, type(None)), "recorded": dict})
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:

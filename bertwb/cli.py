@@ -243,10 +243,11 @@ def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str |
 @_checkpoint_option
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--words", "word_labels", is_flag=True, help="A tag task on raw text: also each word, its tag and score.")
 def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str,
             input_file: str | None, output: str | None, fmt: str, as_json: bool, checkpoint: str | None,
-            device: str, batch_size: int) -> None:
-    """Predict with fine-tuned TASK on INPUT_FILE (the task's format) or stdin lines; JSONL or CSV out."""
+            device: str, batch_size: int, word_labels: bool) -> None:
+    """Predict with fine-tuned TASK on INPUT_FILE (the task's format; raw text for a tag task) or stdin lines."""
     from bertwb.tasks.prediction import open_predictor, write_predictions  # torch loads for this command only
 
     if as_json and fmt == "csv":
@@ -258,7 +259,7 @@ def predict(config_path: str | None, overrides: tuple[str, ...], workdir: str | 
         model = model_choice.user_path(cfg, checkpoint) if checkpoint else None
         outputs.check_file(output, outputs.protected_paths(cfg, ws, [
             *outputs.reading(input_file, "the input file"), *outputs.reading(model, "the model", True)]))
-    predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size)
+    predictor = open_predictor(cfg, ws, task, checkpoint, device, batch_size, word_labels)
     examples = predictor.read(Path(input_file)) if input_file else \
         predictor.read(lines=stdin_lines(sys.stdin))
     count = write_predictions(predictor, examples, fmt, output, sys.stdout)

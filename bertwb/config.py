@@ -86,6 +86,8 @@ class VocabConfig:
                                   "(a from_file vocabulary is kept as it is).",
                                   min=1, max=1024)
     from_file: str | None = option(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
+    max_unk_rate: float = option(0.05, "Stop when more of the corpus's tokens than this are [UNK]: the vocabulary "
+                                 "does not fit the text (1 accepts any rate).", min=0.0, max=1.0, cache=False)
     batch_size: int = option(8192, "Sentences per tokenisation batch (DuckDB reads 16 batches at a time).",
                              min=1, cache=False)
     train_sentences: int | None = option(10_000_000, "Train on a deterministic sample of about this many training "

@@ -2,7 +2,8 @@
 
 Both load any model directory (see :mod:`bertwb.model.modeldir`) with its tokenizer, run on CPU unless told
 otherwise, and return plain dicts the CLI prints as tables or JSON. Which directory and which tokenizer
-folder is the caller's choice (:mod:`bertwb.train.model_choice`).
+folder is the caller's choice (:mod:`bertwb.train.model_choice`). A head an import made anew (its
+``import.json`` says so) answers at random: each says so in one line before it answers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from bertwb import ui
+from bertwb.artifacts import IMPORT_FILE, read_json
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.bert import BertForPreTraining
@@ -30,6 +33,7 @@ class PretrainedModel:
     tokenizer: Tokenizer
     device: torch.device
     source: str
+    new_heads: tuple[str, ...] = ()  # heads import-hf made anew ("MLM head", "NSP head"): never trained
 
     @classmethod
     def load(cls, model_dir: modeldir.ModelDir, tokenizer_dir: Path, device: str = "auto") -> PretrainedModel:
@@ -37,7 +41,15 @@ class PretrainedModel:
         tokenizer = modeldir.load_tokenizer(model_dir, tokenizer_dir)
         torch_device = resolve_device(device, "--device")
         model, _ = modeldir.load_model(model_dir, torch_device, kind="pretraining")
-        return cls(model.eval(), tokenizer, torch_device, model_dir.label)
+        imported = model_dir.path / IMPORT_FILE
+        made = read_json(imported, "import the model again with `bertwb import-hf`", {"initialised": list[str]}) \
+            .get("initialised", []) if imported.is_file() else []
+        return cls(model.eval(), tokenizer, torch_device, model_dir.label, tuple(made))
+
+    def _warn_if_new(self, head: str, command: str) -> None:
+        if head in self.new_heads:
+            ui.warn(f"{self.source} has no trained {head} (import.json: the checkpoint had none, so import-hf made it "
+                    f"anew): {command}'s answers are random; pre-train it first, or use a model that ships the head")
 
     def _encode(self, first: str, second: str | None, where: str) -> Any:
         encoding = self.tokenizer.encode(first, second, add_special_tokens=True)
@@ -50,6 +62,7 @@ class PretrainedModel:
     @torch.no_grad()
     def fill_mask(self, texts: list[str], top_k: int = 5) -> list[dict[str, Any]]:
         """For each text, the ``top_k`` tokens and probabilities at every ``[MASK]``, most likely first."""
+        self._warn_if_new("MLM head", "fill-mask")
         mask_id = self.tokenizer.token_to_id(MASK)
         results = []
         for number, text in enumerate(texts, 1):
@@ -89,6 +102,7 @@ class PretrainedModel:
         for name, text in (("sentence A", first), ("sentence B", second)):
             if not text.strip():
                 raise BertwbError(f"{name} is empty; give two non-empty sentences")
+        self._warn_if_new("NSP head", "nsp")
         encoding = self._encode(first, second, "the pair")
         input_ids = torch.tensor([encoding.ids], device=self.device)
         token_type_ids = torch.tensor([encoding.type_ids], device=self.device)

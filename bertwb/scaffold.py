@@ -10,6 +10,8 @@ is checked before anything is written, and each file is written whole (`write_te
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -90,7 +92,7 @@ def render_config(inputs: list[str], head: list[str] = (), values: dict[str, Any
     """The configuration as YAML, every key with its one-line doc as a comment: the defaults, or a recipe's
     ``values`` by dotted key, each with its ``notes`` (why) instead of the doc, under the ``head`` comments."""
     values, notes = values or {}, notes or {}
-    lines = [_CONFIG_HEAD, *head, "# Override any key on the command line: --set section.key=value", ""]
+    lines = [_CONFIG_HEAD, *map(one_line, head), "# Override any key on the command line: --set section.key=value", ""]
     for name, cls in SECTIONS.items():
         lines.append(f"{name}:")
         for f in dataclasses.fields(cls):
@@ -99,9 +101,9 @@ def render_config(inputs: list[str], head: list[str] = (), values: dict[str, Any
                 (f.default_factory() if f.default is dataclasses.MISSING else f.default)
             comment = notes.get(key, f.metadata["doc"])
             if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
-                lines.append(f"  {f.name}:".ljust(40) + f"  # {comment}")  # named sub-sections, one key a line
+                lines.append(f"  {f.name}:".ljust(40) + f"  # {one_line(comment)}")  # named sub-sections
                 for sub, settings in value.items():
-                    lines.append(f"    {sub}:")
+                    lines.append(f"    {_dumped(sub)}:")
                     lines += [_line(6, k, v, notes.get(f"{key}.{sub}.{k}")) for k, v in settings.items()]
             else:
                 lines.append(_line(2, f.name, value, comment))
@@ -110,10 +112,23 @@ def render_config(inputs: list[str], head: list[str] = (), values: dict[str, Any
 
 
 def _line(indent: int, key: str, value: Any, comment: str | None) -> str:
+    text = f"{' ' * indent}{_dumped(key)}: {_dumped(value)}"
+    return text.ljust(40) + f"  # {one_line(comment)}" if comment else text
+
+
+def _dumped(value: Any) -> str:
+    """``value`` as YAML on one line (a text with a line break in it quoted, the break escaped)."""
     dumped = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
-    dumped = dumped.removesuffix("\n...").removesuffix("...").strip()
-    text = f"{' ' * indent}{key}: {dumped}"
-    return text.ljust(40) + f"  # {comment}" if comment else text
+    return dumped.removesuffix("\n...").removesuffix("...").strip()
+
+
+_LINE_BREAKS = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")  # what ends a YAML comment, and other controls
+
+
+def one_line(text: str) -> str:
+    """``text`` fit for a comment of a generated file: control characters and line breaks (YAML's included)
+    escaped as JSON writes them, so a path or name with a newline cannot end the comment and become config."""
+    return _LINE_BREAKS.sub(lambda found: json.dumps(found.group())[1:-1], text)
 
 
 def write_project(directory: Path, inputs: list[str], force: bool = False,

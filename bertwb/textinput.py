@@ -92,10 +92,16 @@ def _read(text_file: str | None, stdin: TextIO, no_input: str) -> str:
 
 def _decode(data: bytes, where: str) -> str:
     """Text of one input per line: UTF-8 without NUL bytes (a NUL means binary data was piped in)."""
+    refuse_nul(data, where, "give UTF-8 text, one input per line")
+    return decode_utf8(data, where, "save it as UTF-8, one input per line")
+
+
+def refuse_nul(data: bytes, where: str, fix: str) -> None:
+    """The one rule for NUL bytes in text a task reads (stdin, or any file of a task's own format): one line
+    naming where the first is. No text holds one; it means binary data, or a file in UTF-16 without its mark."""
     if b"\x00" in data:
         line = line_at(data, data.index(b"\x00"))
-        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; give UTF-8 text, one input per line")
-    return decode_utf8(data, where, "save it as UTF-8, one input per line")
+        raise BertwbError(f"{where}:{line}: a NUL byte: binary data, not text; {fix}")
 
 
 def _is_unicode(text: str) -> bool:

@@ -30,6 +30,7 @@ if not out.is_terminal:
     out.width = 200  # wide tables in logs and pipes rather than folding every cell at 80 columns
 
 PLAIN_PROGRESS_EVERY_S = 5.0
+MAX_MESSAGE_CHARS = 1000  # the longest error, warning or stage line printed whole (`capped`)
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 _verbosity = NORMAL
@@ -70,8 +71,18 @@ def plain(value: Any, style: str = "") -> Text:
     return Text(shown(value), style=style)
 
 
+def capped(message: str) -> str:
+    """``message`` at a readable length: past `MAX_MESSAGE_CHARS` its middle is left out (its start names the
+    file and key, its end the fix), so a value quoted in an error (a YAML alias bomb's) is never megabytes."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    head, tail = MAX_MESSAGE_CHARS * 2 // 3, MAX_MESSAGE_CHARS // 4
+    return f"{message[:head]} … ({len(message) - head - tail:,} characters left out) … {message[-tail:]}"
+
+
 def _labelled(label: str, style: str, message: str) -> Text:
-    """``label: message`` with only the label styled, on a terminal; all plain elsewhere."""
+    """``label: message`` with only the label styled, on a terminal; all plain elsewhere; `capped` either way."""
+    message = capped(message)
     if not interactive():
         return plain(f"{label}: {message}")
     return Text.assemble(plain(f"{label}:", style), " ", plain(message))

@@ -122,7 +122,7 @@ def test_predict_with_another_tasks_model_says_which_task_it_predicts(finetuned:
     """--checkpoint of the tag task's model for `predict topic` (a classify task) printed tags without a word."""
     result = _invoke(finetuned, ["predict", "topic", "--checkpoint", str(finetuned.workspace / "finetune" / "ner")],
                      stdin=b"the ship\n")
-    assert result.exit_code == 0 and '"tags"' in result.stdout
+    assert result.exit_code == 0 and '"entities"' in result.stdout
     assert "is a tag model, but finetune.tasks.topic is classify: predicting as the model was trained (tag)" \
         in result.output
 
@@ -165,6 +165,7 @@ def test_a_phase_longer_than_the_init_from_model_fails_before_the_first_phase_tr
     model = tiny_model_dir(trainer.root / "model", 64)
     result = trainer.run("run", "--until", "pretrain", *PHASES, "--set", "pretrain.phases.long.max_seq_length=100",
                          "--set", f"model.init_from={model}", "--set", f"vocab.from_file={model / 'vocab.txt'}",
+                         "--set", "vocab.max_unk_rate=1",  # the tiny model knows five words of the corpus
                          expect=None)
     assert_one_line_error(result, f"pretrain.phases.long.max_seq_length 100 is more than the 64 positions of {model}")
     assert "pretrain short: step" not in result.output
@@ -230,7 +231,7 @@ def test_a_damaged_task_file_is_one_line_and_predicts_nothing(finetuned: Project
     shutil.copytree(finetuned.workspace / "finetune" / "topic", model)
     (model / "task.json").write_text(content)
     result = _invoke(finetuned, ["predict", "topic", "--checkpoint", str(model)], stdin=b"the ship\n")
-    assert_one_line_error(result, f"{model}/task.json: damaged (not a JSON object); restore it, or fine-tune")
+    assert_one_line_error(result, f"{model}/task.json: ", "; restore it, or fine-tune")
     assert result.stdout == ""
 
 

@@ -131,7 +131,7 @@ def test_each_task_value_knows_the_key_and_line_that_gave_it(tmp_path):
     (NESTED, ["finetune.tasks.x.doc_stride=64"], "--set finetune.tasks.x.doc_stride: unknown key "
      "'finetune.tasks.x.doc_stride'; it is an option of qa tasks: set finetune.tasks.x.type"),
     (NESTED, ["finetune.tasks.ner.format=csv"], "--set finetune.tasks.ner.format: finetune.tasks.ner.format must be "
-     "one of auto, conll, got 'csv'"),
+     "one of auto, conll, text, got 'csv'"),
     (NESTED, ["finetune.tasks.ner.token_colum=1"], "--set finetune.tasks.ner.token_colum: unknown key "
      "'finetune.tasks.ner.token_colum'; did you mean 'token_column'?"),
 ])

@@ -162,8 +162,8 @@ def test_tagging_and_question_answering_learn(finetuned: Project):
     project = finetuned
     ner = _results(project, "ner")["dev"]
     assert ner["f1"] > 0.1 and ner["token_accuracy"] > 0.8, ner
-    tagged = _predict(project, "ner", stdin="Captain Jonas sailed to Lisbon .\n")[0]
-    assert tagged["words"] == ["Captain", "Jonas", "sailed", "to", "Lisbon", "."] and len(tagged["tags"]) == 6
+    tagged = _predict(project, "ner", "--words", stdin="Captain Jonas sailed to Lisbon.\n")[0]
+    assert [w["word"] for w in tagged["words"]] == ["Captain", "Jonas", "sailed", "to", "Lisbon", "."]
     qa = _results(project, "qa")["dev"]
     assert qa["exact_match"] > 0 and qa["f1"] >= qa["exact_match"], qa
     answer = _predict(project, "qa", stdin=json.dumps({"question": "Where did Jonas sail?",
@@ -399,17 +399,16 @@ def test_exported_tagger_predicts_as_the_token_classification_pipeline(finetuned
     transformers = pytest.importorskip("transformers")
     tagger = transformers.pipeline("token-classification", model=str(_export(finetuned, "ner", tmp_path)),
                                    aggregation_strategy="first", device="cpu")
-    sentences = ["Captain Jonas Silva sailed to Lisbon with Meridian Trust .",
-                 "Dr. Chloé Novak met Arjun Ferreira at Northside Clinic in São Paulo ."]
+    sentences = ["Captain Jonas Silva sailed to Lisbon with Meridian Trust.",
+                 "Dr. Chloé Novak met Arjun Ferreira at Northside Clinic in São Paulo, Brazil."]
     ours = _predict(finetuned, "ner", stdin="\n".join(sentences) + "\n")
     assert any(p["entities"] for p in ours)  # something to compare
-    for sentence, prediction in zip(sentences, ours, strict=True):
-        words = sentence.split(" ")
-        starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]  # words joined by single spaces
-        mine = [(e["type"], starts[e["start"]], starts[e["end"]] + len(words[e["end"]]))
-                for e in prediction["entities"]]
-        theirs = [(t["entity_group"], t["start"], t["end"]) for t in tagger(sentence)]
-        assert mine == theirs, (sentence, prediction["tags"])
+    for sentence, prediction in zip(sentences, ours, strict=True):  # raw text: words, offsets and scores alike
+        mine = [(e["type"], e["text"], e["start"], e["end"]) for e in prediction["entities"]]
+        theirs = tagger(sentence)
+        spans = [(t["entity_group"], sentence[t["start"]:t["end"]], t["start"], t["end"]) for t in theirs]
+        assert mine == spans, sentence
+        assert [e["score"] for e in prediction["entities"]] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
 
 
 def test_exported_qa_model_gives_our_answer_from_its_own_logits(finetuned: Project, tmp_path: Path):

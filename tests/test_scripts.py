@@ -219,12 +219,15 @@ def test_the_summary_warns_of_text_without_spaces(tmp_path: Path):
 def test_an_unspaced_run_past_100_characters_is_unk_and_says_why(tmp_path: Path):
     run = "ภาษาไทยเป็นภาษาราชการของประเทศไทย" * 4  # 132 characters, no space
     project = _project(tmp_path, [run, "กรุงเทพ เมืองหลวง"])
-    result = project.run("run", "--until", "vocab")
+    stopped = project.run("run", "--until", "vocab", expect=1)  # a third of the tokens [UNK]: above 5%, it stops
+    assert "of the corpus's tokens are [UNK], above vocab.max_unk_rate 5%: Thai: written without spaces" \
+        in stopped.output
+    result = project.run("run", "--until", "vocab", "--set", "vocab.max_unk_rate=1")
     thai = next(row for row in _summary(project)["scripts"] if row["script"] == "Thai")
     assert thai["unk_rate"] == pytest.approx(1 / 3)  # the long run is one [UNK]; the two short words are not
     assert "warning: vocab: Thai: 33% of its words are [UNK]" not in result.output  # not most of them
     write_bert_format(tmp_path / "corpus" / "a.txt", [[run, run + " " + run]])  # now every Thai word is such a run
-    result = project.run("run", "--until", "vocab")
+    result = project.run("run", "--until", "vocab", "--set", "vocab.max_unk_rate=1")
     assert "warning: vocab: Thai: 100% of its words are [UNK]: its words average 132 characters, and a word over " \
            "100 is [UNK] whole; cut its text into words before ingest (with PyThaiNLP, say)" in result.output
 
@@ -235,7 +238,7 @@ def test_the_summary_warns_of_a_script_the_published_vocabulary_lacks(tmp_path: 
     (published / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "a", "##a"]))
     (published / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "strip_accents": False}))
     project = _project(tmp_path, SENTENCES["Korean"] + ["a aa."], "  from_file: published/vocab.txt\n")
-    result = project.run("run", "--until", "vocab")
+    result = project.run("run", "--until", "vocab", "--set", "vocab.max_unk_rate=1")  # mostly [UNK]: accepted here
     assert "warning: vocab: Hangul: 100% of its words are [UNK]: the vocabulary lacks its characters; use a model " \
            "whose vocabulary covers it" in result.output
     latin = next(row for row in _summary(project)["scripts"] if row["script"] == "Latin")

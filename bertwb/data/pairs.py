@@ -9,14 +9,13 @@ here imports torch, so the pairs stage and `bertwb status` stay light.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertwb.artifacts import read_phases
+from bertwb.artifacts import read_json, read_phases
 from bertwb.data.masking import MaskingRules, rules_from_flags
 from bertwb.errors import BertwbError
 
@@ -94,9 +93,9 @@ def load_pairs(stage_dir: str | Path, split: str) -> PairsData:
     meta_path = stage_dir / "meta.json"
     if not meta_path.is_file():
         raise BertwbError(f"{stage_dir}: no pairs output (meta.json missing); run `bertwb pairs` first")
-    meta = json.loads(meta_path.read_text())
-    if split not in meta["splits"]:
-        raise BertwbError(f"pairs split {split!r} unknown; choose one of {', '.join(meta['splits'])}")
+    meta = read_json(meta_path, "rebuild the pairs (`bertwb pairs --force`)", {"splits": dict})
+    if split not in meta.get("splits", {}):
+        raise BertwbError(f"pairs split {split!r} unknown; choose one of {', '.join(meta.get('splits', {}))}")
     counts = meta["splits"][split]["array_lengths"]
     arrays = {name: _map_array(stage_dir / split / f"{name}.bin", dtype, counts[name])
               for name, dtype in ARRAYS.items()}

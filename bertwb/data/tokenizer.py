@@ -63,6 +63,7 @@ def load_tokenizer(path: Path, lowercase: bool | None = None, strip_accents: boo
     try:
         if path.suffix == ".json":
             tokenizer = Tokenizer.from_file(str(path))
+            _check_wordpiece(tokenizer, path)
         else:
             lines = path.read_text(encoding="utf-8").splitlines()
             vocab = {token: i for i, token in enumerate(lines) if token}
@@ -91,6 +92,28 @@ def load_tokenizer(path: Path, lowercase: bool | None = None, strip_accents: boo
     tokenizer.no_padding()  # [PAD] is never content: padding happens in a batch, with an attention mask
     tokenizer.no_truncation()  # each caller cuts to the length its config says
     return tokenizer
+
+
+def _check_wordpiece(tokenizer: Tokenizer, path: Path) -> None:
+    """A tokenizer.json must be BERT's kind: a WordPiece model whose ids run from 0 without a gap. Another
+    model's pieces (BPE, Unigram) would be trained on as WordPiece ones and exported as a ``BertTokenizer``
+    that gives other ids; a gap in the ids leaves a row of the embeddings that no token names."""
+    kind = (json.loads(tokenizer.to_str()).get("model") or {}).get("type")
+    if kind != "WordPiece":
+        raise BertwbError(f"{path}: a {kind} tokenizer, not BERT's WordPiece; bertwb reads and exports WordPiece "
+                          "only, and another model's pieces would give other ids in transformers than in training; "
+                          "give a BERT model's tokenizer (or its vocab.txt), or let `bertwb vocab` train one")
+    ids = tokenizer.get_vocab(with_added_tokens=True)
+    by_id: dict[int, str] = {}
+    for token, token_id in sorted(ids.items(), key=lambda item: item[1]):
+        if token_id in by_id:
+            raise BertwbError(f"{path}: tokens {by_id[token_id]!r} and {token!r} share id {token_id}; give each "
+                              "token its own id")
+        by_id[token_id] = token
+    gap = next((i for i in range(len(by_id)) if i not in by_id), None)
+    if gap is not None:
+        raise BertwbError(f"{path}: no token has id {gap}, though ids run to {max(by_id):,} ({len(by_id):,} tokens); "
+                          "a vocabulary's ids run from 0 without gaps: renumber the tokens")
 
 
 def tokenizer_file(path: Path) -> Path:
@@ -153,11 +176,10 @@ def declared_max_length(folder: Path | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _NO_LIMIT else None
 
 
-def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
-                          lowercase: bool = True) -> None:
+def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH) -> None:
     """``FILES`` into ``out``, as ``BertTokenizerFast.from_pretrained`` reads them.
 
-    ``lowercase`` is what ``tokenizer_config.json`` says when the tokenizer's own normaliser does not tell.
+    ``tokenizer_config.json`` says of casing what the tokenizer's own normaliser does (`lowercases`).
     ``tokenizer.json`` is written without padding or truncation, so ``transformers`` encodes as bertwb does.
     """
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +191,7 @@ def write_tokenizer_files(tokenizer: Tokenizer, out: Path, model_max_length: int
     (out / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
     write_json(out / "special_tokens_map.json", SPECIAL_TOKENS_MAP)
     write_json(out / "tokenizer_config.json", {
-        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer, lowercase),
+        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercases(tokenizer),
         "strip_accents": strips_accents(tokenizer),
         "tokenize_chinese_chars": True, "model_max_length": model_max_length, **SPECIAL_TOKENS_MAP})
 
@@ -182,10 +204,19 @@ def set_model_max_length(folder: Path, length: int) -> None:
         write_json(side, {**config, "model_max_length": length})
 
 
-def lowercases(tokenizer: Tokenizer, default: bool) -> bool:
-    """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config)."""
-    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
-    return bool(normalizer.get("lowercase", default)) if normalizer.get("type") == "BertNormalizer" else default
+def lowercases(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's own normaliser lowercases (a loaded tokenizer.json decides, not the config):
+    BERT's with ``lowercase``, a ``Lowercase`` step alone or in a sequence; none, or any other, does not."""
+    return _lowercasing(json.loads(tokenizer.to_str()).get("normalizer"))
+
+
+def _lowercasing(normalizer: dict[str, Any] | None) -> bool:
+    kind = (normalizer or {}).get("type")
+    if kind == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    if kind == "Sequence":
+        return any(_lowercasing(step) for step in normalizer.get("normalizers") or [])
+    return kind == "Lowercase"
 
 
 def strips_accents(tokenizer: Tokenizer) -> bool | None:

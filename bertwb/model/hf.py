@@ -19,7 +19,7 @@ import safetensors.torch
 from tokenizers import Tokenizer
 
 from bertwb import outputs
-from bertwb.artifacts import write_json
+from bertwb.artifacts import IMPORT_FILE, write_json
 from bertwb.data.tokenizer import declared_lengths, write_tokenizer_files
 from bertwb.embed.pooling import Pooling
 from bertwb.errors import BertwbError
@@ -101,7 +101,7 @@ def import_hf(source: Path, out: Path, force: bool = False, protected: Protected
                     "max_seq_length": pooling.max_seq_length}}
         if pooling is not None:
             _write_pooling(pooling, tmp, model_dir)
-        write_json(tmp / "import.json", summary)
+        write_json(tmp / IMPORT_FILE, summary)
     return {"path": str(out), **summary}
 
 

@@ -19,7 +19,7 @@ import safetensors.torch
 import torch
 from tokenizers import Tokenizer
 
-from bertwb.artifacts import weights_file
+from bertwb.artifacts import read_json, weights_file
 from bertwb.data.tokenizer import declared_max_length
 from bertwb.data.tokenizer import load_tokenizer as load_tokenizer_file
 from bertwb.errors import BertwbError
@@ -150,14 +150,7 @@ def _is_bertwb_layout(names: Any) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BertwbError(f"{path}: unreadable JSON ({str(exc).splitlines()[0]}); restore or rewrite the file") \
-            from None
-    if not isinstance(data, dict):
-        raise BertwbError(f"{path}: expected a JSON object")
-    return data
+    return read_json(path, "restore or rewrite the file")
 
 
 def tensor_names(weights: Path) -> list[str]:

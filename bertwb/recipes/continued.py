@@ -9,10 +9,10 @@ model that ships none) learns alone for the first part of the run, then with the
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from bertwb.artifacts import IMPORT_FILE, read_json
 from bertwb.data.tokenizer import load_tokenizer, lowercases
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -34,7 +34,7 @@ def continue_recipe(directory: Path, source: Path) -> Recipe:
                           "vocabulary (copy it beside the weights)")
     vocab_file = next(model.tokenizer_dir / name for name in ("tokenizer.json", "vocab.txt")
                       if (model.tokenizer_dir / name).is_file())
-    lowercase = lowercases(load_tokenizer(vocab_file), True)
+    lowercase = lowercases(load_tokenizer(vocab_file))
     heads = trained_heads(model)
     nsp = "NSP head" in heads
     length = min(SEQ_LENGTH, modeldir.max_length(model)[0])
@@ -82,12 +82,10 @@ def trained_heads(model: modeldir.ModelDir) -> list[str]:
     """The pre-training heads (MLM, NSP) the weights hold and that were trained, not made anew by an import."""
     names = modeldir.tensor_names(model.weights)
     held = [head for head, prefixes in _HEADS.items() if any(name.startswith(prefixes) for name in names)]
-    imported = model.path / "import.json"
+    imported = model.path / IMPORT_FILE
     if imported.is_file():
-        try:
-            made = json.loads(imported.read_text(encoding="utf-8")).get("initialised") or []
-        except ValueError:
-            raise BertwbError(f"{imported} is not valid JSON; import the model again with `bertwb import-hf`") from None
+        made = read_json(imported, "import the model again with `bertwb import-hf`",
+                         {"initialised": list[str]}).get("initialised") or []
         held = [head for head in held if head not in made]
     return held
 

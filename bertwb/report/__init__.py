@@ -224,7 +224,10 @@ class _Findings:
         scores = results.get(split) or {}
         shown = [name for name in (results.get("main_metric"), "loss") if isinstance(scores.get(name), (int, float))]
         labels = results.get("labels") or []
-        self.headline.append((stage, ", ".join(f"{split} {name} {scores[name]:.4f}" for name in shown),
+        per_type = scores.get("per_type") if isinstance(scores.get("per_type"), dict) else {}
+        by_type = ", ".join(f"{kind} {row.get('f1', 0):.4f}" for kind, row in per_type.items() if isinstance(row, dict))
+        self.headline.append((stage, ", ".join(f"{split} {name} {scores[name]:.4f}" for name in shown)
+                              + (f"; {split} F1 by type: {by_type}" if by_type else ""),
                               f"{results.get('type')}" + (f", labels {', '.join(labels)}" if labels else "")))
         if scores.get("confusion_matrix") and labels:
             chart = f"{stage}: {split} accuracy {100 * scores.get('accuracy', 0):.2f}%"

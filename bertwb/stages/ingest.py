@@ -23,6 +23,7 @@ from bertwb import faults, ui
 from bertwb.config import Config, IngestConfig
 from bertwb.data.corpus_pieces import Piece, PieceReader, SpillJob, plan_pieces
 from bertwb.data.ordered_map import cluster_cpus, map_ordered
+from bertwb.data.prose import wrapped_prose
 from bertwb.data.sentence_shards import Numbering, PieceFile, ReadJob, SentencesJob
 from bertwb.data.shard_files import shard_name, written
 from bertwb.data.text_files import COMPRESSIONS, FileCounts, cannot_read
@@ -287,12 +288,20 @@ def _sha256(path: Path) -> str:
 
 
 def _format_of(path: Path, cfg: Config) -> str:
+    """``ingest.format``; for auto, the extension's format, and for a text file the BERT format unless its
+    head is hard-wrapped prose (`wrapped_prose`): then paragraphs, and one line says so and how to undo it."""
     if cfg.ingest.format != "auto":
         return cfg.ingest.format
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in COMPRESSIONS:
         suffixes = suffixes[:-1]
-    return _EXTENSION_FORMATS.get(suffixes[-1] if suffixes else "", "bert")
+    fmt = _EXTENSION_FORMATS.get(suffixes[-1] if suffixes else "", "bert")
+    why = wrapped_prose(path) if fmt == "bert" else None
+    if why is not None:
+        ui.stage_line("ingest", f"{_display(path, cfg)} reads as paragraphs: it looks hard-wrapped ({why}); "
+                                "set ingest.format: bert if it is one sentence per line")
+        return "paragraphs"
+    return fmt
 
 
 # --- writing ----------------------------------------------------------------------------------------

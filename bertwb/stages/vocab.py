@@ -34,6 +34,7 @@ from bertwb.data.ordered_map import cluster_cpus, map_ordered
 from bertwb.data.shard_files import shard_name, write_parquet, written
 from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
 from bertwb.data.word_ids import EncodeJob, batch_encoder
+from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
@@ -91,7 +92,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         accents, shares = _Accents(strips_accents(tokenizer), {}), {}
     else:
         tokenizer, alphabet_seconds, sample, accents, shares = _train_tokenizer(cfg, con)
-    write_tokenizer_files(tokenizer, build.out_dir, lowercase=cfg.vocab.lowercase)
+    write_tokenizer_files(tokenizer, build.out_dir)
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
@@ -122,6 +123,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         build.share_table("scripts")
     else:
         con.execute(f"create table {build.table('scripts')} as select * from scripts_batch")
+    if n_unk > cfg.vocab.max_unk_rate * n_tokens:  # before the commit: the vocabulary built before stays
+        raise BertwbError(_too_many_unk(cfg, tokens, n_unk / n_tokens, script_rows))
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
     seconds = time.perf_counter() - started
     return {
@@ -152,6 +155,26 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "tokens_per_s": round(n_tokens / max(seconds - train_seconds, 1e-9)),
     }
+
+
+def _too_many_unk(cfg: Config, tokens: list[str], rate: float, script_rows: list[dict[str, Any]]) -> str:
+    """The line that stops a vocabulary most of whose tokens would be [UNK]: the rate and its likely cause."""
+    source = cfg.vocab.from_file
+    words = [token for token in tokens if token not in SPECIAL_TOKENS and not token.startswith("[unused")]
+    warnings = [row["warning"] for row in script_rows if row["warning"]]
+    if not words:
+        cause = (f"the vocabulary{' of ' + source if source else ''} holds only special tokens ({len(tokens)}); give "
+                 "one with the corpus's words" + (", or leave vocab.from_file unset to train one" if source else ""))
+    elif warnings:
+        cause = warnings[0]
+    elif source:
+        cause = (f"the vocabulary of {source} does not cover this text (another language or script?); use a model "
+                 "whose vocabulary covers it, or leave vocab.from_file unset to train one")
+    else:
+        cause = "the vocabulary is too small for the corpus's characters; raise vocab.vocab_size or " \
+            "vocab.limit_alphabet"
+    return (f"{rate:.1%} of the corpus's tokens are [UNK], above vocab.max_unk_rate {cfg.vocab.max_unk_rate:.0%}: "
+            f"{cause} (or raise vocab.max_unk_rate to keep it)")
 
 
 def report(summary: dict[str, Any]) -> None:
@@ -192,7 +215,7 @@ def _strips(tokenizer: Tokenizer, strip: bool | None) -> bool | str:
     """Whether the tokenizer strips accents, for the summary; a published normaliser of another kind says so."""
     if json.loads(tokenizer.to_str()).get("normalizer", {}).get("type") != "BertNormalizer":
         return "as its own normaliser does"
-    return lowercases(tokenizer, True) if strip is None else strip
+    return lowercases(tokenizer) if strip is None else strip
 
 
 # v4: vocab.strip_accents auto keeps the accents of a corpus whose scripts BERT's stripping damages (Hangul came

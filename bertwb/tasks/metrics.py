@@ -38,12 +38,17 @@ def regression(gold: list[float], predicted: list[float]) -> dict[str, Any]:
 
 
 def tagging(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, Any]:
-    """Entity-level precision, recall and F1 (micro over entity types), and the token accuracy."""
-    from seqeval.metrics import f1_score, precision_score, recall_score  # noqa: PLC0415
+    """Entity-level precision, recall and F1 (micro over entity types), the token accuracy, and ``per_type``:
+    each entity type's precision, recall, F1 and support (seqeval's classification report)."""
+    from seqeval.metrics import classification_report, f1_score, precision_score, recall_score  # noqa: PLC0415
 
     tokens = sum(len(sentence) for sentence in gold)
     right = sum(g == p for gs, ps in zip(gold, predicted, strict=True) for g, p in zip(gs, ps, strict=True))
+    report = classification_report(gold, predicted, output_dict=True, zero_division=0)
+    per_type = {kind: {"precision": float(row["precision"]), "recall": float(row["recall"]),
+                       "f1": float(row["f1-score"]), "support": int(row["support"])}
+                for kind, row in sorted(report.items()) if not kind.endswith(" avg")}
     return {"precision": float(precision_score(gold, predicted, zero_division=0)),
             "recall": float(recall_score(gold, predicted, zero_division=0)),
             "f1": float(f1_score(gold, predicted, zero_division=0)),
-            "token_accuracy": right / max(tokens, 1), "sentences": len(gold)}
+            "token_accuracy": right / max(tokens, 1), "sentences": len(gold), "per_type": per_type}

@@ -32,6 +32,7 @@ from bertwb.train.device import autocast, resolve_device
 from bertwb.workspace import writing_atomic
 
 PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
+READING_KEYS = ("format", "text_column", "label_column", "token_column", "tag_column")  # how a file is read
 
 
 class TaskPredictor:
@@ -116,18 +117,25 @@ def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: 
 
 
 def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, device: str,
-                   batch_size: int) -> TaskPredictor:
+                   batch_size: int, word_labels: bool = False) -> TaskPredictor:
     """``bertwb predict``'s model: the task's stage output, or ``checkpoint`` (any fine-tuned model directory,
     a relative path first against the config's folder, as `bertwb.train.model_choice.user_path` says).
 
     The directory's ``task.json``, when it has one, says how inputs become features, as in training.
+    ``word_labels`` (``--words``) asks a tag task for each word's label on raw text too; other types have none.
     """
     if not checkpoint:
         task_settings(cfg, task)  # an unknown task is named first
     folder = model_choice.task_dir(cfg, ws, task, checkpoint)
     model_dir = modeldir.open_model_dir(folder, "--checkpoint" if checkpoint else None)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    return TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}")
+    predictor = TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded,
+                              f"finetune.tasks.{task}")
+    if word_labels and not hasattr(predictor.task, "word_labels"):
+        raise BertwbError(f"--words gives a tag task's labels word by word; {task} is a {settings.type} task")
+    if word_labels:
+        predictor.task.word_labels = True
+    return predictor
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:
@@ -144,7 +152,11 @@ def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[Finetune
                           f"({', '.join(TASK_TYPES)}); predict with the bertwb that trained it")
     cls = settings_class(type_name)  # the config's values where the type has the key, then the model's own
     known = {f.name for f in fields(cls)}
-    settings = cls(**{k: v for k, v in {**asdict(settings), **saved}.items() if k in known})
+    # How to read the input (its format, its columns) is the user's to say of this file: what the config or
+    # --set gives explicitly wins over what the training file was; featurising stays as training did.
+    given = {key: value for key, value in asdict(settings).items()
+             if key in READING_KEYS and cfg.origin(f"finetune.tasks.{task}.{key}").place is not None}
+    settings = cls(**{k: v for k, v in {**asdict(settings), **saved, **given}.items() if k in known})
     if settings.type is None:
         raise BertwbError(f"{folder}: no task.json and no task {task!r} in finetune.tasks, so the task type is "
                           "unknown; add the task to the config")
@@ -159,7 +171,7 @@ def write_rows(chunks: Iterator[list[dict[str, Any]]], fmt: str, handle: Any) ->
     for rows in chunks:
         for row in rows:
             if fmt == "jsonl":
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")  # a Parquet date as text
                 continue
             flat = dict(_flat_items(row))
             if writer is None:
@@ -175,7 +187,8 @@ def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, An
         if isinstance(value, dict):
             yield from _flat_items(value, f"{prefix}{name}.")
         else:
-            yield prefix + name, json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value
+            listed = isinstance(value, list)
+            yield prefix + name, json.dumps(value, ensure_ascii=False, default=str) if listed else value
 
 
 def write_predictions(predictor: TaskPredictor, examples: list[Any], fmt: str, output: str | None, stdout: Any) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwb.errors import BertwbError
-from bertwb.textinput import decode_utf8, text_lines
+from bertwb.textinput import decode_utf8, refuse_nul, text_lines
 
 TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -53,6 +53,7 @@ def read_text(path: Path) -> str:
         raise BertwbError(f"{path}: no such file; fix the path in the task's train/dev/test") from None
     except OSError as exc:
         raise BertwbError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    refuse_nul(data, str(path), "save the file as UTF-8 text")
     # Lines end at \n, \r\n or \r, as in a file opened as text: the readers below see \n only.
     text = decode_utf8(data, str(path), "save the file as UTF-8").replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
@@ -169,13 +170,15 @@ class Sentence:
     tags: list[str] | None = None
 
 
-def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str) -> list[Sentence]:
-    """Sentences of a CoNLL file: one token per line in whitespace-separated columns, a blank line between
-    sentences, ``-DOCSTART-`` lines skipped. Every line must have as many columns as the first."""
+def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str,
+               text: str | None = None) -> list[Sentence]:
+    """Sentences of a CoNLL file (``text``: its content, when the caller has read it): one token per line in
+    whitespace-separated columns, a blank line between sentences, ``-DOCSTART-`` lines skipped. Every line
+    must have as many columns as the first."""
     sentences: list[Sentence] = []
     current: Sentence | None = None
     width = None
-    for number, line in enumerate(text_lines(read_text(path)), 1):
+    for number, line in enumerate(text_lines(read_text(path) if text is None else text), 1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             current = None
@@ -188,7 +191,8 @@ def read_conll(path: Path, token_column: int, tag_column: int | None, setting: s
                                   f"{needed}; one token and its tag per line, separated by whitespace")
         elif len(fields) != width:
             raise BertwbError(f"{path}:{number}: {len(fields)} column(s) where the file has {width}; "
-                              "every token line needs the same columns")
+                              f"every token line needs the same columns (raw text to predict on, one input per "
+                              f"line, is {setting}.format: text)")
         if current is None:
             current = Sentence(number, [], [] if tag_column is not None else None)
             sentences.append(current)

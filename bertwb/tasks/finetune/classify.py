@@ -48,6 +48,7 @@ class Example:
     text: str
     pair: str | None
     label: str | float | None  # None when predicting unlabelled input
+    columns: dict[str, Any] | None = None  # the input's row as read (every column), for predict's output rows
 
 
 class ClassifyTask:
@@ -71,7 +72,7 @@ class ClassifyTask:
         for row, text, pair, label in zip(rows, texts, pairs, labels, strict=True):
             if label is not None:
                 label = self._number(label, path, row.line) if settings.regression else _label_text(label)
-            examples.append(Example(row.line, str(text), None if pair is None else str(pair), label))
+            examples.append(Example(row.line, str(text), None if pair is None else str(pair), label, row.values))
         return examples
 
     def _number(self, value: Any, path: Path, line: int) -> float:
@@ -125,7 +126,7 @@ class ClassifyTask:
     def decode(self, examples: list[Example], features: Features, outputs: dict[int, Any],
                label_names: list[str] | None) -> list[dict[str, Any]]:
         if self.settings.regression:
-            return [{"value": float(outputs[i])} for i in range(len(examples))]
+            return [{"value": round(float(outputs[i]), 6)} for i in range(len(examples))]  # as class scores
         predictions = []
         for i in range(len(examples)):
             probabilities = outputs[i]
@@ -157,10 +158,17 @@ class ClassifyTask:
         return {}
 
     def row(self, example: Example, prediction: dict[str, Any]) -> dict[str, Any]:
-        row: dict[str, Any] = {"text": example.text}
-        if example.pair is not None:
-            row["text_pair"] = example.pair
-        return {**row, **prediction}
+        """A file's row: every input column under its own name (the label column comes back as ``gold``), then
+        the prediction; an input column named as a prediction column is kept as ``input.NAME``. Stdin's:
+        ``text`` (and ``text_pair``), then the prediction."""
+        if example.columns is None:
+            row: dict[str, Any] = {"text": example.text}
+            if example.pair is not None:
+                row["text_pair"] = example.pair
+            return {**row, **prediction}
+        kept = {name: value for name, value in example.columns.items() if name != self.settings.label_column}
+        return {**{f"input.{name}" if name in prediction or name == "gold" else name: value
+                   for name, value in kept.items()}, **prediction}
 
     def gold(self, example: Example) -> Any:
         return example.label

@@ -91,8 +91,8 @@ def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = No
         "best_step": trainer.best.get("step"), "weights": "best" if final.name == BEST_DIR else "last",
         "main_metric": task.main_metric, "main_value": results.get("dev", {}).get(task.main_metric),
         "started_from": str(source.path), "pad_fraction": round(data.training.batches.padding_fraction(0), 4),
-        **{f"{split_name}_{name}": value for split_name, metrics in results.items()
-           for name, value in metrics.items() if isinstance(value, (int, float))},
+        **{f"{split_name}_{name}": value for split_name, metrics in results.items()  # per_type: dev_per_type.X.f1
+           for name, value in metrics.items() if isinstance(value, (int, float, dict))},
         "seconds": round(time.perf_counter() - started, 3),
     }
     if out_dir is not None and dist.rank == 0:
