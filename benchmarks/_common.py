@@ -1,4 +1,5 @@
-"""What every benchmark shares: the CPU's name, peak-RSS measurement of a command, the report file."""
+"""What every benchmark shares: the CPU's name, a GPU's bf16 peak, peak-RSS measurement of a command, the
+report file."""
 
 from __future__ import annotations
 
@@ -23,6 +24,24 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, by the name torch.cuda.get_device_name gives, the
+# most specific pattern first. None: a card known by name whose peak is not written here, so no MFU.
+BF16_PEAK_TFLOPS: tuple[tuple[str, float | None], ...] = (
+    (r"H100.*PCIe", 756.0),
+    (r"H[12]00 NVL", None),
+    (r"H100", 989.0),  # SXM: "NVIDIA H100 80GB HBM3"
+    (r"H200", 989.0),
+    (r"A100", 312.0),
+    (r"\bL4\b", 121.0),
+    (r"\bA10\b", 125.0),  # not the A10G, whose peak differs
+)
+
+
+def bf16_peak_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of the GPU named ``device_name`` in TFLOP/s, or None when the table lacks it."""
+    return next((peak for pattern, peak in BF16_PEAK_TFLOPS if re.search(pattern, device_name)), None)
 
 
 def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: float = 0.02,

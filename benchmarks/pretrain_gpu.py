@@ -28,8 +28,9 @@ FLOPs (written down, counted on real tokens only, as ``bertwb.tasks.pretraining.
 training = 3 × forward; forward per pair of length T with n masked tokens =
 T · L · (24·H² + 4·T·H) + n · (2·H² + 2·H·V) + 2·H² + 4·H, with L=12, H=768, V=30522, I=4H. The same
 useful FLOPs count for the Hugging Face row (its extra work on padding and unmasked tokens is waste).
-MFU = useful FLOP/s ÷ the GPU's dense bf16 peak (H100 SXM 989 TFLOP/s, H200 989, A100 312; pass
-``--peak-tflops`` for others). Exits with a clear message and code 2 when no CUDA GPU is visible.
+MFU = useful FLOP/s ÷ the GPU's dense bf16 peak (``_common.BF16_PEAK_TFLOPS``: H100 SXM 989 TFLOP/s, H100
+PCIe 756, H200 989, A100 312; pass ``--peak-tflops`` for others). Exits with a clear message and code 2 when
+no CUDA GPU is visible.
 """
 
 from __future__ import annotations
@@ -54,11 +55,8 @@ from bertwb.model.hf_names import hf_config_dict  # noqa: E402
 from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
 from bertwb.train.device import resolve_device  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
-from _common import append_report  # noqa: E402
+from _common import append_report, bf16_peak_tflops  # noqa: E402
 from _hf import hf_batch  # noqa: E402
-
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
-
 
 def synthetic_pairs(n: int, seq: int = 128, vocab: int = 30522, seed: int = 0) -> PairArrays:
     rng = np.random.default_rng(seed)
@@ -100,14 +98,17 @@ def bench_bertwb(args: argparse.Namespace, config: BertConfig, pairs: PairArrays
     return _rates(config, pairs, timed, time.perf_counter() - started, args.steps)
 
 
-def bench_hf(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, device: torch.device) -> dict:
+def bench_hf(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, device: torch.device,
+             bucket_batches: int = 1) -> dict:
+    """transformers' BertForPreTraining on random batches (``bucket_batches`` 1, as its Trainer samples) or,
+    with the pretrain section's ``bucket_batches``, on the very pairs of each step of `bench_bertwb`."""
     import transformers
 
     torch.manual_seed(0)
     hf_config = transformers.BertConfig(**hf_config_dict(config), attn_implementation="sdpa")
     model = transformers.BertForPreTraining(hf_config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the Trainer's default optim
-    random_batches = Batches(pairs, args.batch, seed=0, bucket_batches=1)  # the Trainer's random sampler
+    batches = Batches(pairs, args.batch, seed=0, bucket_batches=bucket_batches)
     timed = []
     padded = 0
     started = 0.0
@@ -115,7 +116,7 @@ def bench_hf(args: argparse.Namespace, config: BertConfig, pairs: PairArrays, de
         if step == args.warmup:
             _synchronize(device)
             started = time.perf_counter()
-        indices = random_batches.epoch_order(0)[step]
+        indices = batches.epoch_order(0)[step]
         batch, inputs = hf_batch(pairs, indices)
         inputs = {k: v.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else v
                   for k, v in inputs.items()}
@@ -170,7 +171,7 @@ def main() -> None:
 
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    peak = args.peak_tflops or (bf16_peak_tflops(name) if device.type == "cuda" else None)
     torch.backends.cuda.matmul.allow_tf32 = True  # as pretrain.train does on CUDA
     torch.backends.cudnn.allow_tf32 = True
     config = BertConfig.from_preset(args.preset, 30522)
