@@ -89,3 +89,41 @@ def test_the_report_names_the_source_text_by_its_digest_so_two_runs_data_can_be_
     assert digests[0] != digests[1] and all(len(digest) == 12 for digest in digests)
     assert all(f"--source policy.txt` (their text's sha256 {digest}), seed 1" in line
                for line, digest in zip(lines, digests, strict=True))
+
+
+def test_the_snippet_builder_writes_squad_v2_with_answers_in_place_and_a_third_unanswerable(tmp_path: Path):
+    """benchmarks/make_qa_snippets.py (the second QA set) on snippets written here: every answer is the one to
+    four words after its quoted pair, found once in its context; every unanswerable pair is absent from its
+    context; a third of each split is unanswerable; bertwb reads both files; one seed gives the same bytes."""
+    import random
+    import re
+
+    from make_qa_snippets import build as build_snippets
+
+    rng = random.Random(5)
+    vocabulary = ("film director actor story scene plot ending camera music laugh tears hero villain "
+                  "charming dull brilliant clumsy tender bold quiet loud gentle bitter sweet").split()
+    snippets = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(6, 30))) + "." for _ in range(400)]
+    counts = build_snippets(snippets, tmp_path / "a", seed=3, train_questions=60, dev_questions=30)
+    build_snippets(snippets, tmp_path / "b", seed=3, train_questions=60, dev_questions=30)
+    assert counts == {"squad_train_answerable": 40, "squad_train_impossible": 20, "squad_dev_answerable": 20,
+                      "squad_dev_impossible": 10}
+    for split in ("train", "dev"):
+        first = (tmp_path / "a" / f"squad2_{split}.json").read_bytes()
+        assert first == (tmp_path / "b" / f"squad2_{split}.json").read_bytes()
+        task = QATask(QASettings(type="qa"), "finetune.tasks.qa", {})
+        questions = task.read(tmp_path / "a" / f"squad2_{split}.json")
+        assert scoring_version(questions, False) == "2.0"
+        for question in questions:
+            pair = re.fullmatch(r'Which words follow "(\S+) (\S+)"\?', question.question).groups()
+            words = [m for m in re.finditer(r"\w+(?:['’-]\w+)*", question.context)]
+            places = [i for i in range(len(words) - 1)
+                      if (words[i].group().lower(), words[i + 1].group().lower()) == (pair[0].lower(), pair[1].lower())]
+            if question.impossible:
+                assert not places and not question.answers
+                continue
+            assert len(places) == 1
+            answer = question.answers[0]
+            after = [w for w in words if w.start() >= answer["answer_start"]]
+            assert after[0].start() == answer["answer_start"] == words[places[0] + 2].start()
+            assert 1 <= len(answer["text"].split()) <= 4
