@@ -6,8 +6,10 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
 
 * Data: ``benchmarks/make_finetune_data.py``'s sets (build them first): sentences of the Debian Policy
   Manual (package ``debian-policy``) tagged NAME/NUM/TERM by rule (tag), and cloze questions on its
-  paragraphs, SQuAD v1.1 and v2.0 (qa). ``--train-limit``/``--dev-limit`` keep the first N sentences or
-  questions.
+  paragraphs, SQuAD v1.1 and v2.0 (qa); or, with ``--data benchmarks/data/qa_snippets --squad 2.0``, the
+  second QA set, ``benchmarks/make_qa_snippets.py``'s review snippets (short and long contexts, short
+  answers anywhere, a third unanswerable), whose results get a row of their own. ``--train-limit`` and
+  ``--dev-limit`` keep the first N sentences or questions.
 * Both sides start from one model directory written here: the preset's BERT with its task head
   (bertwb's init, saved by ``transformers`` under its names, with the tags as ``id2label``), vocabulary
   30522 and a WordPiece tokenizer trained on the training text (``finetune_cpu.tokenizer_for``). The same
@@ -365,6 +367,9 @@ def main() -> None:
     title = f"Fine-tuning parity, {args.task}{', published model' if args.model else ''}, CPU"
     if args.task == "qa" and args.squad != "both":  # one version alone has a results row of its own
         title += f", SQuAD {args.squad}"
+    if (json.loads((args.data / "about.json").read_text()) if (args.data / "about.json").is_file() else {}).get(
+            "builder") == "make_qa_snippets.py":  # the second QA set: a row of its own beside the Debian set's
+        title += ", review snippets"
     if args.precision == "bf16":  # another precision is another result, with a row of its own
         title += ", bf16"
     sections, headline = [], []
