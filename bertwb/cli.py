@@ -18,6 +18,8 @@ from bertwb.config import Config
 from bertwb.configfile import load_config
 from bertwb.embed import pooling as embed_pooling
 from bertwb.embed import writing as embed_writing
+from bertwb.embed.run import EmbedRequest, similar as search
+from bertwb.embed.run import embed as embed_texts
 from bertwb.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, BertwbError, internal_error
 from bertwb.scaffold import write_project
 from bertwb.stages import evaluate as evaluate_stage
@@ -364,7 +366,6 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, **options: Any) -> None:
     """Turn texts (INPUT_FILE or stdin lines) into vectors with any model bertwb holds: JSONL, Parquet, NumPy or a
     database table."""
-    from bertwb.embed.run import EmbedRequest, embed as embed_texts  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     done = embed_texts(cfg, ws, EmbedRequest(**options), sys.stdin, sys.stdout)
@@ -388,7 +389,6 @@ def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
 def similar(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str, where: str,
             top_k: int, model: str | None, device: str, as_json: bool) -> None:
     """The stored texts nearest to QUERY by cosine similarity (exact search, as the vectors were made)."""
-    from bertwb.embed.run import similar as search  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
     found = search(cfg, ws, query, where, top_k, model, device)

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
     }),
     ("data", {
         "bertwb.data": "corpus readers, pairs, masking, batching and tokenizers; knows no model",
+        "bertwb.embed.pooling": "how a model's vectors are pooled (sentence-transformers' config as data)",
     }),
     ("model", {
         "bertwb.model": "the plain BERT, its heads, Hugging Face names and model directories",
@@ -44,16 +45,19 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
     }),
     ("tasks", {
         "bertwb.tasks": "what is learned: pre-training's and each fine-tuning type's objective, data and prediction",
+        "bertwb.embed": "the feature-based use of a model: inputs, the encoder, vectors written and searched",
     }),
     ("stages", {
         "bertwb.stage": "the contract a stage declares and the engine reads",
         "bertwb.stages": "one module per stage: a task's training or a data step, keyed and cached",
         "bertwb.keys": "stage keys and a training stage's current run, from the stages' declarations and manifests",
+        "bertwb.embed.source": "which model `embed` reads (pretrain, a task, a folder) and its identity, by the keys",
     }),
     ("engine", {
         "bertwb.engine": "keys, freshness, running, launching and status of any stage",
         "bertwb.commit": "the engine's atomic commit of a stage's tables, directory and manifest",
         "bertwb.disk": "the bytes each stage's outputs take, for status",
+        "bertwb.embed.store": "`embed --into` tables keyed and committed like a stage, and their status rows",
     }),
     ("commands", {
         "bertwb.sql": "`bertwb sql`: queries over the workspace's database",
@@ -62,6 +66,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.compare": "`bertwb compare`: several workspaces' manifests side by side",
         "bertwb.scaffold": "`bertwb init`: a new project's starting files",
         "bertwb.recipes": "`bertwb init --recipe`: configs for one purpose, sized by measuring the machine",
+        "bertwb.embed.run": "`bertwb embed` and `similar`: read, encode, write or search",
     }),
     ("cli", {
         "bertwb.cli": "the commands: parse, load the config, call one function, print",

@@ -18,6 +18,7 @@ from bertwb.config import Config
 from bertwb.embed import store
 from bertwb.embed.inputs import RESERVED, read_inputs
 from bertwb.embed.pooling import EmbedSettings, resolve
+from bertwb.embed.search import rows_per_batch, top_k
 from bertwb.embed.source import find_model
 from bertwb.embed.writing import SETTINGS_KEY, TOKEN_COLUMNS, arrow_table, output_format, write_vectors
 from bertwb.errors import BertwbError
@@ -106,7 +107,6 @@ def similar(cfg: Config, ws: Workspace, query: str, where: str, k: int, model: s
     """The ``k`` rows of table or Parquet file ``where`` nearest to ``query`` by cosine, best first; the query is
     embedded by the model and settings the vectors were made with (``model`` overrides the model)."""
     from bertwb.embed.encoder import Encoder  # noqa: PLC0415 - torch loads for this command only
-    from bertwb.embed.search import rows_per_batch, top_k  # noqa: PLC0415
     from bertwb.model import modeldir  # noqa: PLC0415
 
     if not query.strip():

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from bertwb import commit, stages
 from bertwb.config import Config
+from bertwb.embed.source import find_model
 from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
@@ -78,8 +79,6 @@ def state(cfg: Config, ws: Workspace, table: str, labels: dict[str, str | None] 
           key: str | None = None) -> TableState:
     """Compare table ``table`` with its manifest, its model's files and its input file (and with ``key``, the
     one a command now asks for, when given). ``labels``: every table's comment, None when the database is busy."""
-    from bertwb.embed.source import find_model  # noqa: PLC0415 - keys imports the stages, which import this
-
     manifest = manifest_of(ws, table)
     if manifest is None:
         return TableState("missing", "never made", None)
