@@ -242,9 +242,6 @@ class FinetuneTraining(TrainingConfig):
     lr: float = _redefault(TrainingConfig, "lr", 5e-5)
     warmup_steps: int = _redefault(TrainingConfig, "warmup_steps", 0)
     warmup_fraction: float = _redefault(TrainingConfig, "warmup_fraction", 0.1)
-    # random batches, as every reference fine-tuning loop draws them: sorted by length, a QA batch of short
-    # windows is mostly answers and one of long windows mostly "not here" (-5 to -11 F1, BENCHMARKS.md)
-    bucket_batches: int = _redefault(TrainingConfig, "bucket_batches", 1)
     eval_every: int = _redefault(TrainingConfig, "eval_every", 0)
     eval_batches: int = _redefault(TrainingConfig, "eval_batches", 0)
     checkpoint_every: int = _redefault(TrainingConfig, "checkpoint_every", 500)
