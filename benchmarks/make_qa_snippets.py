@@ -33,14 +33,13 @@ import hashlib
 import json
 import random
 import re
-import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from finetune_published import SNIPPETS, snippets_file as published_snippets  # noqa: E402
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "qa_snippets"
-SNIPPETS = "movieReviewSnippets_GroundTruth.txt"
 _WORD = re.compile(r"\w+(?:['’-]\w+)*")
 _COMMON = frozenset("""a an the and or but of to in on at by for with from as is are was were be been it its it's this
 that these those he she they we you i his her their our your not no so than then too very into out up""".split())
@@ -52,22 +51,11 @@ def _telling(first: str, second: str) -> bool:
 
 
 def snippets_file(given: Path | None, work: Path) -> Path:
-    """The snippets file: ``given``, or extracted from the vaderSentiment source distribution (pip download)."""
-    if given is not None:
-        return given
-    target = work / SNIPPETS
-    if target.is_file():
-        return target
-    download = work / "download"
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(download),
-                    "vaderSentiment==3.3.2"], check=True, stdout=subprocess.DEVNULL)
-    with tarfile.open(next(download.glob("vaderSentiment-*.tar.gz"))) as sdist:
-        inner = next(m for m in sdist.getmembers() if m.name.endswith("hutto_ICWSM_2014.tar.gz"))
-        with tarfile.open(fileobj=sdist.extractfile(inner)) as resources:
-            member = next(m for m in resources.getmembers() if m.name.endswith(SNIPPETS))
-            work.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(resources.extractfile(member).read())
-    return target
+    """The snippets file: ``given``, one extracted here before, or finetune_published.py's download of it."""
+    if given is None and (work / SNIPPETS).is_file():
+        return work / SNIPPETS
+    work.mkdir(parents=True, exist_ok=True)
+    return published_snippets(str(given) if given else None, work)
 
 
 def read_snippets(path: Path) -> list[str]:
