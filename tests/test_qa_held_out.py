@@ -153,7 +153,8 @@ def _reference(context: str, windows, logits, max_answer: int) -> tuple[str, flo
 def test_predict_chooses_between_span_and_null_as_the_definition_does(data, tmp_path: Path):
     """After a short fine-tune, `bertwb predict`'s best span and no_answer_score for every dev question equal
     the definition's, computed here from the model's own logits over the question's windows; and with
-    null_threshold at the median margin, exactly the questions at or below it are answered."""
+    null_threshold at the median margin, exactly the questions at or below it are answered. A model folder
+    without bertwb's task.json (a Hugging Face export) is decoded as v2.0 too, because the dev file is."""
     import torch
 
     from bertwb.model import modeldir
@@ -186,9 +187,13 @@ def test_predict_chooses_between_span_and_null_as_the_definition_does(data, tmp_
     shutil.copytree(trained, tuned)
     settings = json.loads((tuned / "task.json").read_text())
     (tuned / "task.json").write_text(json.dumps({**settings, "null_threshold": threshold}))
-    for checkpoint, limit in ((trained, 0.0), (tuned, threshold)):
+    bare = tmp_path / "bare"  # as a model trained elsewhere comes: no task.json, so no record of its SQuAD version
+    shutil.copytree(trained, bare)
+    (bare / "task.json").unlink()
+    for checkpoint, limit in ((trained, 0.0), (bare, 0.0), (tuned, threshold)):
         out = tmp_path / f"{checkpoint.name}.jsonl"
-        project.run("predict", "qa", str(data["dev"]), "--checkpoint", str(checkpoint), "--output", str(out))
+        said = project.run("predict", "qa", str(data["dev"]), "--checkpoint", str(checkpoint), "--output", str(out))
+        assert ("decoding with the no-answer choice" in said.output) == (checkpoint == bare), said.output
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         for row, (best, margin) in zip(rows, expected, strict=True):
             assert row["best_span"] == best, row

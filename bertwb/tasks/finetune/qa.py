@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from bertwb import ui
 from bertwb.config import FinetuneTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import squad_eval
@@ -74,13 +75,23 @@ class QATask:
     def __init__(self, settings: QASettings, setting: str, recorded: dict[str, Any]):
         self.settings, self.setting = settings, setting
         self.version_2 = bool(recorded.get("version_2", False))
+        # A model folder without bertwb's record (a Hugging Face export, a model trained elsewhere) says nothing
+        # of its SQuAD version: the input's own declaration decides, so v2.0 data is decoded with null answers.
+        self.version_unknown = "version_2" not in recorded
 
     def read(self, path: Path, labelled: bool = True) -> list[Question]:
         format_of(path, self.settings.format, ("squad",), self.setting)
-        return read_squad(path, require_answers=labelled)
+        questions = read_squad(path, require_answers=labelled)
+        if self.version_unknown and not self.version_2 and declares_v2(questions):
+            self.version_2 = True
+            ui.info(f"{path}: SQuAD v2.0 (it has unanswerable questions or says version 2.0), and the model does "
+                    f"not record its version: decoding with the no-answer choice (null_threshold "
+                    f"{self.settings.null_threshold})")
+        return questions
 
     def label_names(self, train: list[Question], path: Path) -> None:
         self.version_2 = any(question.impossible for question in train)  # unanswerable questions: SQuAD v2.0
+        self.version_unknown = False  # training decides the version from its own questions
         return None
 
     def check_labels(self, examples: list[Question], label_names: list[str] | None, path: Path) -> None:
@@ -218,6 +229,13 @@ class QATask:
     def gold(self, example: Question) -> Any:
         """The answers' texts; ``[]`` for a question SQuAD v2.0 marks unanswerable."""
         return [a["text"] for a in example.answers] if example.answers or example.impossible else None
+
+
+def declares_v2(examples: list[Question]) -> bool:
+    """Whether a SQuAD file is v2.0 by its own word: a question marked unanswerable, or version "2.x"."""
+    declared = next((q.dataset_version for q in examples if q.dataset_version), None)
+    return any(q.impossible for q in examples) or \
+        declared is not None and declared.strip().lstrip("vV").startswith("2")
 
 
 def scoring_version(examples: list[Question], trained_on_v2: bool) -> str:
