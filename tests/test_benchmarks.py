@@ -271,3 +271,24 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     difference = float(re.search(r"between the two sides' vectors: (\S+)\.\n", result.stdout).group(1))
     assert difference <= 1e-5
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
+def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_times_both_files(tmp_path):
+    """benchmarks/similar_scale.py on a tiny sentence-transformers folder: the vectors `bertwb embed` wrote are
+    repeated into a file of --rows rows that `bertwb similar` accepts as its own, and both files get a row."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model
+    from test_embed import sentence_transformers_folder
+
+    tiny_published_model(tmp_path / "base", transformers, "BertModel")
+    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 3)
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "similar_scale.py"), "--model", str(folder), "--text",
+                             str(tmp_path / "texts.txt"), "--sentences", "7", "--rows", "50", "--queries", "2",
+                             "--threads", "1", "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if re.match(r"\| \d", line)]
+    assert [row[0] for row in rows] == ["| 7", "| 50"] and all(float(row[1].removesuffix(" s")) > 0 for row in rows)
+    assert "query 2 over big" in result.stdout and "50 rows of" in result.stdout
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
