@@ -17,7 +17,7 @@ import torch
 
 from bertwb.train.optim import LinearWarmupDecay
 from bertwb.train.runs import list_checkpoints
-from conftest import STEP_SECONDS, FakeClock, Project, interrupt_at, run_metrics
+from conftest import STEP_SECONDS, FakeClock, Project, assert_one_line_error, interrupt_at, run_metrics
 
 PEAK = 1e-3
 WARMUP = 0.1  # of the budget
@@ -159,3 +159,41 @@ def test_under_torchrun_rank_0s_clock_stops_every_rank_at_the_same_step(trainer:
     # real time: the stop is predicted from the mean step so far, and a slower last step on a loaded
     # machine can end a little past the 3 s (the fake-clock tests pin the rule exactly)
     assert 2 / 3600 < summary["train_hours"] <= 4 / 3600
+
+
+def test_a_warm_up_longer_than_the_budget_allows_is_fitted_into_the_budgets_share(trainer: Project,
+                                                                                  fake_clock: FakeClock):
+    """300 warm-up steps of a 1,000-step cap are 30% of it; the budget buys 20 steps: the warm-up takes the
+    first 30% of the hours (6 steps) and the rate peaks, where 300 steps' warm-up would end still climbing."""
+    options = [*_budget(trainer, 20), "--set", "pretrain.warmup_steps=300"]
+    trainer.run("pretrain", *options)
+    metrics = run_metrics(trainer)
+    assert len(metrics) == 20
+    fitted = LinearWarmupDecay(PEAK, 0, 0, warmup_fraction=0.3)
+    assert [m["lr"] for m in metrics] == pytest.approx([fitted.lr(0, k / 20) for k in range(20)])
+    assert max(m["lr"] for m in metrics) == pytest.approx(PEAK)
+    assert metrics[-1]["lr"] < metrics[-2]["lr"] < PEAK  # ends going down, at the budget's end
+
+
+def test_a_warm_up_as_long_as_the_run_is_refused_in_one_line_under_a_budget(trainer: Project,
+                                                                            fake_clock: FakeClock):
+    result = trainer.run("pretrain", *_budget(trainer, 20), "--set", "pretrain.warmup_steps=1000", expect=1)
+    assert_one_line_error(result, "pretrain.warmup_steps 1,000", "1,000 steps", "cannot end inside",
+                          "warmup_fraction")
+    assert not (trainer.workspace / "manifests" / "pretrain.json").exists()
+
+
+def test_a_budget_already_spent_trains_nothing_says_so_and_leaves_the_stage_as_it_was(trainer: Project,
+                                                                                      fake_clock: FakeClock):
+    """12 steps without a budget took 12 s; 20 steps under a budget of 5 s have no time left: nothing
+    trains, one line says so, and the stage's manifest is not committed again (Make's targets stay put)."""
+    trainer.run("pretrain")
+    manifest = trainer.workspace / "manifests" / "pretrain.json"
+    before = manifest.read_bytes()
+    weights = _weights(trainer)
+    result = trainer.run("pretrain", "--set", "pretrain.steps=20", "--set", f"pretrain.max_hours={_hours(5)}")
+    assert "nothing trained" in result.output and "max_hours" in result.output
+    assert "done in" not in result.output and "resuming" not in result.output
+    assert manifest.read_bytes() == before
+    assert all(torch.equal(weights[name], tensor) for name, tensor in _weights(trainer).items())
+    assert [m["step"] for m in run_metrics(trainer)] == list(range(1, 13))
