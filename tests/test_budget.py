@@ -183,17 +183,36 @@ def test_a_warm_up_as_long_as_the_run_is_refused_in_one_line_under_a_budget(trai
     assert not (trainer.workspace / "manifests" / "pretrain.json").exists()
 
 
-def test_a_budget_already_spent_trains_nothing_says_so_and_leaves_the_stage_as_it_was(trainer: Project,
-                                                                                      fake_clock: FakeClock):
-    """12 steps without a budget took 12 s; 20 steps under a budget of 5 s have no time left: nothing
-    trains, one line says so, and the stage's manifest is not committed again (Make's targets stay put)."""
+def test_a_budget_below_the_time_a_finished_run_took_asks_for_nothing(trainer: Project, fake_clock: FakeClock):
+    """12 steps without a budget took 12 s; 20 steps under a budget of 5 s: that budget is spent, so the stage
+    is fresh; it trained 0 steps, said "resuming ... done" and committed its manifest again before."""
     trainer.run("pretrain")
     manifest = trainer.workspace / "manifests" / "pretrain.json"
     before = manifest.read_bytes()
-    weights = _weights(trainer)
-    result = trainer.run("pretrain", "--set", "pretrain.steps=20", "--set", f"pretrain.max_hours={_hours(5)}")
-    assert "nothing trained" in result.output and "max_hours" in result.output
-    assert "done in" not in result.output and "resuming" not in result.output
+    options = ["--set", "pretrain.steps=20", "--set", f"pretrain.max_hours={_hours(5)}"]
+    rows = {row["stage"]: row for row in json.loads(trainer.run("status", "--json", *options).stdout)}
+    assert rows["pretrain"]["state"] == "fresh", rows["pretrain"]
+    result = trainer.run("pretrain", *options)
+    assert "pretrain: fresh" in result.output and "resuming" not in result.output and "done in" not in result.output
     assert manifest.read_bytes() == before
-    assert all(torch.equal(weights[name], tensor) for name, tensor in _weights(trainer).items())
-    assert [m["step"] for m in run_metrics(trainer)] == list(range(1, 13))
+    rows = {row["stage"]: row for row in json.loads(trainer.run("status", "--json", "--set", "pretrain.steps=20",
+                                                                "--set", f"pretrain.max_hours={_hours(13)}").stdout)}
+    assert rows["pretrain"]["state"] == "stale"  # a budget past the 12 s it took still trains on
+
+
+def test_a_resumed_run_whose_budget_is_spent_trains_nothing_says_so_and_commits_nothing(
+        trainer: Project, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """Ctrl-C at step 7 (7 s), then the budget lowered to 5 s: no step fits. One line says nothing was trained;
+    no manifest is written (the stage stays missing), and the checkpoint stays for a larger budget."""
+    interrupt_at(monkeypatch, "pretrain", 7)
+    trainer.run("pretrain", *_budget(trainer, 16), expect=130)
+    monkeypatch.undo()
+    fake_clock.install(monkeypatch)
+    result = trainer.run("pretrain", *_budget(trainer, 5))
+    [line] = [line for line in result.output.splitlines() if "nothing trained" in line]
+    assert line.startswith("pretrain: nothing trained: the run stands at step 7") and "pretrain.max_hours" in line
+    assert "done in" not in result.output and "resuming" not in result.output
+    assert not (trainer.workspace / "manifests" / "pretrain.json").exists()
+    assert not (trainer.workspace / "pretrain").exists()
+    result = trainer.run("pretrain", *_budget(trainer, 10))
+    assert "(step 7 of 1,000)" in result.output and _summary(trainer)["steps_done"] == 10

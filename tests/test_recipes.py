@@ -177,3 +177,26 @@ def test_continue_from_a_model_without_heads_trains_its_new_mlm_head_alone_first
     metrics = run_metrics(project)
     assert [m["encoder_lr"] for m in metrics] == [0.0, 0.0, *(m["lr"] for m in metrics[2:])]  # steps 0, 1 of 10
     assert all(m["lr"] > 0 for m in metrics)
+
+
+def test_the_pretrain_summary_names_an_imported_models_own_shape_not_a_preset(tmp_path: Path):
+    """An imported MiniLM-like model (a bare BertModel: L2 H32 A2 I64 here) was summarised as `preset = tiny`,
+    the config's untouched default, which the run never built."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model  # noqa: PLC0415
+
+    tiny_published_model(tmp_path / "hf", transformers, "BertModel", pad_to=64)
+    imported = CliRunner().invoke(cli, ["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")])
+    assert imported.exit_code == 0, imported.output
+    project = _project(tmp_path / "p", "--recipe", "continue", "--from", str(tmp_path / "imported"))
+    result = project.run("run", "--until", "pretrain", "--set", "pretrain.steps=2", "--set", "pretrain.batch_size=8")
+    summary = json.loads((project.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["model"] == "L2 H32 A2 I64 (imported)" and "preset" not in summary
+    assert "pretrain: model = L2 H32 A2 I64 (imported)" in result.output and "preset" not in result.output
+
+
+def test_a_model_built_from_a_preset_is_summarised_by_its_preset_and_shape(trainer: Project):
+    result = trainer.run("pretrain", "--set", "pretrain.steps=1", "--set", "model.num_layers=1")
+    summary = json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["preset"] == "tiny" and summary["model"] == "L1 H128 A2 I512 (preset tiny)"
+    assert "pretrain: model = L1 H128 A2 I512 (preset tiny)" in result.output

@@ -137,7 +137,8 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 def _behind(summary: dict[str, Any], settings: Any) -> str | None:
     """What a run (or phase) whose ``summary`` this is has not done of what ``settings`` now ask, or None.
 
-    Under a time budget a run that stopped at its hours is done, unless max_hours grew since.
+    Under a time budget a run that stopped at its hours is done, unless max_hours grew since, and so is one that
+    trained as long as the budget or longer (without one, then a budget set below the time it took).
     """
     done = summary.get("steps_done", 0)
     wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
@@ -145,8 +146,8 @@ def _behind(summary: dict[str, Any], settings: Any) -> str | None:
         return None
     if not settings.max_hours:
         return f"steps {done} done < {wanted} asked; continuing from step {done}"
-    hours = summary.get("max_hours") or 0
-    if summary.get("stopped_at_budget") and hours >= settings.max_hours:
+    hours, spent = summary.get("max_hours") or 0, summary.get("train_hours")
+    if summary.get("stopped_at_budget") and hours >= settings.max_hours or (spent or 0) >= settings.max_hours:
         return None
     return f"max_hours {hours:g} done < {settings.max_hours:g} asked; continuing from step {done}"
 

@@ -16,14 +16,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from bertwb import fast, ui
-from bertwb.artifacts import METRICS_FILE
+from bertwb.artifacts import IMPORT_FILE, METRICS_FILE
 from bertwb.config import Config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import KIND_NAMES
@@ -133,6 +133,7 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     longest, length_key = _longest(cfg)  # the positions every phase needs, and the setting that asks for them
     batch_key, warmup_key = (_setting_key(cfg, plan.phase, name) for name in ("batch_size", "warmup_steps"))
     nsp = cfg.pretrain.nsp  # the pretrain section's, whatever the phase
+    named = _model_source(cfg)  # before a later phase's init_from (the phase before's model) replaces it
     cfg = phase_config(cfg, plan.phase, plan.init_from)
     p = cfg.pretrain
     device = dist.device
@@ -169,13 +170,14 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     summary = {
         "steps_done": total_steps,
         "max_hours": p.max_hours,
-        "train_hours": round(trainer.time_spent / 3600, 6) if p.max_hours else None,  # at the stop; eval follows
+        # at the stop (eval follows); without a budget too, so a budget set later that it passed asks for nothing
+        "train_hours": round((trainer.time_spent if p.max_hours else trainer.budget.reading()[0]) / 3600, 6),
         "stopped_at_budget": trainer.stopped_at_budget is not None,
         "steps_per_epoch": batches.steps_per_epoch,
         "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),
         "epochs_done": round(total_steps / batches.steps_per_epoch, 4),
         "resumed_from_step": trainer.start_step if trainer.resumed_from else None,
-        "preset": cfg.model.preset,
+        **named(model.config),
         "parameters": sum(t.numel() for t in model.parameters()),
         "device": str(device),
         "processes": dist.world_size,
@@ -191,6 +193,15 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
         shutil.copy2(run_dir / METRICS_FILE, out_dir / METRICS_FILE)
         (out_dir / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
+
+
+def _model_source(cfg: Config) -> Callable[[BertConfig], dict[str, str]]:
+    """The summary's words for the model: its shape, and where it came from; ``preset`` only where the preset
+    made it (a model.init_from model keeps its own sizes, and "preset tiny" would misname an imported MiniLM)."""
+    if not cfg.model.init_from:
+        return lambda config: {"preset": cfg.model.preset, "model": f"{config.shape} (preset {cfg.model.preset})"}
+    imported = (user_path(cfg, cfg.model.init_from) / IMPORT_FILE).is_file()
+    return lambda config: {"model": f"{config.shape} ({'imported' if imported else 'from model.init_from'})"}
 
 
 def _setting_key(cfg: Config, phase: str | None, name: str) -> str:
