@@ -201,7 +201,7 @@ def test_continue_sizes_its_passes_to_the_corpus(tmp_path: Path):
     model = tiny_model_dir(tmp_path / "model", max_positions=128)
     small = _continue_project(tmp_path / "small", 1_000_000, model)
     lines = (tmp_path / "small" / "corpus" / "a.txt").read_text().count("\n")
-    assert f"# Passes: 100 epochs (about " in small and f"{lines:,} lines ≈ 1.0 MB, task-sized (TAPT" in small
+    assert "# Passes: 100 epochs (about " in small and f"{lines:,} lines ≈ 1.0 MB, task-sized (TAPT" in small
     cfg = load_config(tmp_path / "small" / "bertwb.yaml")
     assert (cfg.pretrain.epochs, cfg.pretrain.steps) == (100, 0)
     larger = _continue_project(tmp_path / "larger", 20_000_000, model)
