@@ -20,7 +20,7 @@ from bertwb.data import shard_files
 from bertwb.embed import store as embed_store
 from bertwb.errors import BertwbError
 from bertwb.keys import input_fingerprints, stage_key
-from bertwb.stage import Stage
+from bertwb.stage import NothingBuilt, Stage
 from bertwb.workspace import Workspace
 
 
@@ -210,7 +210,11 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
     why = "forced" if state.state == "fresh" else f"{state.state}: {state.reason}"
     ui.stage_line(name, f"running ({why})")
 
-    summary, seconds = commit.build_and_commit(stage, cfg, ws, con, inputs, key, parts, force, runtime)
+    try:
+        summary, seconds = commit.build_and_commit(stage, cfg, ws, con, inputs, key, parts, force, runtime)
+    except NothingBuilt as exc:
+        ui.stage_line(name, str(exc))
+        return None
     stage.report(summary) if stage.report is not None else ui.summary(name, summary)
     ui.stage_line(name, f"done in {seconds:.1f}s (key {key[:8]})")
     return summary

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from bertwb.config import Config
 from bertwb.stage import Stage
 from bertwb.train.runs import run_dir_of
 from bertwb.workspace import Workspace
+
+WORKSPACE_PREFIX = "<workspace>/"  # how a key names the workspace's own files: wherever it is, the same
 
 
 def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, Any]]) -> tuple[str, dict]:
@@ -35,8 +38,25 @@ def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, A
 
 
 def input_fingerprints(stage: Stage, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """Identities of what a stage reads from outside the workspace's stages (files, checkpoints)."""
-    return stage.fingerprint(cfg, ws) if stage.fingerprint else []
+    """Identities of what a stage reads from outside the workspace's stages (files, checkpoints), each path
+    named as `portable_path` names it."""
+    found = stage.fingerprint(cfg, ws) if stage.fingerprint else []
+    return [{**row, "path": portable_path(row["path"], ws, cfg.base_dir)} if "path" in row else row for row in found]
+
+
+def portable_path(path: str | Path, ws: Workspace, base_dir: Path | None = None) -> str:
+    """``path`` as a key names it: a file in the workspace relative to it (``<workspace>/pretrain/model.safetensors``),
+    one in the config's folder (``base_dir``) relative to that (``data/train.csv``, as ingest names its inputs),
+    any other by its absolute path. A project copied with ``cp -a`` (or moved) keeps every key, so its stages
+    stay fresh there; the sizes and modification times beside the path still catch a changed file."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    absolute = Path(os.path.abspath(text))
+    for base, prefix in ((ws.root, WORKSPACE_PREFIX), (base_dir, "")):
+        if base is not None and absolute.is_relative_to(os.path.abspath(base)):
+            return prefix + absolute.relative_to(os.path.abspath(base)).as_posix()
+    return text
 
 
 def current_key(name: str, cfg: Config, ws: Workspace) -> str:

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from bertwb.workspace import Workspace
 
 
+class NothingBuilt(Exception):  # noqa: N818 - not an error: the stage stands as it was
+    """Raised by a stage's ``run`` that found nothing to do after all (a time budget already spent): the
+    engine prints its message as the stage's one line and commits nothing, so outputs and manifest stay
+    byte for byte as they were."""
+
+
 @dataclass(frozen=True)
 class Training:
     """How `bertwb <stage>` trains on every process: rank 0 runs the stage under the engine, which sends

@@ -17,7 +17,7 @@ import torch
 
 from bertwb.train.optim import LinearWarmupDecay
 from bertwb.train.runs import list_checkpoints
-from conftest import STEP_SECONDS, FakeClock, Project, interrupt_at, run_metrics
+from conftest import STEP_SECONDS, FakeClock, Project, assert_one_line_error, interrupt_at, run_metrics
 
 PEAK = 1e-3
 WARMUP = 0.1  # of the budget
@@ -159,3 +159,60 @@ def test_under_torchrun_rank_0s_clock_stops_every_rank_at_the_same_step(trainer:
     # real time: the stop is predicted from the mean step so far, and a slower last step on a loaded
     # machine can end a little past the 3 s (the fake-clock tests pin the rule exactly)
     assert 2 / 3600 < summary["train_hours"] <= 4 / 3600
+
+
+def test_a_warm_up_longer_than_the_budget_allows_is_fitted_into_the_budgets_share(trainer: Project,
+                                                                                  fake_clock: FakeClock):
+    """300 warm-up steps of a 1,000-step cap are 30% of it; the budget buys 20 steps: the warm-up takes the
+    first 30% of the hours (6 steps) and the rate peaks, where 300 steps' warm-up would end still climbing."""
+    options = [*_budget(trainer, 20), "--set", "pretrain.warmup_steps=300"]
+    trainer.run("pretrain", *options)
+    metrics = run_metrics(trainer)
+    assert len(metrics) == 20
+    fitted = LinearWarmupDecay(PEAK, 0, 0, warmup_fraction=0.3)
+    assert [m["lr"] for m in metrics] == pytest.approx([fitted.lr(0, k / 20) for k in range(20)])
+    assert max(m["lr"] for m in metrics) == pytest.approx(PEAK)
+    assert metrics[-1]["lr"] < metrics[-2]["lr"] < PEAK  # ends going down, at the budget's end
+
+
+def test_a_warm_up_as_long_as_the_run_is_refused_in_one_line_under_a_budget(trainer: Project,
+                                                                            fake_clock: FakeClock):
+    result = trainer.run("pretrain", *_budget(trainer, 20), "--set", "pretrain.warmup_steps=1000", expect=1)
+    assert_one_line_error(result, "pretrain.warmup_steps 1,000", "1,000 steps", "cannot end inside",
+                          "warmup_fraction")
+    assert not (trainer.workspace / "manifests" / "pretrain.json").exists()
+
+
+def test_a_budget_below_the_time_a_finished_run_took_asks_for_nothing(trainer: Project, fake_clock: FakeClock):
+    """12 steps without a budget took 12 s; 20 steps under a budget of 5 s: that budget is spent, so the stage
+    is fresh; it trained 0 steps, said "resuming ... done" and committed its manifest again before."""
+    trainer.run("pretrain")
+    manifest = trainer.workspace / "manifests" / "pretrain.json"
+    before = manifest.read_bytes()
+    options = ["--set", "pretrain.steps=20", "--set", f"pretrain.max_hours={_hours(5)}"]
+    rows = {row["stage"]: row for row in json.loads(trainer.run("status", "--json", *options).stdout)}
+    assert rows["pretrain"]["state"] == "fresh", rows["pretrain"]
+    result = trainer.run("pretrain", *options)
+    assert "pretrain: fresh" in result.output and "resuming" not in result.output and "done in" not in result.output
+    assert manifest.read_bytes() == before
+    rows = {row["stage"]: row for row in json.loads(trainer.run("status", "--json", "--set", "pretrain.steps=20",
+                                                                "--set", f"pretrain.max_hours={_hours(13)}").stdout)}
+    assert rows["pretrain"]["state"] == "stale"  # a budget past the 12 s it took still trains on
+
+
+def test_a_resumed_run_whose_budget_is_spent_trains_nothing_says_so_and_commits_nothing(
+        trainer: Project, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch):
+    """Ctrl-C at step 7 (7 s), then the budget lowered to 5 s: no step fits. One line says nothing was trained;
+    no manifest is written (the stage stays missing), and the checkpoint stays for a larger budget."""
+    interrupt_at(monkeypatch, "pretrain", 7)
+    trainer.run("pretrain", *_budget(trainer, 16), expect=130)
+    monkeypatch.undo()
+    fake_clock.install(monkeypatch)
+    result = trainer.run("pretrain", *_budget(trainer, 5))
+    [line] = [line for line in result.output.splitlines() if "nothing trained" in line]
+    assert line.startswith("pretrain: nothing trained: the run stands at step 7") and "pretrain.max_hours" in line
+    assert "done in" not in result.output and "resuming" not in result.output
+    assert not (trainer.workspace / "manifests" / "pretrain.json").exists()
+    assert not (trainer.workspace / "pretrain").exists()
+    result = trainer.run("pretrain", *_budget(trainer, 10))
+    assert "(step 7 of 1,000)" in result.output and _summary(trainer)["steps_done"] == 10

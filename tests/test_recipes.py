@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,8 @@ def test_recipe_list_says_what_each_recipe_is_for_in_one_line():
     (["--recipe", "bert-base", "--from", "x"], ["takes no --from", "continue"]),
     (["--hours", "1"], ["--hours goes with a recipe", "--recipe budget"]),
     (["--recipe", "continue", "--from", "missing"], ["--from missing", "no such folder"]),
+    # an empty corpus sizes nothing: it timed every preset up to large, for minutes, before
+    (["--recipe", "budget", "--hours", "1000"], ["--recipe budget", "no text in corpus", "put the text there first"]),
 ])
 def test_bad_recipe_options_are_one_line_and_write_nothing(tmp_path: Path, args: list[str], needles: list[str]):
     result = _init(str(tmp_path / "p"), *args)
@@ -177,3 +180,86 @@ def test_continue_from_a_model_without_heads_trains_its_new_mlm_head_alone_first
     metrics = run_metrics(project)
     assert [m["encoder_lr"] for m in metrics] == [0.0, 0.0, *(m["lr"] for m in metrics[2:])]  # steps 0, 1 of 10
     assert all(m["lr"] > 0 for m in metrics)
+
+
+def _continue_project(root: Path, corpus_bytes: int, model: Path) -> str:
+    """``init --recipe continue`` over a generated corpus of about ``corpus_bytes``; the config's text."""
+    documents = make_documents(300)
+    text = "\n\n".join("\n".join(doc) for doc in documents) + "\n\n"
+    (root / "corpus").mkdir(parents=True)
+    (root / "corpus" / "a.txt").write_text(text * max(1, round(corpus_bytes / len(text))), encoding="utf-8")
+    result = _init(str(root), "--recipe", "continue", "--from", str(model))
+    assert result.exit_code == 0, result.output
+    return (root / "bertwb.yaml").read_text()
+
+
+def test_continue_sizes_its_passes_to_the_corpus(tmp_path: Path):
+    """Two epochs for every corpus made 72 steps of a 1 MB one; TAPT ran 100 over corpora that size. A task-sized
+    corpus gets 100 epochs, a larger one fewer passes of more steps each, and the head says which and why."""
+    from conftest import tiny_model_dir  # noqa: PLC0415
+
+    model = tiny_model_dir(tmp_path / "model", max_positions=128)
+    small = _continue_project(tmp_path / "small", 1_000_000, model)
+    lines = (tmp_path / "small" / "corpus" / "a.txt").read_text().count("\n")
+    assert "# Passes: 100 epochs (about " in small and f"{lines:,} lines ≈ 1.0 MB, task-sized (TAPT" in small
+    cfg = load_config(tmp_path / "small" / "bertwb.yaml")
+    assert (cfg.pretrain.epochs, cfg.pretrain.steps) == (100, 0)
+    larger = _continue_project(tmp_path / "larger", 20_000_000, model)
+    cfg = load_config(tmp_path / "larger" / "bertwb.yaml")
+    assert 2 <= cfg.pretrain.epochs <= 10 and cfg.pretrain.steps == 0
+    steps = int(re.search(r"# Passes: \d+ epochs \(about ([\d,]+) steps of 64\)", larger)[1].replace(",", ""))
+    assert 4_000 <= steps < 5_000  # passes until about 4,000 steps, not 100 of them
+    assert "≈ 20.0 MB, between a task's corpus" in larger
+
+
+def test_continue_over_a_domain_sized_corpus_takes_dapts_steps_and_an_empty_one_says_it_cannot_size():
+    from bertwb.recipes.continued import passes  # noqa: PLC0415
+    from bertwb.recipes.corpus import CorpusSize  # noqa: PLC0415
+
+    epochs, steps, why = passes(CorpusSize(40 * 10**9, "bytes", 400_000_000, "lines"), 128)
+    assert (epochs, steps) == (1, 12_500 * 2_048 // 64) and "domain-sized" in why and "0.32 of a pass" in why
+    epochs, steps, why = passes(CorpusSize(0, "bytes", 0, "lines"), 128)
+    assert (epochs, steps) == (1, 0) and "no corpus found" in why and "--force" in why
+
+
+def test_the_pretrain_summary_names_an_imported_models_own_shape_not_a_preset(tmp_path: Path):
+    """An imported MiniLM-like model (a bare BertModel: L2 H32 A2 I64 here) was summarised as `preset = tiny`,
+    the config's untouched default, which the run never built."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model  # noqa: PLC0415
+
+    tiny_published_model(tmp_path / "hf", transformers, "BertModel", pad_to=64)
+    imported = CliRunner().invoke(cli, ["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")])
+    assert imported.exit_code == 0, imported.output
+    project = _project(tmp_path / "p", "--recipe", "continue", "--from", str(tmp_path / "imported"))
+    result = project.run("run", "--until", "pretrain", "--set", "pretrain.steps=2", "--set", "pretrain.batch_size=8")
+    summary = json.loads((project.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["model"] == "L2 H32 A2 I64 (imported)" and "preset" not in summary
+    assert "pretrain: model = L2 H32 A2 I64 (imported)" in result.output and "preset" not in result.output
+
+
+def test_a_model_built_from_a_preset_is_summarised_by_its_preset_and_shape(trainer: Project):
+    result = trainer.run("pretrain", "--set", "pretrain.steps=1", "--set", "model.num_layers=1")
+    summary = json.loads((trainer.workspace / "manifests" / "pretrain.json").read_text())["summary"]
+    assert summary["preset"] == "tiny" and summary["model"] == "L1 H128 A2 I512 (preset tiny)"
+    assert "pretrain: model = L1 H128 A2 I512 (preset tiny)" in result.output
+
+
+def test_budget_times_only_what_the_corpus_can_feed_and_shows_its_progress(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """1000 hours would buy any size, but 20 kB of text feed none past tiny 20 tokens a parameter: tiny alone is
+    timed, and the timing says what it times and how far it is (plain lines off a terminal)."""
+    from bertwb import ui  # noqa: PLC0415
+
+    monkeypatch.setattr(ui, "PLAIN_PROGRESS_EVERY_S", 0.0)  # a plain line at every advance
+    root = tmp_path / "p"
+    write_bert_format(root / "corpus" / "a.txt", make_documents(60))
+    assert 10_000 < (root / "corpus" / "a.txt").stat().st_size < 40_000
+    result = _init(str(root), "--recipe", "budget", "--hours", "1000")
+    assert result.exit_code == 0, result.output
+    assert "init: timing a training step of tiny on this CPU" in result.output
+    assert "init: timing: 1 presets (100%)" in result.output
+    measured = next(line for line in (root / "bertwb.yaml").read_text().splitlines() if "a training step of" in line)
+    assert "tiny " in measured and "mini " not in measured, measured
+    assert "the smallest: 4 passes over the corpus give fewer than 20 tokens per parameter" in \
+        (root / "bertwb.yaml").read_text()

@@ -29,15 +29,20 @@ class ModelSource:
 
     def identity(self, ws: Workspace) -> dict[str, Any]:
         """What the vectors depend on besides the settings: the weights' and tokenizer's files, by path,
-        size and modification time (as a stage keys a checkpoint)."""
+        size and modification time (as a stage keys a checkpoint); the workspace's own by their path in it."""
         weights = weights_file(self.folder)
         if weights is None:
             raise BertwbError(f"{self.folder}: no model.safetensors or pytorch_model.bin; is it a model directory?")
         own = next((self.folder / name for name in ("tokenizer.json", "vocab.txt") if (self.folder / name).is_file()),
                    None)
         tokenizer = own or model_choice.tokenizer_dir(ws, None) / "tokenizer.json"
-        return {"weights": weights_identity(weights.resolve()),
-                "tokenizer": weights_identity(tokenizer.resolve()) if tokenizer.is_file() else str(tokenizer)}
+        return {"weights": _portable(weights_identity(weights.resolve()), ws),
+                "tokenizer": _portable(weights_identity(tokenizer.resolve()), ws) if tokenizer.is_file()
+                else keys.portable_path(tokenizer, ws)}
+
+
+def _portable(identity: dict[str, Any], ws: Workspace) -> dict[str, Any]:
+    return {**identity, "path": keys.portable_path(identity["path"], ws)}
 
 
 def find_model(cfg: Config, ws: Workspace, choice: str) -> ModelSource:

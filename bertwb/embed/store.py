@@ -26,7 +26,7 @@ from bertwb.embed.source import find_model
 from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
-VERSION = 1  # bump when the vectors change for the same model, settings and input
+VERSION = 2  # bump when the vectors change for the same model, settings and input, or the key's form does
 PREFIX = "embed"  # manifests/embed/<table>.json; the row `bertwb status` shows is embed/<table>
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

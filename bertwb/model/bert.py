@@ -42,6 +42,11 @@ class BertConfig:
                 "pick sizes where it is (e.g. 64 per head)"
             )
 
+    @property
+    def shape(self) -> str:
+        """The sizes in the BERT papers' shorthand: "L6 H384 A12 I1536" (layers, hidden, heads, feed-forward)."""
+        return f"L{self.num_layers} H{self.hidden_size} A{self.num_heads} I{self.intermediate_size}"
+
     @classmethod
     def from_preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:
         """The named size from `PRESETS` for a vocabulary, with any field overridden by keyword."""

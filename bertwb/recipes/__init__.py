@@ -28,7 +28,7 @@ class RecipeKind:
 def _continue(directory: Path, inputs: list[str], source: str) -> Recipe:
     from bertwb.recipes.continued import continue_recipe  # torch loads for this recipe only
 
-    return continue_recipe(directory, Path(source))
+    return continue_recipe(directory, Path(source), inputs)
 
 
 def _budget(directory: Path, inputs: list[str], hours: float) -> Recipe:

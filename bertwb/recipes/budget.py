@@ -1,16 +1,15 @@
 """``budget --hours H``: from-scratch pre-training sized to this machine, this corpus and the hours.
 
-The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus is ingest's
-characters when ingest ran, else its files' bytes. Presets are timed smallest first on a real training step
-(synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so each); the
-largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most 4 passes
-over the corpus (Muennighoff et al. 2023), wins. Training is Cramming's (Geiping & Goldstein 2022) to max_hours
-but for a CPU's batch: one micro-batch a step, as accumulating buys a CPU no speed (see `_batch`)."""
+The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus by `corpus_size`
+(an empty one sizes nothing and is refused). Presets are timed smallest first on a real training step, with
+progress shown (synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so
+each); the largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most
+4 passes over the corpus (Muennighoff et al. 2023), wins, and a size the corpus cannot feed is never timed.
+Training is Cramming's (Geiping & Goldstein 2022) to max_hours but for a CPU's batch (see `_batch`)."""
 
 from __future__ import annotations
 
-import glob
-import json
+import itertools
 import math
 import os
 import time
@@ -21,13 +20,15 @@ import duckdb
 import numpy as np
 import torch
 
-from bertwb import fast
+from bertwb import fast, ui
 from bertwb.config import Config, TrainingConfig
 from bertwb.data.batching import Batches
+from bertwb.errors import BertwbError
 from bertwb.data.masking import FLAG_MASKABLE, FLAG_REPLACEMENT, rules_from_flags
 from bertwb.data.pair_batches import PairArrays
 from bertwb.model.bert import BertForPreTraining
 from bertwb.recipes.base import Recipe
+from bertwb.recipes.corpus import BYTES_PER_TOKEN, corpus_size
 from bertwb.tasks.pretraining import PretrainingObjective, build_model_config, useful_flops_per_pair
 from bertwb.train.distributed import Dist
 from bertwb.train.trainer import Trainer
@@ -37,7 +38,6 @@ SEQ_LENGTH = 128  # Cramming trains at 128 tokens only
 MASK_RATE = 0.25  # Cramming's final recipe (bert-o4): 25% of the tokens
 TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022's compute-optimal ratio
 USEFUL_PASSES = 4  # Muennighoff et al. 2023: up to ~4 passes over the data are about as good as new data
-BYTES_PER_TOKEN = 4.0  # English text in WordPiece pieces, about
 TRAINING_SHARE = 0.9  # of the hours, the steps' (validation and checkpoints take the rest)
 MIN_STEPS = 2000  # a batch no larger than leaves this many optimizer steps in the budget
 MAX_BATCH = 8192  # Cramming's batch
@@ -59,41 +59,56 @@ class Timing:
 
 
 def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
-    """The recipe for ``hours`` of pre-training on this machine, sized to the corpus under ``inputs``."""
+    """The recipe for ``hours`` of pre-training on this machine, sized to the corpus under ``inputs``; one line
+    when there is no corpus to size to."""
+    corpus = corpus_size(directory, inputs)
+    if corpus.size == 0:
+        raise BertwbError(f"--recipe budget: no text in {', '.join(inputs)} (under {directory}), and the recipe sizes "
+                          "the model to the corpus; put the text there first, then run init again")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     machine = _machine(device)
-    corpus, corpus_what = corpus_size(directory, inputs)
-    corpus_tokens = corpus / BYTES_PER_TOKEN
+    usable = USEFUL_PASSES * corpus.tokens
     length = pair_length(directory)
     seconds = hours * 3600 * TRAINING_SHARE
 
     def fits(parameters: int, tokens_per_s: float) -> bool:
-        affordable = tokens_per_s * seconds
-        return TOKENS_PER_PARAMETER * parameters <= (min(affordable, USEFUL_PASSES * corpus_tokens)
-                                                     if corpus_tokens else affordable)
+        return TOKENS_PER_PARAMETER * parameters <= min(tokens_per_s * seconds, usable)
 
-    chosen = time_step(CANDIDATES[0], device, length=length)  # the smallest, whatever the hours
-    timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
-    for preset in CANDIDATES[1:]:
-        # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
-        parameters, flops = _size(preset)
-        if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
-            break
-        try:
-            timing = time_step(preset, device, length=length)
-        except torch.cuda.OutOfMemoryError:
-            break
-        timings.append(timing)
-        if not fits(timing.parameters, timing.tokens_per_s):
-            break
-        chosen = timing
+    # a size the corpus cannot feed its tokens per parameter is never timed, however many hours there are
+    candidates = list(itertools.takewhile(lambda p: p == CANDIDATES[0] or TOKENS_PER_PARAMETER * _size(p)[0] <= usable,
+                                          CANDIDATES))
+    ui.info(f"init: timing a training step of {', '.join(candidates)} on this {device.upper()}, a second or so "
+            f"each, the larger ones only while the {hours:g} h can train them")
+    with ui.progress("init: timing", total=len(candidates), unit="presets") as bar:
+        chosen = time_step(candidates[0], device, length=length)  # the smallest, whatever the hours
+        bar.advance()
+        timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
+        for preset in candidates[1:]:
+            # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
+            parameters, flops = _size(preset)
+            if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
+                break
+            try:
+                timing = time_step(preset, device, length=length)
+            except torch.cuda.OutOfMemoryError:
+                break
+            bar.advance()
+            timings.append(timing)
+            if not fits(timing.parameters, timing.tokens_per_s):
+                break
+            chosen = timing
     micro = _micro_batch(chosen, device)
     sequences = chosen.tokens_per_s * seconds / length
     batch, batch_why = _batch(micro, sequences, device)
     steps = max(1, int(sequences / batch))
-    why = (f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h buy" if smallest_fits
-           else f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any")
-    return _recipe(hours, machine, (corpus, corpus_what), timings, chosen, micro, (batch, batch_why), steps, why)
+    if smallest_fits:
+        why = f"the largest whose {TOKENS_PER_PARAMETER} tokens per parameter the {hours:g} h and the corpus give"
+    elif TOKENS_PER_PARAMETER * chosen.parameters > usable:
+        why = (f"the smallest: {USEFUL_PASSES} passes over the corpus give fewer than {TOKENS_PER_PARAMETER} tokens "
+               "per parameter of any")
+    else:
+        why = f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any"
+    return _recipe(hours, machine, (corpus.size, corpus.what), timings, chosen, micro, (batch, batch_why), steps, why)
 
 
 def _batch(micro: int, sequences: float, device: str) -> tuple[int, str]:
@@ -117,8 +132,7 @@ def _recipe(hours: float, machine: str, corpus: tuple[int, str], timings: list[T
         f"# Measured by bertwb init on {time.strftime('%Y-%m-%d %H:%M')} (the steps that fit depend on the machine",
         "# and its load: a time budget makes the step count, not the hours, differ between runs):",
         f"#   machine: {machine}",
-        f"#   corpus: {size:,} {what}" + (f", about {size / BYTES_PER_TOKEN / 1e6:,.1f}M tokens" if size else
-                                         " (empty: sized by the hours alone; add text and run init --force again)"),
+        f"#   corpus: {size:,} {what}, about {size / BYTES_PER_TOKEN / 1e6:,.1f}M tokens",
         f"#   a training step of {chosen.micro_batch} pairs of {chosen.length} tokens"
         + (" (the mean pair of the ingested documents)" if chosen.length < SEQ_LENGTH else "") + f": {measured}",
         f"#   chosen: {chosen.preset}, {why}; about {steps:,} steps of {batch} sequences fit",
@@ -255,24 +269,6 @@ def _machine(device: str) -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     cores = len(os.sched_getaffinity(0))
     return f"CPU, {cores} cores, {torch.get_num_threads()} torch threads, {memory:.1f} GiB memory"
-
-
-def corpus_size(directory: Path, inputs: list[str]) -> tuple[int, str]:
-    """The corpus's size and what was counted: ingest's characters if it ran in ``directory``'s default
-    workspace, else the bytes of the files ``inputs`` name."""
-    manifest = directory / ".bertwb" / "manifests" / "ingest.json"
-    try:
-        return int(json.loads(manifest.read_text())["summary"]["characters"]), "characters after ingest"
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    total = 0
-    for pattern in inputs:
-        # normalised first: the project folder may not exist yet, and `DIR/../corpus` must still match
-        for match in glob.glob(os.path.normpath(directory / Path(pattern).expanduser()), recursive=True):
-            path = Path(match)
-            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-            total += sum(p.stat().st_size for p in files if p.name != "README.md")
-    return total, "bytes in the corpus files"
 
 
 def _sync(device: str) -> None:

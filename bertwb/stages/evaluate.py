@@ -101,7 +101,7 @@ def _pct(value: float | None) -> str:
 
 
 STAGE = Stage(
-    "evaluate", version=2, order=50, run=run, sections=("evaluate",), deps=("pairs",), has_files=True,
+    "evaluate", version=3, order=50, run=run, sections=("evaluate",), deps=("pairs",), has_files=True,
     fingerprint=evaluated_weights, report=report,
     headline=("MLM accuracy {mlm_acc:.1%}, NSP accuracy {nsp_acc:.1%}", "MLM accuracy {mlm_acc:.1%} (no NSP)"),
     help="MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached).")

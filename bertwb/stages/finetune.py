@@ -119,7 +119,7 @@ def report(summary: dict[str, Any]) -> None:
 
 
 STAGE = Stage(
-    "finetune", version=3, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
+    "finetune", version=4, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
     has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),

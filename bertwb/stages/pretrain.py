@@ -20,7 +20,7 @@ from bertwb.config import Config
 from bertwb.data.pairs import pair_set
 from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
 from bertwb.data.tokenizer import set_model_max_length
-from bertwb.stage import Build, Stage, Training
+from bertwb.stage import Build, NothingBuilt, Stage, Training
 from bertwb.train.model_choice import user_path
 from bertwb.train.runs import list_checkpoints, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace, write_text_atomic
@@ -48,8 +48,18 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
                     vocab_dir=str(build.upstream_dir("vocab")))
         session.send_plan(plan)
         summary = train(cfg, plan, session.dist, out_dir=build.out_dir)
+        _nothing_trained(summary, "pretrain")
     _copy_vocabulary(build, build.out_dir)
     return summary
+
+
+def _nothing_trained(summary: dict[str, Any], key: str) -> None:
+    """Stop the commit when a resumed run found its budget spent: no step trained, and a manifest written again
+    would tell Make and `status` that something changed (the run's time is saved with its checkpoints)."""
+    if summary.get("stopped_at_budget") and summary.get("resumed_from_step") == summary.get("steps_done"):
+        raise NothingBuilt(f"nothing trained: the run stands at step {summary['steps_done']:,} after "
+                           f"{summary['train_hours']:g} h of training, and {key}.max_hours is "
+                           f"{summary['max_hours']:g}; the stage stays as it was (raise max_hours to train on)")
 
 
 def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
@@ -82,6 +92,8 @@ def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dic
                 _copy_vocabulary(build, out_dir)  # the next phase checks it starts from this vocabulary
         summaries[name] = summary
         init_from = out_dir
+    # a phase that trains starts every later one over, so a last phase that trained nothing means none did
+    _nothing_trained(summaries[phases[-1][0]], f"pretrain.phases.{phases[-1][0]}")
     lines = run_metrics(run_dir)
     (build.out_dir / METRICS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
     final = summaries[phases[-1][0]]
@@ -125,7 +137,8 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
 def _behind(summary: dict[str, Any], settings: Any) -> str | None:
     """What a run (or phase) whose ``summary`` this is has not done of what ``settings`` now ask, or None.
 
-    Under a time budget a run that stopped at its hours is done, unless max_hours grew since.
+    Under a time budget a run that stopped at its hours is done, unless max_hours grew since, and so is one that
+    trained as long as the budget or longer (without one, then a budget set below the time it took).
     """
     done = summary.get("steps_done", 0)
     wanted = settings.steps_wanted(summary.get("steps_per_epoch", 0))
@@ -133,8 +146,8 @@ def _behind(summary: dict[str, Any], settings: Any) -> str | None:
         return None
     if not settings.max_hours:
         return f"steps {done} done < {wanted} asked; continuing from step {done}"
-    hours = summary.get("max_hours") or 0
-    if summary.get("stopped_at_budget") and hours >= settings.max_hours:
+    hours, spent = summary.get("max_hours") or 0, summary.get("train_hours")
+    if summary.get("stopped_at_budget") and hours >= settings.max_hours or (spent or 0) >= settings.max_hours:
         return None
     return f"max_hours {hours:g} done < {settings.max_hours:g} asked; continuing from step {done}"
 

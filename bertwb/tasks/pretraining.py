@@ -16,14 +16,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from bertwb import fast, ui
-from bertwb.artifacts import METRICS_FILE
+from bertwb.artifacts import IMPORT_FILE, METRICS_FILE
 from bertwb.config import Config
 from bertwb.data.batching import Batches
 from bertwb.data.masking import KIND_NAMES
@@ -131,10 +131,9 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     """
     started = time.perf_counter()
     longest, length_key = _longest(cfg)  # the positions every phase needs, and the setting that asks for them
-    # where this run's batch size is set: its phase's own, or (inherited, most likely) the pretrain section
-    own = plan.phase and cfg.pretrain.phases[plan.phase].batch_size != cfg.pretrain.batch_size
-    section = f"pretrain.phases.{plan.phase}" if own else "pretrain"
+    batch_key, warmup_key = (_setting_key(cfg, plan.phase, name) for name in ("batch_size", "warmup_steps"))
     nsp = cfg.pretrain.nsp  # the pretrain section's, whatever the phase
+    named = _model_source(cfg)  # before a later phase's init_from (the phase before's model) replaces it
     cfg = phase_config(cfg, plan.phase, plan.init_from)
     p = cfg.pretrain
     device = dist.device
@@ -142,13 +141,18 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     train_pairs, meta = load_split(Path(plan.pairs_dir), "train")
     valid_pairs, _ = load_split(Path(plan.pairs_dir), "valid")
     if not len(train_pairs) or (not p.batch_tokens and len(train_pairs) < p.batch_size):
-        raise BertwbError(f"{section}.batch_size {p.batch_size} is more than the {len(train_pairs)} train pairs; "
+        raise BertwbError(f"{batch_key} {p.batch_size} is more than the {len(train_pairs)} train pairs; "
                           "lower it or build more pairs (pairs.dupe_factor, a bigger corpus)"
                           if len(train_pairs) else
                           "the pairs stage left no train pairs; build more (pairs.dupe_factor, a bigger corpus)")
     pad_multiple = 8 if device.type == "cuda" else 1  # tensor cores like multiples of 8; CPU does not care
     batches = Batches(train_pairs, p.batch_size, p.seed, batch_tokens=p.batch_tokens, bucket_batches=p.bucket_batches,
                       world_size=dist.world_size, rank=dist.rank, grad_accum=p.grad_accum, pad_multiple=pad_multiple)
+    if p.max_hours and p.warmup_steps >= p.steps_wanted(batches.steps_per_epoch):
+        raise BertwbError(f"{warmup_key} {p.warmup_steps:,} is not below the run's "
+                          f"{p.steps_wanted(batches.steps_per_epoch):,} steps: the warm-up cannot end inside the "
+                          f"{p.max_hours:g} h budget (the rate would climb until it ends); lower it, or set it to 0 "
+                          "and warmup_fraction to the share of the hours to warm up in")
     valid = (Batches(valid_pairs, p.batch_size, p.seed, bucket_batches=p.bucket_batches, world_size=dist.world_size,
                      rank=dist.rank, pad_multiple=pad_multiple, drop_last=False) if len(valid_pairs) else None)
 
@@ -166,13 +170,14 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     summary = {
         "steps_done": total_steps,
         "max_hours": p.max_hours,
-        "train_hours": round(trainer.time_spent / 3600, 6) if p.max_hours else None,  # at the stop; eval follows
+        # at the stop (eval follows); without a budget too, so a budget set later that it passed asks for nothing
+        "train_hours": round((trainer.time_spent if p.max_hours else trainer.budget.reading()[0]) / 3600, 6),
         "stopped_at_budget": trainer.stopped_at_budget is not None,
         "steps_per_epoch": batches.steps_per_epoch,
         "pairs_per_step": round(len(batches.epoch_order(0).rows) / batches.steps_per_epoch, 2),
         "epochs_done": round(total_steps / batches.steps_per_epoch, 4),
         "resumed_from_step": trainer.start_step if trainer.resumed_from else None,
-        "preset": cfg.model.preset,
+        **named(model.config),
         "parameters": sum(t.numel() for t in model.parameters()),
         "device": str(device),
         "processes": dist.world_size,
@@ -188,6 +193,21 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
         shutil.copy2(run_dir / METRICS_FILE, out_dir / METRICS_FILE)
         (out_dir / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
+
+
+def _model_source(cfg: Config) -> Callable[[BertConfig], dict[str, str]]:
+    """The summary's words for the model: its shape, and where it came from; ``preset`` only where the preset
+    made it (a model.init_from model keeps its own sizes, and "preset tiny" would misname an imported MiniLM)."""
+    if not cfg.model.init_from:
+        return lambda config: {"preset": cfg.model.preset, "model": f"{config.shape} (preset {cfg.model.preset})"}
+    imported = (user_path(cfg, cfg.model.init_from) / IMPORT_FILE).is_file()
+    return lambda config: {"model": f"{config.shape} ({'imported' if imported else 'from model.init_from'})"}
+
+
+def _setting_key(cfg: Config, phase: str | None, name: str) -> str:
+    """Where a run's setting ``name`` is set: its phase's own, or (inherited, most likely) the pretrain section."""
+    own = phase and getattr(cfg.pretrain.phases[phase], name) != getattr(cfg.pretrain, name)
+    return f"pretrain.phases.{phase}.{name}" if own else f"pretrain.{name}"
 
 
 def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bool = True,

@@ -65,10 +65,13 @@ def set_rates(optimizer: torch.optim.Optimizer, lr: float, heads_only: bool) -> 
 
 def schedule_for(settings: TrainingConfig, total_steps: int, timed: bool = False) -> LinearWarmupDecay:
     """The schedule of a run of ``total_steps``: ``warmup_steps``, or ``warmup_fraction`` of the run when 0.
-    ``timed``: the run ends at a time budget, and `LinearWarmupDecay.lr` is given its progress."""
+    ``timed``: the run ends at a time budget, and `LinearWarmupDecay.lr` is given its progress; ``warmup_steps``
+    then become the same share of the budget as of the steps (30 of 1,000: the first 3% of the hours), since
+    a budget that buys fewer steps than the warm-up would end it with the rate still climbing. A warm-up as
+    long as the run cannot end inside it: pre-training refuses that before it starts."""
     if timed:
-        fraction = 0.0 if settings.warmup_steps else settings.warmup_fraction
-        return LinearWarmupDecay(settings.lr, settings.warmup_steps, total_steps, warmup_fraction=fraction)
+        fraction = min(1.0, settings.warmup_steps / total_steps) if settings.warmup_steps else settings.warmup_fraction
+        return LinearWarmupDecay(settings.lr, 0, total_steps, warmup_fraction=fraction)
     warmup = settings.warmup_steps or round(settings.warmup_fraction * total_steps)
     return LinearWarmupDecay(settings.lr, warmup, total_steps)
 

@@ -69,6 +69,7 @@ class Trainer:
         self.best: dict[str, Any] = {}  # {"value", "step"} of the best validation so far
         self.stale_evaluations = 0  # validations since the best one
         self.stopped_early_at: int | None = None
+        self.resumed_from: dict[str, Any] | None = None  # the checkpoint `fit` resumed from
         self.last: dict[str, Any] = {}
         self.events: tensorboard.EventWriter | None = None  # while `fit` runs, on rank 0, with the extra
         self.lr = self.encoder_lr = 0.0  # the last step's: the schedule's, and the encoder's (0 under heads_first)
@@ -90,6 +91,11 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train from the newest checkpoint (or from scratch) to ``total_steps``; return the last metrics."""
         self.start_step = self._resume()
+        if self.budget.enabled and not self._agree_on_time():  # resumed with no time left: nothing to train
+            self.stopped_at_budget = self.start_step
+        elif self.resumed_from and self.dist.rank == 0:
+            ui.stage_line(self.name, f"resuming from {self.resumed_from['path']} "
+                          f"(step {self.start_step:,} of {self.total_steps:,})")
         if self.dist.rank == 0:
             ui.detail(f"{self.name}: {self._setup()}")
         events = tensorboard.open_events(self.run_dir, self.start_step) if self.dist.rank == 0 else nullcontext()
@@ -97,8 +103,6 @@ class Trainer:
             self.model.train()
             self.clock = self.started = time.perf_counter()
             self.budget.start()
-            if self.budget.enabled and not self._agree_on_time():  # resumed with no time left
-                self.stopped_at_budget = self.start_step
             for step in range(self.start_step, self.total_steps if self.stopped_at_budget is None else 0):
                 micro, totals, stop = self._prepare(step, stopper.requested)
                 if stop:
@@ -326,8 +330,6 @@ class Trainer:
             _trim_metrics(self.run_dir / METRICS_FILE, start)
             if not resumed:
                 shutil.rmtree(self.run_dir / BEST_DIR, ignore_errors=True)
-            else:
-                ui.stage_line(self.name, f"resuming from {resumed['path']} (step {start:,} of {self.total_steps:,})")
         self.resumed_from = resumed
         return start
 
