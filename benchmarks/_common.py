@@ -96,12 +96,14 @@ def with_current_result(document: str, section: str, result: str) -> str:
     return "\n".join(lines)
 
 
-def anchor_of(document: str, heading: str) -> str:
-    """The link target a Markdown renderer gives the last ``## heading``: lower case, punctuation dropped,
-    spaces as hyphens, and -1, -2, ... for the second, third, ... heading with the same text."""
-    def slug(text: str) -> str:
-        return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+def slug(heading: str) -> str:
+    """A heading's anchor as a Markdown renderer makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
+
+def anchor_of(document: str, heading: str) -> str:
+    """The link target a Markdown renderer gives the last ``## heading``: its `slug`, and -1, -2, ... for the
+    second, third, ... heading with the same text."""
     headings = re.findall(r"^#{1,6} (.+)$", document, re.M)
     same = sum(slug(h) == slug(heading) for h in headings) - 1
     return slug(heading) + (f"-{same}" if same > 0 else "")
