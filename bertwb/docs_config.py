@@ -25,8 +25,8 @@ _HEAD = f"""# Configuration reference
 
 Every key of `bertwb.yaml`, section by section, as `bertwb/config.py` and the fine-tuning task types declare
 it. This page is generated: `{COMMAND}` rewrites it, and `tests/test_docs.py` fails
-while it differs from the code. How the file is read (types checked before any work, "did you mean", relative paths, `--set`
-at any depth) is in [Commands and configuration](commands.md#configuration).
+while it differs from the code. How the file is read (types checked before any work, "did you mean",
+relative paths, `--set` at any depth) is in [Commands and configuration](commands.md#configuration).
 
 The defaults are the code's, which `bertwb init` writes (BERT's own recipe); the repository's own
 `bertwb.yaml` changes a few of them so that the demo trains in minutes on a CPU, and says which in its
