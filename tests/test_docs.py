@@ -62,8 +62,9 @@ def test_the_link_check_finds_a_missing_file_and_a_missing_anchor(tmp_path: Path
     page = tmp_path / "page.md"
     page.write_text("# Page\n\n[ok](other.md#same-1) [ok](#page) ![img](other.md) `[code](gone.md)`\n"
                     "[bad](gone.md) [bad](other.md#not-a-heading) [bad](#nowhere) [mail](mailto:someone)\n")
-    assert broken_links(page) == ["gone.md (no file gone.md beside page.md)", "other.md#not-a-heading (no heading of other.md "
-                                  "makes #not-a-heading)", "#nowhere (no heading of page.md makes #nowhere)"]
+    assert broken_links(page) == ["gone.md (no file gone.md beside page.md)",
+                                  "other.md#not-a-heading (no heading of other.md makes #not-a-heading)",
+                                  "#nowhere (no heading of page.md makes #nowhere)"]
 
 
 def test_the_readme_is_a_map():
