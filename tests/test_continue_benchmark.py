@@ -1,4 +1,4 @@
-"""benchmarks/continue_pretraining.py, the measurement behind README's "adapt a published BERT" tutorial, on two
+"""benchmarks/continue_pretraining.py, the measurement behind docs/tutorial.md's "adapt a published BERT", on two
 tiny "manuals" and a tiny published-style model: its tasks' labels are right by construction, and the whole
 road (import-hf, init --recipe continue, pairs, evaluate, pretrain to a budget, fine-tune both models on both
 tasks) runs and reports. What the road gains is measured by the benchmark itself, not here."""
