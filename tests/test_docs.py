@@ -1,13 +1,16 @@
 """The documentation holds together: every relative link of the README, docs/ and the benchmark records
 names a file that exists and an anchor one of its headings makes, and the configuration reference is
-what the typed config says today."""
+what the typed config says today; make installs torch from the index the README tells a CPU machine to give."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import PYTHON, REPO
 
@@ -109,3 +112,23 @@ def test_the_reference_has_a_row_for_every_key_with_its_default():
             f"docs/configuration.md has no row for {key} with its doc"
     lr = next(line for line in page.splitlines() if line.startswith("| `finetune.lr` |"))
     assert "| `5e-05` | 0 to 1 | yes |" in lr  # the section's own default, its range, and that it is in the key
+
+
+def test_make_passes_a_torch_index_to_pip_only_when_one_is_given(tmp_path: Path):
+    """The README's install on a machine without a GPU: TORCH_INDEX_URL reaches torch's pip line alone, and
+    without it make runs what it always ran."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+
+    def planned(*variables: str) -> list[str]:
+        return subprocess.run(["make", "-n", "install", f"VENV={tmp_path / 'venv'}", *variables], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+
+    plain, given = planned(), planned("TORCH_INDEX_URL=file:///nowhere/cpu")
+    torch_lines = [i for i, line in enumerate(plain) if '"torch==' in line]
+    assert len(torch_lines) == 1 and "--index-url" not in plain[torch_lines[0]]
+    assert given[torch_lines[0]] == plain[torch_lines[0]].replace(
+        'pip install --quiet "torch==', 'pip install --quiet --index-url file:///nowhere/cpu "torch==')
+    assert [line for i, line in enumerate(given) if i != torch_lines[0]] == \
+           [line for i, line in enumerate(plain) if i != torch_lines[0]]
+    assert not any("--index-url" in line for line in plain)
