@@ -7,6 +7,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 TORCH_CPU_VERSION ?= 2.13.0
+# Where pip finds torch when the venv has none. Empty: pip's default index, whose Linux torch is the CUDA
+# build (several GB of GPU libraries). On a machine without a GPU, pass PyTorch's CPU-only wheel index
+# (the pip command of the install selector on PyTorch's site names it): make install TORCH_INDEX_URL=...
+TORCH_INDEX_URL ?=
+TORCH_PIP    = $(BIN)/pip install --quiet $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL) )"torch==$(TORCH_CPU_VERSION)"
 LOCK_RUNTIME = requirements/runtime.txt
 LOCK_DEV     = requirements/dev.txt
 # --no-deps: the lock is complete (pip check proves it below) and leaves torch, the one unlocked package,
@@ -18,10 +23,10 @@ PIP_LOCKED   = $(BIN)/pip install --quiet --require-hashes --no-deps
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Install torch first when the venv has none, so the project's torch>=2.3 range is already
-# satisfied and pip does not pull a multi-GB CUDA build on a CPU machine.
+# Install torch first when the venv has none (from TORCH_INDEX_URL when set), so the project's torch>=2.3
+# range is already satisfied and no later step picks a build: a torch installed into the venv by hand stays.
 $(VENV)/.torch: $(BIN)/python
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "torch==$(TORCH_CPU_VERSION)"
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(TORCH_PIP)
 	@touch $@
 
 $(VENV)/.installed: $(VENV)/.torch $(LOCK_RUNTIME) pyproject.toml
@@ -58,7 +63,7 @@ test: install-dev
 test-latest: VENV = .venv-latest
 test-latest:
 	$(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet "torch==$(TORCH_CPU_VERSION)"
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(TORCH_PIP)
 	$(BIN)/pip install --quiet --upgrade -e ".[dev,hf]"
 	$(BIN)/python -m pytest -q
 

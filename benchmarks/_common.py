@@ -63,32 +63,76 @@ def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: floa
     return seconds, peak / 2**20
 
 
+LOG = REPO / "benchmarks" / "log"  # one Markdown file of sections per month: benchmarks/log/2026-11.md
+RESULT_CHARS = 90  # the longest headline a row of the "Current results" table shows whole
+
+
 def append_report(text: str, result: str | None = None) -> None:
-    """Append one benchmark's section to BENCHMARKS.md (results are kept, never rewritten), and with
-    ``result`` (its headline in one line) make it the section's row of the "Current results" table."""
-    path = REPO / "BENCHMARKS.md"
-    document = path.read_text(encoding="utf-8") + (text if text.startswith("\n") else "\n" + text)
+    """Append one benchmark's section to its month's log (sections are kept, never rewritten), and with
+    ``result`` (its headline in one line) make it the section's row of BENCHMARKS.md's "Current results"."""
+    log = log_file(text)
+    document = log.read_text(encoding="utf-8") if log.exists() else LOG_HEAD.format(month=log.stem)
+    if result is not None and len(result) > RESULT_CHARS:  # the row shows its start; the log keeps it whole
+        text = text.rstrip("\n") + f"\n\nHeadline: {result}\n"
+    document = document.rstrip("\n") + "\n" + (text if text.startswith("\n") else "\n" + text)
+    LOG.mkdir(exist_ok=True)
+    log.write_text(document, encoding="utf-8")
     if result is not None:
-        document = with_current_result(document, text, result)
-    path.write_text(document, encoding="utf-8")
+        table = REPO / "BENCHMARKS.md"
+        link = f"{log.relative_to(REPO).as_posix()}#{anchor_of(document, _heading(text))}"
+        table.write_text(with_current_result(table.read_text(encoding="utf-8"), text, result, link),
+                         encoding="utf-8")
 
 
-def with_current_result(document: str, section: str, result: str) -> str:
-    """``document`` with the row of ``section``'s benchmark (the heading's title, before its date) set to
-    ``result``, dated and linked to the section; a benchmark without a row gets one at the table's end."""
-    heading = next(line[3:] for line in section.splitlines() if line.startswith("## "))
-    title, _, date = heading.partition(" — ")
+LOG_HEAD = """# Benchmark log, {month}
+
+Every benchmark run of the month, in the order they ran, as each benchmark appended it (through
+`benchmarks/_common.py`'s `append_report`) or its author wrote it: the script and its options, the machine,
+the numbers and how to read them. Sections are kept as written, never rewritten; a later run is a new
+section. The latest result of each benchmark is its row of [BENCHMARKS.md](../../BENCHMARKS.md).
+"""
+
+
+def _heading(section: str) -> str:
+    return next(line[3:] for line in section.splitlines() if line.startswith("## "))
+
+
+def log_file(section: str) -> Path:
+    """The month's log a section goes to: by the date its heading ends with (``Title — 2026-11-27 07:41 UTC``),
+    else by today's."""
+    dated = re.search(r" — (\d{4}-\d{2})-\d{2}", _heading(section))
+    return LOG / f"{dated.group(1) if dated else time.strftime('%Y-%m', time.gmtime())}.md"
+
+
+def short_result(result: str) -> str:
+    """A headline fit for a table cell: whole when short, else its first clause (up to "; "), else its
+    first `RESULT_CHARS` characters at a word's end, with any bold it opened closed."""
+    if len(result) <= RESULT_CHARS:
+        return result
+    cut = result.split("; ")[0]
+    if len(cut) > RESULT_CHARS:
+        cut = cut[:RESULT_CHARS].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+    return cut + ("**" if cut.count("**") % 2 else "")
+
+
+def with_current_result(table: str, section: str, result: str, link: str) -> str:
+    """BENCHMARKS.md's text ``table`` with the row of ``section``'s benchmark (the heading's title, before its
+    date) set to ``result``, dated, its machine named and linked to ``link``; a row's step is kept, and a
+    benchmark without a row gets one at the table's end."""
+    title, _, date = _heading(section).partition(" — ")
     described = next((line.partition(": ")[2] for line in section.splitlines()
                       if line.startswith(("Machine: ", "GPU: "))), "?")
     software = ("torch", "Python", "duckdb", "tokenizers", "load average")
     parts = [part for part in described.rstrip(".").split(", ") if not part.startswith(software)][:2]
     parts[0] = re.sub(r"^Linux [^(]*\((.+)\)$", r"\1", parts[0]).replace("Linux ", "")  # the CPU, not the kernel
     machine = ", ".join(parts)
-    row = f"| {title} | {date.removesuffix(' UTC')} | {machine} | {result} | [log](#{anchor_of(document, heading)}) |"
-    lines = document.split("\n")
+    lines = table.split("\n")
     first = next(i for i in range(lines.index("## Current results"), len(lines)) if lines[i].startswith("|"))
     end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
-    mine = [i for i in range(first, end) if lines[i].startswith(f"| {title} |")]
+    mine = [i for i in range(first + 2, end) if lines[i].split(" | ")[1:2] == [title]]
+    step = lines[mine[0]].split(" | ")[0].removeprefix("| ") if mine else "—"
+    row = (f"| {step} | {title} | {short_result(result)} | {machine} | {date.removesuffix(' UTC')} | "
+           f"[log]({link}) |")
     if mine:
         lines[mine[0]] = row
     else:
@@ -96,12 +140,14 @@ def with_current_result(document: str, section: str, result: str) -> str:
     return "\n".join(lines)
 
 
-def anchor_of(document: str, heading: str) -> str:
-    """The link target a Markdown renderer gives the last ``## heading``: lower case, punctuation dropped,
-    spaces as hyphens, and -1, -2, ... for the second, third, ... heading with the same text."""
-    def slug(text: str) -> str:
-        return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+def slug(heading: str) -> str:
+    """A heading's anchor as a Markdown renderer makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
+
+def anchor_of(document: str, heading: str) -> str:
+    """The link target a Markdown renderer gives the last ``## heading``: its `slug`, and -1, -2, ... for the
+    second, third, ... heading with the same text."""
     headings = re.findall(r"^#{1,6} (.+)$", document, re.M)
     same = sum(slug(h) == slug(heading) for h in headings) - 1
     return slug(heading) + (f"-{same}" if same > 0 else "")

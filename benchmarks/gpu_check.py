@@ -1,5 +1,5 @@
-"""Every GPU question bertwb has, in one command that fits one short GPU lease (GPU.md; README, "The GPU
-check"): ``python benchmarks/gpu_check.py OUTDIR [--dry-run] [--budget-s 480] [--parts a,b]``.
+"""Every GPU question bertwb has, in one command that fits one short GPU lease (GPU.md; docs/scaling.md,
+"The GPU check"): ``python benchmarks/gpu_check.py OUTDIR [--dry-run] [--budget-s 480] [--parts a,b]``.
 
 Each part (benchmarks/_gpu_parts.py) runs as its own process under its own time limit, so a failure or a
 hang leaves the others' results; OUTDIR gets summary.md, summary.json and logs.txt (every part's log), all

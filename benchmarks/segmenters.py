@@ -30,8 +30,8 @@ What it measures
   and the peak RSS growth while segmenting (sampled with psutil in a
   background thread).
 
-Results are printed and appended as a markdown section to BENCHMARKS.md at
-the repository root (created with a ``# Benchmarks`` header if missing).
+Results are printed and appended as a markdown section to this month's
+benchmark log (benchmarks/log/), their headline to BENCHMARKS.md's table.
 """
 from __future__ import annotations
 
@@ -49,13 +49,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Callable
 
 import psutil
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = REPO_ROOT / "BENCHMARKS.md"
 
 # ---------------------------------------------------------------------------
 # Gold data.  Written for this benchmark; every inner list is one paragraph,
@@ -623,7 +620,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_append:
         append_markdown(rows, n_sentences, args.mb, total_mb, len(corpus), mean_len,
                         args.budget)
-        print(f"\nappended results to {BENCHMARKS_MD}")
+        print("\nappended results to this month's benchmarks/log/ file and BENCHMARKS.md's table")
 
 
 if __name__ == "__main__":

@@ -566,7 +566,7 @@ def report(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
 @click.option("--max-rows", type=click.IntRange(0), default=100, show_default=True, help="Rows shown in a table.")
 def sql(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, query: str | None,
         sql_file: str | None, fmt: str, output: str | None, write: bool, max_rows: int) -> None:
-    """Query the workspace database with DuckDB SQL (tables, views: see the README)."""
+    """Query the workspace database with DuckDB SQL (tables, views: docs/data.md, "SQL")."""
     cfg, ws = _load(config_path, overrides, workdir)
     text = sql_module.read_query(query, sql_file)
     if fmt == "parquet" and not output:

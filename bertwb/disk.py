@@ -4,7 +4,7 @@ An artifact is a table, whose bytes are the database blocks its column segments 
 several tables split equally, so tables add up to the blocks they use) or its Parquet files' sizes (the
 ray executor's); a stage's folder, whose bytes are its other files' sizes; or a build's temporary folder.
 "Per corpus MB" divides by the input bytes the last ingest read (compressed files at their size on disk);
-README, "Disk per corpus MB", has measured figures.
+docs/scaling.md, "Disk per corpus MB", has measured figures.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A stage is fresh when its manifest holds its current key (:mod:`bertwb.keys`) an
 manifest carry one build id (`check`, on every `bertwb status`), so a half-committed stage is stale, never
 fresh; `run_pipeline` lets `commit.settle` finish or discard such a commit before any stage runs, then builds
 and commits stale stages through :mod:`bertwb.commit`. `launch` runs a training stage on every torchrun
-process as its `Training` declares. README, "What makes a stage fresh" and "How a stage commits", says why.
+process as its `Training` declares. docs/workspace.md, "What makes a stage fresh" and "How a stage commits", says why.
 """
 
 from __future__ import annotations

@@ -26,6 +26,13 @@ from bertwb.data.pair_batches import PairArrays
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "sample_corpus" / "pretrain"
 
+
+def benchmark_records() -> dict[str, bytes]:
+    """BENCHMARKS.md and every month's log under benchmarks/log/, by path: what a benchmark run with
+    ``--no-append`` must leave as it found it."""
+    paths = [REPO / "BENCHMARKS.md", *sorted((REPO / "benchmarks" / "log").glob("*.md"))]
+    return {str(path.relative_to(REPO)): path.read_bytes() for path in paths}
+
 TOPIC_WORDS = {
     "sea": "ship sail harbour wave captain anchor deck crew storm tide island rope",
     "kitchen": "bread oven flour butter soup knife recipe salt pepper onion garlic cook",

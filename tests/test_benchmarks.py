@@ -9,14 +9,14 @@ import subprocess
 import pytest
 import torch
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, benchmark_records
 
 SCRIPT = str(REPO / "benchmarks" / "pretrain_gpu.py")
 
 
 def test_the_gpu_benchmark_compares_bertwb_with_hugging_face_side_by_side():
     pytest.importorskip("transformers")
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, SCRIPT, "--device", "cpu", "--preset", "tiny", "--batch", "8", "--steps", "2",
                              "--warmup", "1", "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -28,7 +28,7 @@ def test_the_gpu_benchmark_compares_bertwb_with_hugging_face_side_by_side():
         tokens_per_s = float(row.split(" | ")[1].replace(",", ""))
         assert tokens_per_s > 0
     assert re.search(r"Speed-up: \*\*\d+\.\d\d×\*\* Hugging Face's tokens/s", result.stdout)
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where no GPU is visible")
@@ -49,7 +49,7 @@ def test_the_published_model_benchmark_runs_both_sides_as_whole_commands(tmp_pat
     lines = [f"{i}\t{(-1) ** i * (1 + i % 3) / 2}\t{words[i % 4]} {'good' if i % 2 == 0 else 'bad'} ."
              for i in range(40)]
     (tmp_path / "snippets.txt").write_text("\n".join(lines) + "\n")
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     script = str(REPO / "benchmarks" / "finetune_published.py")
     options = ["--dev-examples", "8", "--epochs", "1", "--batch", "8", "--max-seq-length", "32", "--threads", "1"]
     data = ["--model", str(tmp_path / "model"), "--data", str(tmp_path / "snippets.txt")]
@@ -62,7 +62,7 @@ def test_the_published_model_benchmark_runs_both_sides_as_whole_commands(tmp_pat
     for row in rows:
         assert float(row.split(" | ")[1]) > 0 and row.endswith("% |")
     assert "(4 and 4 steps)" in result.stdout  # 32 training snippets in batches of 8, on both sides
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
@@ -82,31 +82,47 @@ def test_every_bertwb_name_a_benchmark_imports_exists(script: str):
                 f"{script} line {node.lineno}: {node.module} has no {alias.name}"
 
 
-def test_a_benchmark_run_becomes_its_row_of_the_current_results_table():
-    """append_report's table upkeep: a new benchmark's row goes at the end of the table (not into a later
-    table of the log), a later run of it replaces its row, and the link names that run's section."""
+def test_a_benchmark_run_goes_to_its_month_s_log_and_becomes_its_row_of_the_current_results_table(
+        tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """append_report: the section is appended to benchmarks/log/<month>.md (kept whole, a repeat heading
+    anchored -1), and the run's row in BENCHMARKS.md keeps its step, shows a short headline and links the
+    section; a new benchmark's row goes at the end of the first table, not into a later one."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from _common import with_current_result
+    import _common
 
-    document = ("# Benchmarks\n\n## Current results\n\n| benchmark | date (UTC) | machine | result | section |\n"
-                "|---|---|---|---|---|\n| Old one | 2026-01-01 00:00 | x | y | z |\n\n"
-                "## Old one — 2026-01-01 00:00 UTC\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    monkeypatch.setattr(_common, "REPO", tmp_path)
+    monkeypatch.setattr(_common, "LOG", tmp_path / "benchmarks" / "log")
+    (tmp_path / "benchmarks").mkdir()
+    table = (tmp_path / "BENCHMARKS.md")
+    table.write_text("# Benchmarks\n\n## Current results\n\n"
+                     "| step | benchmark | result | machine | date (UTC) | log |\n"
+                     "|---|---|---|---|---|---|\n| pretrain | Speed, CPU | old | x | 2026-01-01 00:00 | [log](l) |\n"
+                     "| ingest | Old one | y | x | 2026-01-01 00:00 | [log](l) |\n\n## Log\n\n| a |\n|---|\n")
 
-    def run(title: str, date: str, result: str, doc: str) -> str:
-        section = f"\n## {title} — {date} UTC\n\nMachine: Linux 6.1 x86_64 (AMD EPYC), 2 CPUs, torch 2.13.\n\n| a |\n"
-        return with_current_result(doc + section, section, result)
+    def run(title: str, date: str, result: str) -> list[str]:
+        _common.append_report(f"\n## {title} — {date} UTC\n\nMachine: Linux 6.1 x86_64 (AMD EPYC), 2 CPUs, "
+                              "torch 2.13.\n\n| a |\n", result)
+        return table.read_text().split("\n\n")[2].splitlines()
 
-    first = run("Speed, CPU", "2026-02-02 10:00", "**2.00×**", document)
-    table = first.split("\n\n")[2].splitlines()
-    assert table[-1] == ("| Speed, CPU | 2026-02-02 10:00 | AMD EPYC, 2 CPUs | **2.00×** | "
-                         "[log](#speed-cpu--2026-02-02-1000-utc) |")
-    assert first.count("| Speed, CPU |") == 1 and "| Old one | 2026-01-01 00:00 | x | y | z |" in table
-    second = run("Speed, CPU", "2026-02-02 10:00", "**2.50×**", first)  # the same minute: a second heading
-    rows = [line for line in second.splitlines() if line.startswith("| Speed, CPU |")]
-    assert rows == ["| Speed, CPU | 2026-02-02 10:00 | AMD EPYC, 2 CPUs | **2.50×** | "
-                    "[log](#speed-cpu--2026-02-02-1000-utc-1) |"]
+    rows = run("Speed, CPU", "2026-02-02 10:00", "**2.00×**")
+    assert rows[2] == ("| pretrain | Speed, CPU | **2.00×** | AMD EPYC, 2 CPUs | 2026-02-02 10:00 | "
+                       "[log](benchmarks/log/2026-02.md#speed-cpu--2026-02-02-1000-utc) |")
+    rows = run("Speed, CPU", "2026-02-02 10:00", "**2.50×**")  # the same minute: a second heading
+    assert rows[2].endswith("| **2.50×** | AMD EPYC, 2 CPUs | 2026-02-02 10:00 | "
+                            "[log](benchmarks/log/2026-02.md#speed-cpu--2026-02-02-1000-utc-1) |")
+    long = "**3.00×** the reference's examples/s on the whole development set of the task; " + "and more" * 10
+    rows = run("New one", "2026-03-01 09:00", long)
+    assert len(rows) == 5 and rows[3].startswith("| ingest | Old one |")
+    assert rows[4] == ("| — | New one | **3.00×** the reference's examples/s on the whole development set of the "
+                       "task | AMD EPYC, 2 CPUs | 2026-03-01 09:00 | "
+                       "[log](benchmarks/log/2026-03.md#new-one--2026-03-01-0900-utc) |")
+    february = (tmp_path / "benchmarks" / "log" / "2026-02.md").read_text()
+    assert february.startswith("# Benchmark log, 2026-02\n") and february.count("## Speed, CPU — 2026-02-02") == 2
+    march = (tmp_path / "benchmarks" / "log" / "2026-03.md").read_text()
+    assert march.rstrip().endswith(f"Headline: {long}")  # the row shows its first clause; the log keeps it whole
+    assert table.read_text().endswith("## Log\n\n| a |\n|---|\n")
 
 
 @pytest.mark.parametrize("task,published", [("tag", False), ("qa", False), ("qa", True)])
@@ -129,7 +145,7 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
 
         tiny_published_model(tmp_path / "published", transformers, "BertModel")
         start = ["--model", str(tmp_path / "published"), "--precision", "bf16"]
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
                              "--data", str(tmp_path), *start, "--epochs", "1", "--batch", "4",
                              "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "24",
@@ -156,7 +172,7 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
     suffix = ", CPU, SQuAD 2.0, bf16 — " if published else ", CPU, SQuAD 2.0 — "
     assert heading.endswith("UTC") and (suffix in heading) == (task == "qa"), heading
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 def test_the_compute_floor_counts_the_matmuls_torch_counts_in_a_training_step():
@@ -201,7 +217,7 @@ def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_u
     from test_finetune_data import PROSE
 
     build({"policy.txt": PROSE * 4}, tmp_path, seed=1, dev_fraction=0.3, context_chars=200)
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", "tag", "--data",
                              str(tmp_path), "--preset", "tiny", "--epochs", "1", "--batch", "4", "--max-seq-length",
                              "64", "--train-limit", "16", "--dev-limit", "8", "--repeats", "2", "--first-seed", "7",
@@ -221,13 +237,13 @@ def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_u
     first, second, mean = (float(per_seed.group(i)) for i in (1, 2, 3))
     assert abs((first + second) / 2 - mean) <= 0.051, out
     assert "bertwb's settings changed: bucket_batches=1" in out
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 def test_the_scale_benchmark_runs_every_data_stage_of_both_commits_on_each_size():
     """benchmarks/scale.py at two tiny sizes, with this commit as its own baseline (a fresh clone has it):
     every stage of both sides runs as its own process, and the tables hold real, consistent figures."""
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "scale.py"), "--mb", "1", "0.5", "--baseline", "HEAD",
                              "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -245,7 +261,7 @@ def test_the_scale_benchmark_runs_every_data_stage_of_both_commits_on_each_size(
     assert [row[0] for row in growth] == ["ingest", "vocab", "pairs", "all"]
     assert float(growth[2][3].removesuffix(" MB")) > 0  # pairs take disk per corpus MB
     assert re.search(r"Headline: 1\.0 MB: data preparation \*\*\d+\.\d\d×\*\*", result.stdout)
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_vectors(tmp_path):
@@ -259,7 +275,7 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     tiny_published_model(tmp_path / "base", transformers, "BertModel")
     folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
     (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 4)
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "embed.py"), "--model", str(folder), "--text",
                              str(tmp_path / "texts.txt"), "--sentences", "10", "--rounds", "2", "--threads", "1",
                              "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -270,7 +286,28 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     assert "Sentences: 10 from" in result.stdout and "round 2 bertwb" in result.stdout
     difference = float(re.search(r"between the two sides' vectors: (\S+)\.\n", result.stdout).group(1))
     assert difference <= 1e-5
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
+
+
+def test_the_current_results_table_has_short_cells_in_pipeline_order():
+    """One row per benchmark, a headline a reader takes in at a glance, a machine, and a link into the log."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import RESULT_CHARS
+
+    text = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
+    table = text[text.index("## Current results"):].split("\n\n")[2].splitlines()
+    assert table[0] == "| step | benchmark | result | machine | date (UTC) | log |"
+    rows = [row.strip("|").split(" | ") for row in table[2:]]
+    assert len({row[1] for row in rows}) == len(rows) > 10
+    for _, benchmark, result, machine, date, log in (map(str.strip, row) for row in rows):
+        assert len(result) <= RESULT_CHARS + 2, f"{benchmark}: the result cell has {len(result)} characters"
+        assert log == "—" or log.startswith("[log](benchmarks/log/"), benchmark
+        assert machine and (log == "—") == (date == "—"), benchmark
+    order = ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune", "embed"]
+    steps = [max(i for i, name in enumerate(order) if name in row[0]) for row in rows if row[0].strip() != "—"]
+    assert steps == sorted(steps), "the rows are not in pipeline order"
 
 
 def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_times_both_files(tmp_path):
@@ -283,7 +320,7 @@ def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_t
     tiny_published_model(tmp_path / "base", transformers, "BertModel")
     folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
     (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 3)
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "similar_scale.py"), "--model", str(folder), "--text",
                              str(tmp_path / "texts.txt"), "--sentences", "7", "--rows", "50", "--queries", "2",
                              "--threads", "1", "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -291,4 +328,4 @@ def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_t
     rows = [line.split(" | ") for line in result.stdout.splitlines() if re.match(r"\| \d", line)]
     assert [row[0] for row in rows] == ["| 7", "| 50"] and all(float(row[1].removesuffix(" s")) > 0 for row in rows)
     assert "query 2 over big" in result.stdout and "50 rows of" in result.stdout
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append

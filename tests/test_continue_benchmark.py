@@ -1,4 +1,4 @@
-"""benchmarks/continue_pretraining.py, the measurement behind README's "adapt a published BERT" tutorial, on two
+"""benchmarks/continue_pretraining.py, the measurement behind docs/tutorial.md's "adapt a published BERT", on two
 tiny "manuals" and a tiny published-style model: its tasks' labels are right by construction, and the whole
 road (import-hf, init --recipe continue, pairs, evaluate, pretrain to a budget, fine-tune both models on both
 tasks) runs and reports. What the road gains is measured by the benchmark itself, not here."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GLUE_WORDS, PYTHON, REPO, TOPIC_WORDS
+from conftest import GLUE_WORDS, PYTHON, REPO, TOPIC_WORDS, benchmark_records
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -79,7 +79,7 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
 
     tiny_published_model(tmp_path / "published", transformers, "BertModel")
     corpus = [_manual(tmp_path / "sea.txt", "sea", 80, 1), _manual(tmp_path / "sky.txt", "sky", 80, 2)]
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), "continue",
                              "--corpus", *map(str, corpus), "--model", str(tmp_path / "published"),
                              "--hours", "0.0003", "--task-fraction", "0.3", "--max-train-pairs", "40", "--seeds", "0",
@@ -87,7 +87,7 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
                              "--pretrain-set", "heads_lr_scale=5", "--no-append"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
     rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
             if line.startswith(("| published |", "| adapted |"))]
     assert [(row[0], row[2]) for row in rows] == [("published", "next"), ("published", "source"),

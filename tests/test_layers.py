@@ -67,6 +67,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.scaffold": "`bertwb init`: a new project's starting files",
         "bertwb.recipes": "`bertwb init --recipe`: configs for one purpose, sized by measuring the machine",
         "bertwb.embed.run": "`bertwb embed` and `similar`: read, encode, write or search",
+        "bertwb.docs_config": "docs/configuration.md from the typed config and every task type's options",
     }),
     ("cli", {
         "bertwb.cli": "the commands: parse, load the config, call one function, print",

@@ -4,7 +4,7 @@ A tiny transformers BERT is saved with a tokenizer.json that pads and truncates 
 all-MiniLM-L6-v2's does to 128) and a tokenizer_config.json declaring `MODEL_MAX_LENGTH`. Imported, it
 keeps none of that: fill-mask sees the whole text, fine-tuning and predict build features of their own
 lengths with no [PAD] in them, the fine-tuned directory and its export load in transformers and predict
-as bertwb does, and import.json records what the source's file said. The README's "continue
+as bertwb does, and import.json records what the source's file said. docs/models.md's "continue
 pre-training a published model" commands, run on it, store real sentence lengths. Skipped without
 transformers.
 """
@@ -190,17 +190,17 @@ def _predict(project: Project, texts: list[str]) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-# --- the README's "continue pre-training a published model" ------------------------------------------
+# --- docs/models.md's "continue pre-training a published model" -------------------------------------
 
 def _readme_section() -> tuple[str, str]:
-    """The README's import-hf command and the YAML that continues pre-training the imported model."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/models.md's import-hf command and the YAML that continues pre-training the imported model."""
+    readme = (REPO / "docs" / "models.md").read_text(encoding="utf-8")
     start = readme.index("To continue pre-training a published model")
     # the import-hf line whose default folder the section's config names (the Recipes section shows another)
     command = re.search(r"^bertwb import-hf (\S+) +# -> \.bertwb/imports/", readme, re.MULTILINE)
     section = readme[start:]
     yaml_block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
-    assert command and yaml_block, "the README lost its import-hf command or the config that follows it"
+    assert command and yaml_block, "docs/models.md lost its import-hf command or the config that follows it"
     return command.group(1), yaml_block.group(1)
 
 
@@ -226,7 +226,7 @@ pretrain:
     import os
 
     cwd = Path.cwd()
-    os.chdir(tmp_path)  # the README's paths are relative to the project, as a user types them there
+    os.chdir(tmp_path)  # the page's paths are relative to the project, as a user types them there
     try:
         project.run("import-hf", source_path)
         project.run("run", "--until", "pretrain")

@@ -1,6 +1,6 @@
 """The stage contract: a stage is one module declaring STAGE beside its run, found without a registry edit.
 
-The README's example stage is run here as written, so the section on adding a stage stays true.
+docs/contributing.md's example stage is run here as written, so the section on adding a stage stays true.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from conftest import REPO, Project
 
 @pytest.fixture
 def wordcount(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    """The README's example module, dropped into the stages package's search path."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    code = re.search(r"For example, a stage that counts words per document:\n\n```python\n(.*?)```", readme,
+    """docs/contributing.md's example module, dropped into the stages package's search path."""
+    page = (REPO / "docs" / "contributing.md").read_text(encoding="utf-8")
+    code = re.search(r"For example, a stage that counts words per document:\n\n```python\n(.*?)```", page,
                      re.S).group(1)
     folder = tmp_path / "extra_stages"
     folder.mkdir()

@@ -1,6 +1,6 @@
 """The task type contract: a type is one module and one line in TASK_TYPES, and its module imports no torch.
 
-The README's example type is run here as written (trained, predicted, its options validated), so the
+docs/finetuning.md's example type is run here as written (trained, predicted, its options validated), so the
 section on adding a task type stays true.
 """
 
@@ -22,17 +22,17 @@ from bertwb.cli import cli
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, TaskType
 from conftest import REPO, Project, assert_one_line_error, tiny_model_dir
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+PAGE = (REPO / "docs" / "finetuning.md").read_text(encoding="utf-8")  # "Adding a task type"
 
 
 def _block(after: str) -> str:
-    """The README's Python block that follows the line ending in ``after``."""
-    return re.search(re.escape(after) + r"\n\n```python\n(.*?)```", README, re.S).group(1)
+    """The page's Python block that follows the line ending in ``after``."""
+    return re.search(re.escape(after) + r"\n\n```python\n(.*?)```", PAGE, re.S).group(1)
 
 
 @pytest.fixture
 def fasttext(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    """The README's example module in the fine-tuning package's search path, and its line in TASK_TYPES."""
+    """The page's example module in the fine-tuning package's search path, and its line in TASK_TYPES."""
     folder = tmp_path / "extra_types"
     folder.mkdir()
     (folder / "fasttext.py").write_text(_block("(`__label__positive The soup was great .`):"), encoding="utf-8")

@@ -1,7 +1,7 @@
 """Ingest's units of work: whole input files, or byte ranges of a large one cut on document boundaries.
 
 `plan_pieces` cuts a plain UTF-8 BERT, paragraphs or JSONL file larger than ``ingest.range_bytes`` at a blank
-line (any line, for JSONL); every other file is one piece (README, "Inputs", says why). `PieceReader` reads a
+line (any line, for JSONL); every other file is one piece (docs/data.md, "Inputs", says why). `PieceReader` reads a
 piece into batches of rows, and `SpillJob` does that in a worker process, into Arrow stream files. Invariant:
 a piece's rows and counts depend only on the piece and the settings (documents and lines numbered from its
 start), so the stage, numbering on in order, builds the same tables for any number of workers.

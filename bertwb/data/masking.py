@@ -4,7 +4,7 @@
 The rules are the original ``create_masked_lm_predictions``': ``min(max_predictions_per_seq, max(1,
 round(len(tokens) * masked_lm_prob)))`` positions ([CLS] and [SEP] counted, never chosen; with whole-word
 masking a word that would overflow is skipped), each 80% ``[MASK]``, 10% unchanged, 10% a random non-special
-token; the departures are in README, "Pre-training pairs". Vectorised over flat ids plus offsets.
+token; the departures are in docs/data.md, "Pre-training pairs". Vectorised over flat ids plus offsets.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The instances of one shard: the original ``create_pretraining_data`` algorithm, vectorised with numpy.
 
 Chunks, the A/B split, random next, truncation from a random end and masking (:mod:`bertwb.data.masking`)
-follow the original; bertwb's departures are in README, "Pre-training pairs". Every A and B is a span of
+follow the original; bertwb's departures are in docs/data.md, "Pre-training pairs". Every A and B is a span of
 the shard's flat token array, so building is a lock-step loop over documents, never over tokens. Invariant:
 each (split, shard, dupe) draws from ``SeedSequence([seed, split, shard, dupe, stream])`` (0: pairs, 1: masks),
 so the output depends on seed, data and shard size only, and static and dynamic masking build the same pairs.
@@ -115,7 +115,7 @@ def draw_spans(shard: Shard, max_num_tokens: int, short_seq_prob: float, rng: np
     """One dupe pass of the original algorithm over every document of the shard, in lock step.
 
     Each round takes the next chunk of every document that still has sentences to read.
-    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (README, "Pre-training pairs");
+    ``split_one_sentence``: ``pairs.one_sentence_chunk == "split"`` (docs/data.md, "Pre-training pairs");
     ``random_next_prob``: the coin's chance of a random B (0.5, the original's; 0 when nothing learns NSP).
     """
     sentence_offsets = shard.sentence_offsets

@@ -5,7 +5,7 @@ weights under Hugging Face names (`bertwb.model.hf_names`, the tied decoder left
 does), the tokenizer files, and a sentence-transformers model's pooling files (`bertwb.embed.pooling`), which
 import keeps too. Import writes a bertwb model directory and ``import.json`` (kind, heads initialised, the source
 tokenizer's lengths, never applied). Export → import → export writes identical bytes; ``--force`` replaces only
-a folder holding ``.bertwb-export`` (README, "Checkpoints, Hugging Face ...")."""
+a folder holding ``.bertwb-export`` (docs/models.md, "Checkpoints, Hugging Face ...")."""
 
 from __future__ import annotations
 

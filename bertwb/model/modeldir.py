@@ -4,7 +4,7 @@ A model directory is BERT weights with the architecture beside them: a pretrain 
 ``state.json``), the pretrain output or an ``import-hf`` result (bertwb names, a Hugging Face ``config.json``),
 or a Hugging Face folder or export (HF names). The weight names tell the layout, and
 `bertwb.model.hf_names.kind_of` which of `bertwb.model.heads.MODEL_KINDS` it holds. Its tokenizer is its own,
-else the folder the caller passes (`bertwb.train.model_choice.tokenizer_dir`). README, "Checkpoints, ...".
+else the folder the caller passes (`bertwb.train.model_choice.tokenizer_dir`). docs/models.md, "Checkpoints, ...".
 """
 
 from __future__ import annotations

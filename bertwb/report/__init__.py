@@ -4,7 +4,7 @@ Draws only what exists (the pairs, vocabulary fertility, pre-training curves, ev
 task's curves and confusion matrix) into ``<workspace>/report/`` or ``--output``, a folder built anew and
 swapped in (:mod:`.folder`). It takes no lock and writes nothing in the stages: it reads the metrics files
 and the database read-only (:mod:`.sources`) and the stages' states as `bertwb.engine.status` gives them,
-so a run in progress shows as far as it got. README, "Reports and TensorBoard", lists the figures.
+so a run in progress shows as far as it got. docs/reports.md, "Reports and TensorBoard", lists the figures.
 """
 
 from __future__ import annotations

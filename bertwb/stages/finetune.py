@@ -4,7 +4,7 @@ Each instance is keyed by the task's settings (the finetune section's, with the 
 identity of its data files, of the weights it starts from and of their tokenizer (`fingerprint`), so a change
 to one task reruns that task only. ``init_from`` is ``pretrain`` or any model directory (`source_dir`). The
 training is :func:`bertwb.tasks.finetune.training.train` on the one trainer, under torchrun as pretrain is;
-the stage directory is a complete model directory (README, "Fine-tuning tasks").
+the stage directory is a complete model directory (docs/finetuning.md, "Fine-tuning tasks").
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def command_device(cfg: Config, task: str | None) -> tuple[str, str]:
         return task_settings(cfg, task).device, str(cfg.origin(f"finetune.tasks.{task}.device"))
     if not cfg.finetune.tasks:
         raise BertwbError("no fine-tuning tasks: add one under finetune.tasks in the config "
-                          "(type, train, dev; see the README)")
+                          "(type, train, dev; see docs/finetuning.md)")
     return cfg.finetune.device, str(cfg.origin("finetune.device"))
 
 

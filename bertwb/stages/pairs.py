@@ -4,7 +4,7 @@ Plans each split's shards (about ``pairs.shard_tokens`` tokens, at least two doc
 :mod:`bertwb.data.pair_builder` (in ``pairs.workers`` processes, or Ray tasks that write rows and arrays to
 files, :mod:`bertwb.data.pair_shards`) and writes the rows and the arrays :mod:`bertwb.data.pairs` reads: one
 set per ``pretrain.phases`` phase, or one. Rows are in (phase, split, shard, dupe, document) order, the same
-for any workers or executor; memory stays flat. How instances differ from the original: README, "Pre-training pairs".
+for any workers or executor; memory stays flat. How they differ from the original: docs/data.md, "Pre-training pairs".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The stage around :func:`bertwb.tasks.pretraining.train`: its run (``pretrain-run
 after an interruption: the stage directory is swapped in only on success), what leaves a matching key stale
 (`steps_behind`), the weights in its key (`init_from_weights`), the plan sent to every torchrun rank (`follow`),
 and ``pretrain.phases``, each phase in its own folder from the previous one's weights (``started_from.json``).
-README: "Resuming and continuing training", "Pre-training in phases".
+docs/pretraining.md: "Resuming and continuing training", "Pre-training in phases".
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ STAGE = Stage(
 
 def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, _Accents,
                                                      dict[str, tuple[float, float]]]:
-    """A deterministic WordPiece vocabulary (README, "A deterministic vocabulary"), padded; the seconds of the
+    """A deterministic WordPiece vocabulary (docs/data.md, "A deterministic vocabulary"), padded; the seconds of the
     alphabet pass; the sample of training sentences it was trained on; what it does with accents; and with
     ``language_sampling``, each script's share of the sample's letters before and after smoothing.
 

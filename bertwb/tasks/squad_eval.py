@@ -2,7 +2,7 @@
 
 Written from the scripts' published definitions, not copied. Both normalise answers alike and take a
 question's best gold match; gold filtering, F1 with an empty side and the keys are each version's own
-(README, "Fine-tuning tasks"). A missing prediction scores 0 over the full question count in both (the v2.0
+(docs/finetuning.md, "Fine-tuning tasks"). A missing prediction scores 0 over the full question count in both (the v2.0
 script would average over the answered only), and 0 at every threshold. Questions are keyed by any hashable
 id; a higher no-answer score is surer, as in the v2.0 script's ``na_prob`` file.
 """

@@ -1,6 +1,6 @@
 """Which model directory a command uses: a user's choice, ``pretrain``, a stage's output or a path, as a folder.
 
-A relative path is relative to the config file's folder (README, "Configuration"), else to the working
+A relative path is relative to the config file's folder (docs/commands.md, "Configuration"), else to the working
 directory when only that holds it. ``latest`` and a step name a checkpoint of the run the current config
 trains, which the caller names: only the engine knows the current key. A stage's output counts once the
 stage has run (`Workspace.has_run`). No torch here: `bertwb status` keys the model stages with it.

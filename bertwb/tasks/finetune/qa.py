@@ -5,7 +5,7 @@ context in windows every ``doc_stride`` tokens or closer (`_window_starts`). An 
 to [CLS], so every window teaches "not here" and windows compare when predicting: spans ranked by start + end
 logit across a question's windows, as the original ``run_squad.py`` ranks them (`QATask.decode`). v2.0
 predictions carry ``no_answer_score`` and ``best_span``. Metrics: the official script's of the file's
-version (`scoring_version`); README, "Fine-tuning tasks"."""
+version (`scoring_version`); docs/finetuning.md, "Fine-tuning tasks"."""
 
 from __future__ import annotations
 
