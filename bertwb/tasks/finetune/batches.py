@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from bertwb.data.batching import TensorBatch, round_up
+from bertwb.tasks import losses
 from bertwb.tasks.finetune.features import IGNORE, Features
 
 
@@ -30,7 +31,7 @@ class TaskBatch(TensorBatch):
     end_positions: torch.Tensor | None  # (B,) int64
     n_tokens: int
     n_padded: int
-    n_targets: int  # what the loss averages over: rows, or labelled tokens (counted on the host)
+    n_targets: int  # what the loss averages over: rows, or labelled tokens (`losses.counted`, on the host)
 
 
 def collate(features: Features, rows: np.ndarray, pad_multiple: int = 1) -> TaskBatch:
@@ -54,4 +55,4 @@ def collate(features: Features, rows: np.ndarray, pad_multiple: int = 1) -> Task
         features=torch.from_numpy(rows.astype(np.int64)), labels=per_row(features.labels),
         token_labels=token_labels, start_positions=per_row(features.start), end_positions=per_row(features.end),
         n_tokens=int(lengths.sum()), n_padded=len(rows) * width,
-        n_targets=len(rows) if token_labels is None else int((token_labels != IGNORE).sum()))
+        n_targets=len(rows) if token_labels is None else int(losses.counted(token_labels).sum()))
