@@ -22,7 +22,7 @@ from bertwb.data.batching import Batches
 from bertwb.model.bert import BertConfig, BertForPreTraining, BertOutput
 from bertwb.model.heads import MODEL_KINDS, ClassifierOutput, SpanOutput, new_model
 from bertwb.tasks import losses
-from bertwb.tasks.finetune.batches import collate
+from bertwb.tasks.finetune.batches import TaskExamples, collate
 from bertwb.tasks.finetune.evaluation import collect
 from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.finetune.objectives import objective_for
@@ -123,7 +123,7 @@ def test_training_evaluation_and_a_direct_call_give_one_loss(kind):
     torch.manual_seed(0)
     model = new_model(CONFIG, task.model_kind, label_names)
     features = _features(kind, [12, 7, 9, 5, 12, 8])  # padded rows in every batch
-    batches = Batches(features, len(features), 0, drop_last=False)
+    batches = Batches(TaskExamples(features), len(features), 0, drop_last=False)
     (batch,) = batches.micro_batches(0, 0)
     assert batch.attention_mask is not None  # the batch is padded
     direct, n_targets = _direct(kind, model.eval(), batch)

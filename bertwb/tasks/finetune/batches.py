@@ -2,7 +2,7 @@
 
 Padding exists only here, inside a batch: each row is padded to the batch's longest (rounded up to
 ``pad_multiple``), with an attention mask only when some row is padded, and per-token targets padded
-with -100 so that padding is never a target.
+with -100 so that padding is never a target. `TaskExamples` hands a split's features to `Batches`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,23 @@ class TaskBatch(TensorBatch):
     n_tokens: int
     n_padded: int
     n_targets: int  # what the loss averages over: rows, or labelled tokens (`losses.counted`, on the host)
+
+
+@dataclass
+class TaskExamples:
+    """A split's features as :class:`bertwb.data.batching.Batches` batches them: their lengths, and a global
+    batch's rows collated into padded micro-batches (`Features` itself knows no torch)."""
+
+    features: Features
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.features.lengths
+
+    def micro_batches(self, rows: np.ndarray, parts: list[np.ndarray], seed: int, epoch: int, index: int,
+                      pad_multiple: int = 1) -> list[TaskBatch]:
+        """Global batch ``rows`` as the padded micro-batches ``parts`` (slots of it)."""
+        return [collate(self.features, rows[slots], pad_multiple) for slots in parts if len(slots)]
 
 
 def collate(features: Features, rows: np.ndarray, pad_multiple: int = 1) -> TaskBatch:
