@@ -153,6 +153,8 @@ def test_pretraining_training_evaluation_and_a_direct_call_give_one_loss():
     assert evaluated["mlm_loss"] == pytest.approx(float(mlm.loss) / n_masked, abs=2e-6)
     assert evaluated["nsp_loss"] == pytest.approx(float(nsp.loss) / n_pairs, abs=2e-6)
     assert evaluated["mlm_acc"] == pytest.approx(int(mlm.correct) / n_masked, abs=1e-6)
+    without_nsp = evaluate_pairs(model, pairs, np.zeros(n_masked, np.int64), len(pairs), torch.device("cpu"), nsp=False)
+    assert without_nsp["mlm_loss"] == evaluated["mlm_loss"] and "nsp_loss" not in without_nsp  # pretrain.nsp false
 
     settings = Config().pretrain
     settings.device = "cpu"

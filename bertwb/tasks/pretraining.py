@@ -237,12 +237,12 @@ def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray,
             indices = order[start:start + batch_size]
             batch = collate(pairs, indices).to(device)
             out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-            mlm, nsp = losses.masked_lm(out.mlm_logits, batch.mlm_labels), losses.next_sentence(out.nsp_logits,
-                                                                                               batch.nsp_labels)
-            mlm_loss += mlm.loss.item()
-            nsp_loss += nsp.loss.item()
-            mlm_correct += int(mlm.correct)
-            nsp_correct += int(nsp.correct)
+            masked = losses.masked_lm(out.mlm_logits, batch.mlm_labels)
+            next_sentence = losses.next_sentence(out.nsp_logits, batch.nsp_labels)
+            mlm_loss += masked.loss.item()
+            nsp_loss += next_sentence.loss.item()
+            mlm_correct += int(masked.correct)
+            nsp_correct += int(next_sentence.correct)
             hits = losses.right(out.mlm_logits, batch.mlm_labels).cpu().numpy()  # per masked token, for the kinds
             # kinds in collate's order: each row's masked slice, rows in ``indices`` order
             counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
