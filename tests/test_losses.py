@@ -110,8 +110,9 @@ def _direct(kind: str, model: torch.nn.Module, batch) -> tuple[float, int]:  # n
             return float(losses.span(out.start_logits, out.end_logits, batch.start_positions, batch.end_positions,
                                      batch.attention_mask).loss), batch.n_targets
         logits = model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
-        summed = {"classify": losses.classification, "regression": losses.regression,
-                  "tag": losses.token_classification}[kind](logits, batch.token_labels if kind == "tag" else batch.labels)
+        loss = {"classify": losses.classification, "regression": losses.regression,
+                "tag": losses.token_classification}[kind]
+        summed = loss(logits, batch.token_labels if kind == "tag" else batch.labels)
         return float(summed.loss), batch.n_targets
 
 

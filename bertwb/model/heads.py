@@ -53,7 +53,8 @@ class _Classifier(nn.Module):
     """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id.
 
     Subclasses say which vectors are classified (`_features`, or `_layer_features` of the hidden states of
-    ``feature_layers`` side by side, when set: the head then reads k*H wide vectors). `freeze_encoder` keeps the backbone as it is, for the feature-based approach.
+    ``feature_layers`` side by side, when set: the head then reads k*H wide vectors). `freeze_encoder` keeps
+    the backbone as it is, for the feature-based approach.
     """
 
     head_prefixes = ("classifier.",)

@@ -4,5 +4,6 @@
 `qa` are the types (files into examples into features, outputs back into predictions); `features` and
 `batches` hold features as flat arrays and micro-batches of them as padded tensors; `objectives` the
 objective of each model kind (its loss is `bertwb.tasks.losses`'); `evaluation` a split's predictions and
-metrics; `training` one task's run and the model directory it leaves. The type modules and `features` import no torch: the config loader reads the types.
+metrics; `training` one task's run and the model directory it leaves. The type modules and `features`
+import no torch: the config loader reads the types.
 """

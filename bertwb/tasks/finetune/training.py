@@ -130,8 +130,9 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
         task.check_labels(examples, label_names, cfg.resolve(path))
         features = task.featurize(examples, tokenizer, label_names)
         training = {"batch_tokens": settings.batch_tokens, "grad_accum": settings.grad_accum} if drop_last else {}
-        batches = Batches(TaskExamples(features), settings.batch_size, settings.seed, bucket_batches=settings.bucket_batches,
-                          world_size=dist.world_size, rank=dist.rank, pad_multiple=pad_multiple, drop_last=drop_last,
+        batches = Batches(TaskExamples(features), settings.batch_size, settings.seed,
+                          bucket_batches=settings.bucket_batches, world_size=dist.world_size, rank=dist.rank,
+                          pad_multiple=pad_multiple, drop_last=drop_last,
                           origin=lambda name: cfg.origin(f"{setting}.{name}"), **training)
         return _Split(examples, features, batches)
 
