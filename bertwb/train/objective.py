@@ -4,8 +4,7 @@ The trainer knows nothing of masked tokens, pairs or tags; an `Objective` does. 
 ``sums`` (on the device, so a step never waits for them) and ``counts`` (known on the host). The trainer adds
 the counts over every micro-batch of every process before the step and `loss` divides by those global
 totals, so the gradient is the global batch's whatever the number of processes or accumulation steps.
-Evaluation sums the same statistics over the validation batches unless the objective says otherwise; the
-trainer hands it what it needs as a `Validation`, so this module knows no trainer.
+Evaluation sums the same statistics over the valid batches unless the objective says otherwise (`Validation`).
 """
 
 from __future__ import annotations
