@@ -43,7 +43,7 @@ from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import BertForSequenceClassification  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
 from bertwb.tasks.finetune.classify import ClassifySettings, ClassifyTask  # noqa: E402
-from bertwb.tasks.finetune.batches import collate  # noqa: E402
+from bertwb.tasks.finetune.batches import TaskExamples, collate  # noqa: E402
 from bertwb.tasks.finetune.objectives import objective_for  # noqa: E402
 from bertwb.train.distributed import Dist  # noqa: E402
 from bertwb.train.optim import schedule_for  # noqa: E402
@@ -83,7 +83,8 @@ class OurSide:
 
     def __init__(self, model: BertForSequenceClassification, task: ClassifyTask, train, epochs: int):
         s = settings(epochs)
-        self.model, self.batches = model, Batches(train, BATCH, s.seed, bucket_batches=s.bucket_batches)
+        self.batches = Batches(TaskExamples(train), BATCH, s.seed, bucket_batches=s.bucket_batches)
+        self.model = model
         objective = objective_for(task, model.label_names)
         objective.fast = fast.choose(model, torch.device("cpu"), s.cpu_fast_paths)  # as `bertwb finetune`
         self.trainer = Trainer(s, objective, model, self.batches, dist=Dist(device="cpu"))

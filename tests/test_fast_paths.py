@@ -4,12 +4,13 @@
   and without a padding mask: the same dropout masks from the same seed, the same gradients;
 * the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed;
 * the MLM head's (V, n) output layout (`fast.mlm.TransposedMLMHead`) against the plain (n, V) one;
-* the MLM loss (`fast.mlm.VocabCrossEntropy`) against `F.cross_entropy` and `argmax` accuracy, ties
+* the MLM loss's fast branch (`fast.mlm.VocabCrossEntropy`) against its plain one (`F.cross_entropy`,
+  `argmax` accuracy, in `bertwb.tasks.losses.masked_lm`), ties
   included, and the gradients it hands to the head;
 * `fast.install` keeps parameters, ties and state-dict names, and leaves evaluation outputs as they were;
 * `fast.choose` installs them on CPU only, and only when asked; the trainer trains a model as it comes;
 * one whole training step of the trainer with the fast pieces against the reference step (plain
-  attention, `F.cross_entropy`, the per-tensor AdamW), from the same weights and dropout seed.
+  attention, the plain loss, the per-tensor AdamW), from the same weights and dropout seed.
 """
 
 import copy
@@ -26,6 +27,7 @@ from bertwb.fast.attention import attention_with_dropout
 from bertwb.fast.dropout import dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.tasks import losses
 from bertwb.tasks.pretraining import PretrainingObjective
 from bertwb.train.trainer import Trainer
 from conftest import stand_in_pairs
@@ -114,13 +116,13 @@ def _logits_and_reference(n=40, seed=0, plant_hits=True):
 
 
 def test_vocab_cross_entropy_matches_cross_entropy_hits_and_gradients():
+    """The MLM loss's fast branch (`mlm_loss_sum`) gives its plain branch's (F.cross_entropy, argmax) numbers."""
     weight, h, labels = _logits_and_reference()
     reference = h @ weight.t()
-    ref_loss = F.cross_entropy(reference, labels, reduction="sum")
-    ref_hits = (reference.argmax(-1) == labels).sum()
+    ref_loss, ref_hits = losses.masked_lm(reference, labels, fast=False)
     ref_grads = torch.autograd.grad(ref_loss * 0.3, (weight, h))
 
-    loss, hits = mlm_loss_sum((weight @ h.t()).t(), labels)  # the layout TransposedMLMHead returns
+    loss, hits = losses.masked_lm((weight @ h.t()).t(), labels, fast=True)  # the layout TransposedMLMHead returns
     grads = torch.autograd.grad(loss * 0.3, (weight, h))
     assert int(hits) == int(ref_hits) >= 20
     torch.testing.assert_close(loss, ref_loss, atol=1e-4, rtol=1e-5)
@@ -225,7 +227,7 @@ def _fast_step(model, batch) -> torch.Tensor:
 
 
 def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
-    """The same step in plain PyTorch: plain attention, F.cross_entropy, argmax, per-tensor AdamW; dropout
+    """The same step in plain PyTorch: plain attention, the plain loss (F.cross_entropy), per-tensor AdamW; dropout
     with the packed dropout's masks so that both sides drop the same elements."""
     # the packed dropout, and the unpadded encoder (its own test holds it to the plain one) so that dropout draws
     # over the same real tokens on both sides
@@ -238,14 +240,12 @@ def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
                                   lr=1e-3, betas=(0.9, 0.999), eps=1e-6, foreach=False)
     torch.manual_seed(3)
     out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-    mlm_logits = out.mlm_logits
-    mlm = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
-    nsp = F.cross_entropy(out.nsp_logits, batch.nsp_labels, reduction="sum")
-    hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
-    (mlm / len(batch.mlm_labels) + nsp / len(batch.nsp_labels)).backward()
+    mlm = losses.masked_lm(out.mlm_logits, batch.mlm_labels, fast=False)
+    nsp = losses.next_sentence(out.nsp_logits, batch.nsp_labels)
+    losses.pretraining(mlm, nsp, len(batch.mlm_labels), len(batch.nsp_labels)).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return torch.tensor([mlm.item(), nsp.item(), float(hits)], dtype=torch.float64)
+    return torch.tensor([mlm.loss.item(), nsp.loss.item(), float(mlm.correct)], dtype=torch.float64)
 
 
 def test_training_step_matches_the_plain_pytorch_step(monkeypatch):

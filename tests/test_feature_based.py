@@ -19,6 +19,8 @@ from bertwb.cli import cli
 from bertwb.model import modeldir
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.model.heads import new_model
+from bertwb.tasks import losses
+from bertwb.tasks.finetune.features import IGNORE
 from conftest import GLUE_WORDS, TOPIC_WORDS, Project, assert_one_line_error
 from publishedkit import word_tokenizer
 
@@ -183,7 +185,7 @@ def test_a_frozen_encoder_trains_in_eval_mode_and_takes_no_gradient():
     model.freeze_encoder().train()
     assert model.training and model.dropout.training and not any(m.training for m in model.bert.modules())
     ids = torch.tensor([[2, 5, 6, 3]])
-    model(ids, labels=torch.tensor([[-100, 0, 1, -100]])).loss.backward()
+    losses.token_classification(model(ids).logits, torch.tensor([[IGNORE, 0, 1, IGNORE]])).loss.backward()
     assert all(p.grad is None for p in model.bert.parameters()) and model.classifier.weight.grad is not None
     with torch.no_grad():  # no dropout inside: the same features twice
         assert torch.equal(model(ids).hidden_states, model(ids).hidden_states)

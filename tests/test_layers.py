@@ -1,7 +1,9 @@
-"""bertwb's layers: no module imports one above it, and every function-level import has a reason.
+"""bertwb's layers: no module imports one above it, no modules import each other, and every function-level
+import has a reason.
 
-`LAYERS` places every module bottom up, with why; a module imports its own layer and those below.
-Every import counts (module level, inside a function, under TYPE_CHECKING), read with ast, nothing run.
+`LAYERS` places every module bottom up, with why; a module imports its own layer and those below, and no
+circle of imports runs within a layer. Every import counts (module level, inside a function, under
+TYPE_CHECKING: a lazy or typing-only import still ties two modules together), read with ast, nothing run.
 An import inside a function is allowed only to keep a heavy library (`HEAVY`) out of light commands such
 as `bertwb status`: the module it imports loads one that the importing module does not, and a comment
 at the head of its block of imports says so. There are no exceptions.
@@ -197,6 +199,29 @@ def needless(imports: list[Import]) -> list[Import]:
             and (not heavy_loads(i.imported) - heavy_loads(i.importer) or not i.commented)]
 
 
+def circles(imports: list[Import]) -> list[list[str]]:
+    """The import circles among ``imports``: each set of modules that reach one another (a strongly
+    connected component of the import graph, any kind of import an edge), sorted."""
+    graph: dict[str, set[str]] = {}
+    for i in imports:
+        if i.imported != i.importer:
+            graph.setdefault(i.importer, set()).add(i.imported)
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reached = {module: reach(module) for module in graph}
+    found = {tuple(sorted(m for m in reached[module] if module in reached.get(m, ()))) for module in graph
+             if module in reached[module]}
+    return sorted(list(circle) for circle in found)
+
+
 def _all() -> list[Import]:
     return [i for imports, _ in IMPORTS.values() for i in imports]
 
@@ -221,6 +246,13 @@ def test_a_function_level_import_keeps_something_heavy_out_and_says_so():
                        "level, or add the comment")
 
 
+def test_no_modules_import_each_other_lazily_typing_only_or_at_all():
+    found = circles(_all())
+    assert not found, (f"import circles (each the modules that import one another, by any import: module level, in "
+                       f"a function or under TYPE_CHECKING): {found}; move the shared piece down a module, or pass "
+                       "what is needed in")
+
+
 def test_the_checks_catch_what_they_look_for():
     """A planted upward import and a planted needless one are found; the real ones above are not made up."""
     planted = Import("bertwb.data.pairs", "bertwb.engine", 1, "function", True)
@@ -233,3 +265,10 @@ def test_the_checks_catch_what_they_look_for():
     found = {(i.importer, i.imported, i.where) for i in _all()}
     assert ("bertwb.engine", "bertwb.train.distributed", "function") in found  # function-level imports are read
     assert ("bertwb.stage", "bertwb.workspace", "typing") in found  # and TYPE_CHECKING ones
+    lazy = [Import("bertwb.data.pairs", "bertwb.data.masking", 1, "module", False),
+            Import("bertwb.data.masking", "bertwb.data.scripts", 1, "module", False),
+            Import("bertwb.data.scripts", "bertwb.data.pairs", 9, "function", True)]
+    assert circles(lazy) == [["bertwb.data.masking", "bertwb.data.pairs", "bertwb.data.scripts"]]
+    typing_only = [Import("bertwb.train.trainer", "bertwb.train.optim", 1, "module", False),
+                   Import("bertwb.train.optim", "bertwb.train.trainer", 5, "typing", False)]
+    assert circles(typing_only + lazy[:2]) == [["bertwb.train.optim", "bertwb.train.trainer"]]

@@ -23,6 +23,7 @@ from bertwb.model.hf_names import (
     label_names_from_hf_dict,
     to_hf_state_dict,
 )
+from bertwb.tasks import losses as task_losses
 
 VOCAB = 1000
 
@@ -69,15 +70,11 @@ def test_output_shapes_dense_and_sparse(use_mask):
     assert dense.nsp_logits.shape == (3, 2)
     assert dense.hidden_states.shape == (3, 12, 64)
     assert dense.pooled.shape == (3, 64)
-    assert dense.loss is None and dense.mlm_loss is None and dense.nsp_loss is None
 
     masked_positions = torch.tensor([1, 4, 13, 30, 31])  # ragged: 2 in row 0, 1 in row 1, 2 in row 2
-    sparse = model(input_ids, token_type_ids, mask, masked_positions=masked_positions,
-                   mlm_labels=torch.tensor([7, 8, 9, 10, 11]), nsp_labels=torch.tensor([0, 1, 0]))
+    sparse = model(input_ids, token_type_ids, mask, masked_positions=masked_positions)
     assert sparse.mlm_logits.shape == (5, VOCAB)
     assert sparse.nsp_logits.shape == (3, 2)
-    assert sparse.mlm_loss.ndim == 0 and sparse.nsp_loss.ndim == 0
-    torch.testing.assert_close(sparse.loss, sparse.mlm_loss + sparse.nsp_loss)
 
 
 def test_presets_have_the_table_numbers():
@@ -126,15 +123,11 @@ def test_sparse_head_equals_dense_head_gathered():
     model = random_model(small_config())
     input_ids, token_type_ids, attention_mask, _ = make_batch()
     masked_positions = torch.tensor([3, 5, 12, 20, 25, 26])
-    mlm_labels = torch.tensor([11, 12, 13, 14, 15, 16])
     with torch.no_grad():
-        sparse = model(input_ids, token_type_ids, attention_mask, masked_positions, mlm_labels)
-        dense_labels = torch.full(input_ids.shape, -100)
-        dense_labels.view(-1)[masked_positions] = mlm_labels  # (B, T) viewed flat
-        dense = model(input_ids, token_type_ids, attention_mask, mlm_labels=dense_labels)
+        sparse = model(input_ids, token_type_ids, attention_mask, masked_positions)
+        dense = model(input_ids, token_type_ids, attention_mask)
     gathered = dense.mlm_logits.reshape(-1, VOCAB)[masked_positions]  # (B, T, V) -> (B*T, V) -> (n, V)
     torch.testing.assert_close(sparse.mlm_logits, gathered, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(sparse.mlm_loss, dense.mlm_loss, atol=1e-6, rtol=1e-6)
 
 
 def test_padded_batch_matches_sequences_run_alone():
@@ -274,33 +267,21 @@ def test_from_hf_reports_missing_and_unexpected_keys():
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 
-def test_task_models_shapes_and_losses():
+def test_task_models_shapes():
+    """Each head's scores have their shapes (their losses are bertwb.tasks.losses', tests/test_losses.py)."""
     config = small_config()
     input_ids, token_type_ids, attention_mask, _ = make_batch(batch=3, seq=12)
 
     sequence = BertForSequenceClassification(config, ["neg", "pos", "neutral"]).eval()
-    out = sequence(input_ids, token_type_ids, attention_mask, labels=torch.tensor([0, 2, 1]))
+    out = sequence(input_ids, token_type_ids, attention_mask)
     assert out.logits.shape == (3, 3) and out.hidden_states.shape == (3, 12, 64)
-    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
     regressor = BertForSequenceClassification(config, ["score"]).eval()
-    targets = torch.tensor([0.5, 1.0, 4.0])
-    out = regressor(input_ids, token_type_ids, attention_mask, labels=targets)
-    torch.testing.assert_close(out.loss, ((out.logits[:, 0] - targets) ** 2).mean())
-
+    assert regressor(input_ids, token_type_ids, attention_mask).logits.shape == (3, 1)
     tokens = BertForTokenClassification(config, NER_LABELS).eval()
-    labels = torch.full(input_ids.shape, -100)
-    labels[:, 1:4] = torch.tensor([1, 2, 0])  # three labelled tokens per row, the rest ignored
-    out = tokens(input_ids, token_type_ids, attention_mask, labels=labels)
-    assert out.logits.shape == (3, 12, 5)
-    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[:, 1:4].reshape(-1, 5),
-                                                                           labels[:, 1:4].reshape(-1)))
-
+    assert tokens(input_ids, token_type_ids, attention_mask).logits.shape == (3, 12, 5)
     spans = BertForQuestionAnswering(config).eval()
-    out = spans(input_ids, token_type_ids, attention_mask, torch.tensor([1, 2, 3]), torch.tensor([2, 2, -100]))
+    out = spans(input_ids, token_type_ids, attention_mask)
     assert out.start_logits.shape == (3, 12) and out.end_logits.shape == (3, 12)
-    start = torch.nn.functional.cross_entropy(out.start_logits, torch.tensor([1, 2, 3]))
-    end = torch.nn.functional.cross_entropy(out.end_logits[:2], torch.tensor([2, 2]))
-    torch.testing.assert_close(out.loss, (start + end) / 2)
 
     # token classification and QA never read the pooler, so they have none (as HF's add_pooling_layer=False)
     assert any(name.startswith("bert.pooler.") for name in sequence.state_dict())
@@ -441,10 +422,12 @@ def test_loss_goes_down_on_a_fixed_batch():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(30):
-        out = model(masked_ids, token_type_ids, attention_mask, masked_positions, mlm_labels, nsp_labels)
+        out = model(masked_ids, token_type_ids, attention_mask, masked_positions)
+        loss = task_losses.pretraining(task_losses.masked_lm(out.mlm_logits, mlm_labels),
+                                       task_losses.next_sentence(out.nsp_logits, nsp_labels), len(mlm_labels), 4)
         optimizer.zero_grad()
-        out.loss.backward()
+        loss.backward()
         optimizer.step()
-        losses.append(out.loss.item())
+        losses.append(loss.item())
     assert losses[0] > 6.0  # ~ln(1000) + ln(2) at init
     assert losses[-1] < 0.15 * losses[0]  # memorising 8 tokens and 4 NSP labels

@@ -230,11 +230,8 @@ class MLMHead(nn.Module):
 
 @dataclass
 class BertOutput:
-    """What `BertForPreTraining.forward` computed; None for whatever it was not asked for."""
+    """What `BertForPreTraining.forward` computed: scores, no loss (the losses are `bertwb.tasks.losses`)."""
 
-    loss: torch.Tensor | None  # mlm_loss + nsp_loss (or whichever of them was given labels)
-    mlm_loss: torch.Tensor | None
-    nsp_loss: torch.Tensor | None
     mlm_logits: torch.Tensor  # (n_masked, V) with masked_positions, else (B, T, V)
     nsp_logits: torch.Tensor  # (B, 2): index 0 = "B follows A", 1 = "B is random", as the original
     hidden_states: torch.Tensor  # (B, T, H), last encoder layer
@@ -263,15 +260,12 @@ class BertForPreTraining(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         masked_positions: torch.Tensor | None = None,
-        mlm_labels: torch.Tensor | None = None,
-        nsp_labels: torch.Tensor | None = None,
     ) -> BertOutput:
         """Run the encoder and both heads.
 
         `masked_positions` holds flat indices into the (B*T) token grid, so rows with different mask
-        counts need no padding; the MLM head then runs only there and `mlm_labels` is (n_masked,).
-        Without it the head runs on every token (fill-mask, parity tests) and `mlm_labels` is (B, T)
-        with -100 where there is nothing to predict. `nsp_labels` is (B,). Losses are mean cross-entropy.
+        counts need no padding; the MLM head then runs only there. Without it the head runs on every
+        token (fill-mask, parity tests). The losses on these scores are `bertwb.tasks.losses`.
         """
         hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
         if masked_positions is not None:
@@ -281,16 +275,7 @@ class BertForPreTraining(nn.Module):
             mlm_inputs = hidden_states
         mlm_logits = self.mlm_head(mlm_inputs)
         nsp_logits = self.nsp_head(pooled)
-
-        mlm_loss = nsp_loss = loss = None
-        if mlm_labels is not None:
-            # (..., V) -> (N, V) and (...) -> (N,); -100 marks unmasked tokens in the dense layout
-            mlm_loss = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.size(-1)), mlm_labels.reshape(-1))
-        if nsp_labels is not None:
-            nsp_loss = F.cross_entropy(nsp_logits, nsp_labels)
-        if mlm_loss is not None or nsp_loss is not None:
-            loss = sum(part for part in (mlm_loss, nsp_loss) if part is not None)
-        return BertOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, hidden_states, pooled)
+        return BertOutput(mlm_logits, nsp_logits, hidden_states, pooled)
 
     def encode(
         self,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining, BertModel, init_weights
@@ -21,18 +20,17 @@ from bertwb.model.bert import BertConfig, BertForPreTraining, BertModel, init_we
 
 @dataclass
 class ClassifierOutput:
-    """What a classification model computed."""
+    """What a classification model computed: scores, no loss (the losses are `bertwb.tasks.losses`)."""
 
-    loss: torch.Tensor | None  # with labels: mean cross-entropy (-100 = ignore); mean squared error for 1 label
     logits: torch.Tensor  # (B, num_labels) per sequence, or (B, T, num_labels) per token
     hidden_states: torch.Tensor  # (B, T, H), last encoder layer; with feature_layers theirs side by side (B, T, k*H)
 
 
 @dataclass
 class SpanOutput:
-    """What the question-answering model computed: a score per token for being the answer's start and end."""
+    """What the question-answering model computed: a score per token for being the answer's start and end
+    (no loss: `bertwb.tasks.losses.span`, which never takes padding for an answer)."""
 
-    loss: torch.Tensor | None  # with positions: (start cross-entropy + end cross-entropy) / 2, -100 = ignore
     start_logits: torch.Tensor  # (B, T)
     end_logits: torch.Tensor  # (B, T)
     hidden_states: torch.Tensor  # (B, T, H), last encoder layer
@@ -55,8 +53,8 @@ class _Classifier(nn.Module):
     """What both classifiers hold: the backbone, dropout, a Linear(H, labels), and the label names by id.
 
     Subclasses say which vectors are classified (`_features`, or `_layer_features` of the hidden states of
-    ``feature_layers`` side by side, when set: the head then reads k*H wide vectors) and how the loss is
-    taken (`_loss`). `freeze_encoder` keeps the backbone as it is, for the feature-based approach.
+    ``feature_layers`` side by side, when set: the head then reads k*H wide vectors). `freeze_encoder` keeps
+    the backbone as it is, for the feature-based approach.
     """
 
     head_prefixes = ("classifier.",)
@@ -99,9 +97,8 @@ class _Classifier(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
     ) -> ClassifierOutput:
-        """Scores for each sequence (B, num_labels) or token (B, T, num_labels); the loss when given labels."""
+        """Scores for each sequence (B, num_labels) or token (B, T, num_labels)."""
         if self.feature_layers is None:
             hidden_states, pooled = self.bert(input_ids, token_type_ids, attention_mask)
             features = self._features(hidden_states, pooled)
@@ -110,8 +107,7 @@ class _Classifier(nn.Module):
                                                               self.feature_layers), -1)
             features = self._layer_features(hidden_states, attention_mask)
         logits = self.classifier(self.dropout(features))
-        loss = None if labels is None else self._loss(logits, labels)
-        return ClassifierOutput(loss, logits, hidden_states)
+        return ClassifierOutput(logits, hidden_states)
 
     def _features(self, hidden_states: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
@@ -119,17 +115,13 @@ class _Classifier(nn.Module):
     def _layer_features(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
 
 class BertForSequenceClassification(_Classifier):
     """One label per sequence (a sentence or a sentence pair): the pooled [CLS], dropout, a Linear(H, labels).
 
-    With one label it is a regressor (loss: mean squared error), as Hugging Face's class.
-    `labels` (B,) are label ids, or float targets for one label. With ``feature_layers`` it classifies the
-    mean of those layers' token vectors instead (not the pooler): the pooler and [CLS] are trained by NSP, not
-    to sum up a text, and the mean is what ``bertwb embed --layers`` gives for the same layers.
+    With one label it is a regressor (trained on squared error), as Hugging Face's class. With ``feature_layers``
+    it classifies the mean of those layers' token vectors instead (not the pooler): the pooler and [CLS] are
+    trained by NSP, not to sum up a text, and the mean is what ``bertwb embed --layers`` gives for the same layers.
     """
 
     kind = "sequence_classification"
@@ -144,17 +136,12 @@ class BertForSequenceClassification(_Classifier):
     def _layer_features(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return masked_mean(hidden_states, attention_mask)  # (B, T, k*H) -> (B, k*H)
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if logits.size(-1) == 1:
-            return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))  # (B, 1) -> (B,)
-        return F.cross_entropy(logits, labels)
-
 
 class BertForTokenClassification(_Classifier):
     """One label per token (named entities in CoNLL): every hidden state, dropout, a Linear(H, labels); no pooler.
 
-    `labels` (B, T) with -100 where nothing is predicted. With ``feature_layers``, each token's vectors of
-    those layers side by side, as the paper's feature-based NER (a Linear head, not its two-layer BiLSTM).
+    With ``feature_layers``, each token's vectors of those layers side by side, as the paper's feature-based NER
+    (a Linear head, not its two-layer BiLSTM).
     """
 
     kind = "token_classification"
@@ -168,10 +155,6 @@ class BertForTokenClassification(_Classifier):
 
     def _layer_features(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         return hidden_states  # (B, T, k*H) -> logits (B, T, num_labels)
-
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        # (B, T, num_labels) -> (B*T, num_labels) and (B, T) -> (B*T,): one prediction per token
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -193,18 +176,12 @@ class BertForQuestionAnswering(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        start_positions: torch.Tensor | None = None,
-        end_positions: torch.Tensor | None = None,
     ) -> SpanOutput:
-        """Start and end scores (B, T) for every token; `start_positions`/`end_positions` (B,) token indices,
-        -100 for a sequence whose answer is not in it."""
+        """Start and end scores (B, T) for every token, padding included."""
         hidden_states, _ = self.bert(input_ids, token_type_ids, attention_mask)
         logits = self.span_head(hidden_states)  # (B, T, 2)
         start_logits, end_logits = logits[..., 0], logits[..., 1]  # (B, T, 2) -> two (B, T)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = (F.cross_entropy(start_logits, start_positions) + F.cross_entropy(end_logits, end_positions)) / 2
-        return SpanOutput(loss, start_logits, end_logits, hidden_states)
+        return SpanOutput(start_logits, end_logits, hidden_states)
 
 
 AnyBert = BertForPreTraining | BertForSequenceClassification | BertForTokenClassification | BertForQuestionAnswering

@@ -23,6 +23,7 @@ from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.model import modeldir
+from bertwb.tasks.finetune.batches import TaskExamples
 from bertwb.tasks.finetune.evaluation import TaskObjective
 from bertwb.tasks.finetune.objectives import objective_for
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class, task_settings, task_type
@@ -78,7 +79,7 @@ class TaskPredictor:
     def predict(self, examples: list[Any], bar: Any = None) -> list[dict[str, Any]]:
         """One prediction per example, in order; ``bar`` (a `ui.progress`) advances by examples done."""
         features = self.task.featurize(examples, self.tokenizer, None)
-        batches = Batches(features, self.batch_size, 0, bucket_batches=10_000, drop_last=False)
+        batches = Batches(TaskExamples(features), self.batch_size, 0, bucket_batches=10_000, drop_last=False)
         objective = objective_for(self.task, self.label_names)
         outputs = _predict_outputs(objective, self.model, batches, self.precision, self.device,
                                    _ExampleCounter(bar, len(examples), len(features)))

@@ -20,7 +20,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bertwb import fast, ui
 from bertwb.artifacts import IMPORT_FILE, METRICS_FILE
@@ -30,10 +29,10 @@ from bertwb.data.masking import KIND_NAMES
 from bertwb.data.pair_batches import PairArrays, PairBatch, collate, load_split
 from bertwb.data.ragged import ranges
 from bertwb.errors import BertwbError
-from bertwb.fast.mlm import mlm_loss_sum
 from bertwb.model import modeldir
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.model.hf_names import hf_config_dict
+from bertwb.tasks import losses
 from bertwb.train import checkpoint
 from bertwb.train.distributed import Dist
 from bertwb.train.model_choice import user_path
@@ -61,17 +60,11 @@ class PretrainingObjective(Objective):
 
     def loss(self, out: Any, batch: PairBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
         n_masked, n_pairs = totals
-        mlm_logits, nsp_logits = out.mlm_logits.float(), out.nsp_logits.float()
-        if self.fast and torch.is_grad_enabled():
-            mlm_sum, mlm_hits = mlm_loss_sum(mlm_logits, batch.mlm_labels)  # consumes the logits in backward
-        else:
-            mlm_sum = F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum")
-            mlm_hits = (mlm_logits.argmax(-1) == batch.mlm_labels).sum()
-        nsp_sum = F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum")
-        with torch.no_grad():
-            sums = torch.stack([mlm_sum.detach().double(), nsp_sum.detach().double(), mlm_hits.double(),
-                                (nsp_logits.argmax(-1) == batch.nsp_labels).sum().double()])
-        return mlm_sum / max(n_masked, 1) + nsp_sum * (float(self.nsp) / n_pairs), sums
+        mlm = losses.masked_lm(out.mlm_logits, batch.mlm_labels, self.fast)  # a fast one consumes the logits
+        nsp = losses.next_sentence(out.nsp_logits, batch.nsp_labels)
+        sums = torch.stack([mlm.loss.detach().double(), nsp.loss.detach().double(), mlm.correct.double(),
+                            nsp.correct.double()])
+        return losses.pretraining(mlm, nsp, n_masked, n_pairs, self.nsp), sums
 
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         masked, pairs = max(totals["n_masked"], 1), max(totals["n_pairs"], 1)
@@ -264,12 +257,13 @@ def evaluate_pairs(model: torch.nn.Module, pairs: PairArrays, kinds: np.ndarray,
             indices = order[start:start + batch_size]
             batch = collate(pairs, indices).to(device)
             out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
-            mlm_logits, nsp_logits = out.mlm_logits.float(), out.nsp_logits.float()
-            mlm_loss += F.cross_entropy(mlm_logits, batch.mlm_labels, reduction="sum").item()
-            nsp_loss += F.cross_entropy(nsp_logits, batch.nsp_labels, reduction="sum").item()
-            hits = (mlm_logits.argmax(-1) == batch.mlm_labels).cpu().numpy()
-            mlm_correct += int(hits.sum())
-            nsp_correct += int((nsp_logits.argmax(-1) == batch.nsp_labels).sum())
+            masked = losses.masked_lm(out.mlm_logits, batch.mlm_labels)
+            next_sentence = losses.next_sentence(out.nsp_logits, batch.nsp_labels)
+            mlm_loss += masked.loss.item()
+            nsp_loss += next_sentence.loss.item()
+            mlm_correct += int(masked.correct)
+            nsp_correct += int(next_sentence.correct)
+            hits = losses.right(out.mlm_logits, batch.mlm_labels).cpu().numpy()  # per masked token, for the kinds
             # kinds in collate's order: each row's masked slice, rows in ``indices`` order
             counts = pairs.masked_offsets[indices + 1] - pairs.masked_offsets[indices]
             batch_kinds = kinds[ranges(pairs.masked_offsets[indices], counts)]

@@ -4,17 +4,31 @@ The trainer knows nothing of masked tokens, pairs or tags; an `Objective` does. 
 ``sums`` (on the device, so a step never waits for them) and ``counts`` (known on the host). The trainer adds
 the counts over every micro-batch of every process before the step and `loss` divides by those global
 totals, so the gradient is the global batch's whatever the number of processes or accumulation steps.
-Evaluation sums the same statistics over the validation batches unless the objective says otherwise.
+Evaluation sums the same statistics over the valid batches unless the objective says otherwise (`Validation`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 if TYPE_CHECKING:
-    from bertwb.train.trainer import Trainer
+    from bertwb.data.batching import Batches
+    from bertwb.train.distributed import Dist
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What the trainer hands an objective's `Objective.evaluate`: the model (in eval mode), the valid
+    batches and how to run them, and the objective's statistics summed over them, on demand (``totals``)."""
+
+    model: torch.nn.Module
+    batches: Batches
+    precision: str
+    dist: Dist
+    totals: Callable[[], dict[str, float]]
 
 
 class Objective:
@@ -48,6 +62,6 @@ class Objective:
         return [f"loss {metrics['loss']:.4f}"], ([f"valid loss {metrics['valid_loss']:.4f}"]
                                                   if "valid_loss" in metrics else [])
 
-    def evaluate(self, trainer: Trainer) -> dict[str, float]:
+    def evaluate(self, validation: Validation) -> dict[str, float]:
         """Validation metrics, ``valid_``-prefixed: by default the rates of the summed statistics."""
-        return {f"valid_{name}": value for name, value in self.rates(trainer.validation_totals()).items()}
+        return {f"valid_{name}": value for name, value in self.rates(validation.totals()).items()}

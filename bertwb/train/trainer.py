@@ -31,7 +31,7 @@ from bertwb.train import checkpoint, tensorboard
 from bertwb.train.budget import TimeBudget
 from bertwb.train.device import autocast, uses_bf16
 from bertwb.train.distributed import Dist
-from bertwb.train.objective import Objective
+from bertwb.train.objective import Objective, Validation
 from bertwb.train.optim import build_optimizer, schedule_for, set_rates
 from bertwb.train.runs import checkpoint_path
 from bertwb.workspace import building, open_append, write_text_atomic
@@ -250,7 +250,8 @@ class Trainer:
         """The objective's validation metrics (``valid_``-prefixed), on every rank; the model stays in train mode."""
         self.model.eval()
         try:
-            return self.objective.evaluate(self)
+            return self.objective.evaluate(Validation(self.model, self.valid, self.settings.precision, self.dist,
+                                                      self.validation_totals))
         finally:
             self.model.train()
 

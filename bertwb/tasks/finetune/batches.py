@@ -2,7 +2,7 @@
 
 Padding exists only here, inside a batch: each row is padded to the batch's longest (rounded up to
 ``pad_multiple``), with an attention mask only when some row is padded, and per-token targets padded
-with -100 so that padding is never a target.
+with -100 so that padding is never a target. `TaskExamples` hands a split's features to `Batches`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from bertwb.data.batching import TensorBatch, round_up
+from bertwb.tasks import losses
 from bertwb.tasks.finetune.features import IGNORE, Features
 
 
@@ -30,7 +31,24 @@ class TaskBatch(TensorBatch):
     end_positions: torch.Tensor | None  # (B,) int64
     n_tokens: int
     n_padded: int
-    n_targets: int  # what the loss averages over: rows, or labelled tokens (counted on the host)
+    n_targets: int  # what the loss averages over: rows, or labelled tokens (`losses.counted`, on the host)
+
+
+@dataclass
+class TaskExamples:
+    """A split's features as :class:`bertwb.data.batching.Batches` batches them: their lengths, and a global
+    batch's rows collated into padded micro-batches (`Features` itself knows no torch)."""
+
+    features: Features
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.features.lengths
+
+    def micro_batches(self, rows: np.ndarray, parts: list[np.ndarray], seed: int, epoch: int, index: int,
+                      pad_multiple: int = 1) -> list[TaskBatch]:
+        """Global batch ``rows`` as the padded micro-batches ``parts`` (slots of it)."""
+        return [collate(self.features, rows[slots], pad_multiple) for slots in parts if len(slots)]
 
 
 def collate(features: Features, rows: np.ndarray, pad_multiple: int = 1) -> TaskBatch:
@@ -54,4 +72,4 @@ def collate(features: Features, rows: np.ndarray, pad_multiple: int = 1) -> Task
         features=torch.from_numpy(rows.astype(np.int64)), labels=per_row(features.labels),
         token_labels=token_labels, start_positions=per_row(features.start), end_positions=per_row(features.end),
         n_tokens=int(lengths.sum()), n_padded=len(rows) * width,
-        n_targets=len(rows) if token_labels is None else int((token_labels != IGNORE).sum()))
+        n_targets=len(rows) if token_labels is None else int(losses.counted(token_labels).sum()))

@@ -18,7 +18,7 @@ import numpy as np
 from bertwb.config import FeatureTaskConfig, option
 from bertwb.errors import BertwbError
 from bertwb.tasks import metrics
-from bertwb.tasks.finetune.features import Features
+from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.readers import column, format_of, read_table
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class ClassifyTask:
             labels = np.array([0.0 if e.label is None else e.label for e in examples], np.float32)
         else:
             ids = {name: i for i, name in enumerate(label_names or [])}
-            labels = np.array([ids.get(e.label, -100) for e in examples], np.int64)
+            labels = np.array([ids.get(e.label, IGNORE) for e in examples], np.int64)
         return Features.from_encodings([e.ids for e in encodings], [e.type_ids for e in encodings],
                                        list(range(len(examples))), labels=labels)
 

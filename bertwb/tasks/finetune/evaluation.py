@@ -19,11 +19,10 @@ from bertwb.data.batching import Batches
 from bertwb.tasks.finetune.features import Features
 from bertwb.train.device import autocast
 from bertwb.train.distributed import Dist
-from bertwb.train.objective import Objective
+from bertwb.train.objective import Objective, Validation
 
 if TYPE_CHECKING:
     from bertwb.tasks.finetune.tasktypes import TaskType
-    from bertwb.train.trainer import Trainer
 
 
 class TaskObjective(Objective):
@@ -38,10 +37,10 @@ class TaskObjective(Objective):
         self.main_metric = task.main_metric
         self.dev: tuple[list[Any], Features] | None = None  # dev examples and features, set by training
 
-    def evaluate(self, trainer: Trainer) -> dict[str, float]:
+    def evaluate(self, validation: Validation) -> dict[str, float]:
         examples, features = self.dev
-        results = score_split(self, trainer.model, trainer.valid, examples, features, trainer.settings.precision,
-                              trainer.dist)
+        results = score_split(self, validation.model, validation.batches, examples, features, validation.precision,
+                              validation.dist)
         return {f"valid_{name}": value for name, value in results.items() if isinstance(value, (int, float))}
 
     def progress(self, metrics: dict[str, Any]) -> tuple[list[str], list[str]]:

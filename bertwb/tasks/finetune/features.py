@@ -3,18 +3,15 @@
 A feature is one token sequence ``[CLS] A [SEP] (B [SEP])`` with its targets; an example gives one, or
 several when a QA context needs several windows. This module imports no torch: task type modules build
 `Features` and the config loader imports those modules (``bertwb status`` stays light). Collating rows
-into tensors is :mod:`bertwb.tasks.finetune.batches`.
+into tensors, and batching them for training, is :mod:`bertwb.tasks.finetune.batches`, which imports this.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from bertwb.tasks.finetune.batches import TaskBatch
 
 IGNORE = -100  # a target nothing is predicted for (cross-entropy's ignore_index)
 
@@ -59,13 +56,6 @@ class Features:
             np.fromiter((t for row in token_labels for t in row), dtype=np.int64, count=int(offsets[-1]))
         return cls(flat, offsets, types, np.asarray(example, np.int64), token_labels=token_targets, meta=meta,
                    **{name: np.asarray(values) for name, values in targets.items()})
-
-    def micro_batches(self, rows: np.ndarray, parts: list[np.ndarray], seed: int, epoch: int, index: int,
-                      pad_multiple: int = 1) -> list[TaskBatch]:
-        """Global batch ``rows`` as padded micro-batches (what :class:`bertwb.data.batching.Batches` asks for)."""
-        from bertwb.tasks.finetune.batches import collate  # noqa: PLC0415 - torch only once batching starts
-
-        return [collate(self, rows[slots], pad_multiple) for slots in parts if len(slots)]
 
 
 def example_ranges(features: Features, n_examples: int) -> list[np.ndarray]:

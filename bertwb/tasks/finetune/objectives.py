@@ -1,9 +1,10 @@
-"""The fine-tuning losses, one per model kind (a head of :mod:`bertwb.model.heads`), not per task type.
+"""The fine-tuning objectives, one per model kind (a head of :mod:`bertwb.model.heads`), not per task type.
 
 A task type names its ``model_kind``; the head and its loss come with it, so a new task type that
 reads other data into an existing head needs no loss of its own (and its module needs no torch).
-Each loss is summed over its targets and divided by their global count (rows, labelled tokens or
-windows), so the gradient is the global batch's whatever the number of processes.
+Each objective runs its model kind's loss of :mod:`bertwb.tasks.losses` (written there once, with the
+padding rule) and divides it by the global count of targets (rows, labelled tokens or windows), so the
+gradient is the global batch's whatever the number of processes.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from bertwb.tasks import losses
 from bertwb.tasks.finetune.batches import TaskBatch
 from bertwb.tasks.finetune.evaluation import TaskObjective
-from bertwb.tasks.finetune.features import IGNORE
 from bertwb.tasks.finetune.tasktypes import TaskType
 
 
@@ -37,15 +37,8 @@ class SequenceClassification(TaskObjective):
         return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
 
     def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = out.float()
-        if self.regression:
-            loss_sum = F.mse_loss(logits[:, 0], batch.labels.float(), reduction="sum")
-            correct = torch.zeros((), device=logits.device)
-        else:
-            loss_sum = F.cross_entropy(logits, batch.labels, reduction="sum")
-            correct = (logits.argmax(-1) == batch.labels).sum()
-        sums = torch.stack([loss_sum.detach().double(), correct.double()])
-        return loss_sum / max(totals[0], 1), sums
+        summed = losses.regression(out, batch.labels) if self.regression else losses.classification(out, batch.labels)
+        return losses.mean(summed.loss, totals[0]), summed.stats()
 
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         n = max(totals["n_examples"], 1)
@@ -69,11 +62,8 @@ class TokenClassification(TaskObjective):
         return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
 
     def loss(self, out: torch.Tensor, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = out.float().reshape(-1, out.size(-1))  # (B, T, labels) -> (B*T, labels)
-        labels = batch.token_labels.reshape(-1)
-        loss_sum = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
-        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
-        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
+        summed = losses.token_classification(out, batch.token_labels)
+        return losses.mean(summed.loss, totals[0]), summed.stats()
 
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         n = max(totals["n_words"], 1)
@@ -94,14 +84,9 @@ class SpanExtraction(TaskObjective):
         return model(batch.input_ids, batch.token_type_ids, batch.attention_mask)
 
     def loss(self, out: Any, batch: TaskBatch, totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-        start, end = out.start_logits.float(), out.end_logits.float()
-        if batch.attention_mask is not None:  # padding is never an answer
-            start = start.masked_fill(batch.attention_mask == 0, torch.finfo(start.dtype).min)
-            end = end.masked_fill(batch.attention_mask == 0, torch.finfo(end.dtype).min)
-        loss_sum = (F.cross_entropy(start, batch.start_positions, reduction="sum")
-                    + F.cross_entropy(end, batch.end_positions, reduction="sum")) / 2
-        correct = ((start.argmax(-1) == batch.start_positions) & (end.argmax(-1) == batch.end_positions)).sum()
-        return loss_sum / max(totals[0], 1), torch.stack([loss_sum.detach().double(), correct.double()])
+        summed = losses.span(out.start_logits, out.end_logits, batch.start_positions, batch.end_positions,
+                             batch.attention_mask)
+        return losses.mean(summed.loss, totals[0]), summed.stats()
 
     def rates(self, totals: dict[str, float]) -> dict[str, float]:
         n = max(totals["n_windows"], 1)

@@ -27,6 +27,7 @@ from bertwb.data.tokenizer import write_tokenizer_files
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.hf_names import hf_config_of
+from bertwb.tasks.finetune.batches import TaskExamples
 from bertwb.tasks.finetune.evaluation import score_split
 from bertwb.tasks.finetune.features import Features
 from bertwb.tasks.finetune.objectives import objective_for
@@ -129,8 +130,9 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
         task.check_labels(examples, label_names, cfg.resolve(path))
         features = task.featurize(examples, tokenizer, label_names)
         training = {"batch_tokens": settings.batch_tokens, "grad_accum": settings.grad_accum} if drop_last else {}
-        batches = Batches(features, settings.batch_size, settings.seed, bucket_batches=settings.bucket_batches,
-                          world_size=dist.world_size, rank=dist.rank, pad_multiple=pad_multiple, drop_last=drop_last,
+        batches = Batches(TaskExamples(features), settings.batch_size, settings.seed,
+                          bucket_batches=settings.bucket_batches, world_size=dist.world_size, rank=dist.rank,
+                          pad_multiple=pad_multiple, drop_last=drop_last,
                           origin=lambda name: cfg.origin(f"{setting}.{name}"), **training)
         return _Split(examples, features, batches)
 
