@@ -132,7 +132,7 @@ class Build:
         if self.executor_setting == "ray":
             sink: DuckTable | ParquetTable = ParquetTable(
                 self.con, name, relation, sinks.table_folder(self.out_dir, name), self.out_dir / "parts" / name,
-                columns, numbered)
+                columns, numbered, run_tasks=self.map, workers=lambda: self.workers(1))
         else:
             sink = DuckTable(self.con, name, relation, columns, numbered, in_flight)
         self.sinks[name] = sink

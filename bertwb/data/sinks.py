@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections import deque
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
-from bertwb.data.parts import Done, Part, PartWriter, TableTask
+from bertwb.data.parts import Done, Part, PartWriter, TableTask, identity
 from bertwb.errors import BertwbError
 
 TABLES_DIR = "tables"  # in a stage's folder: one folder of Parquet files per table
@@ -156,8 +158,10 @@ class DuckTable:
             self._cursor.execute("commit")
             self._transaction = False
 
-    def create_as(self, query: str) -> None:
-        """The table as the rows of ``query`` (SQL over the build's tables)."""
+    def create_as(self, query: str, by_parts_of: Any = None, beside: str | None = None) -> None:
+        """The table as the rows of ``query`` (SQL over the build's tables). With ``by_parts_of`` (a numbered
+        scratch sink whose rows the query joins by its key), a sink of files may run the query on each of its
+        parts, with only the rows of ``beside`` whose key falls in the part's range; here it runs once."""
         self.con.execute(f"create table {self.relation} as {query}")
 
     def create_from(self, rows: pa.Table) -> None:
@@ -230,11 +234,14 @@ class ParquetTable:
     in_folder = True
 
     def __init__(self, con: Any, name: str, relation: str, folder: Path, parts: Path, columns: str | None = None,
-                 numbered: tuple[str, str | None] | None = None, temporary: bool = False):
+                 numbered: tuple[str, str | None] | None = None, temporary: bool = False,
+                 run_tasks: Callable[..., Any] = map, workers: Callable[[], int] = lambda: 1):
+        """``run_tasks(function, tasks, workers)`` and ``workers()``: the build's map, for `create_as` by parts."""
         self.con, self.name, self.relation, self.folder, self.parts = con, name, relation, folder, parts
+        self.run_tasks, self.workers = run_tasks, workers
         self.columns, self.numbered, self.temporary = columns, numbered, temporary
         self.next_row = 0
-        self.query: str | None = None  # a table `create_as` made: its query, copied to a file by `finish`
+        self.query: str | None = None  # a table `create_as` made in the database: copied to a file by `finish`
         self.finished = False
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -271,16 +278,37 @@ class ParquetTable:
     def checkpoint(self) -> None:
         """Nothing to commit: each part is a file, whole once it is there."""
 
-    def create_as(self, query: str) -> None:
-        self.query = query
-        self.con.execute(f'create or replace temp view "{self.relation}" as {query}')
+    def create_as(self, query: str, by_parts_of: Any = None, beside: str | None = None) -> None:
+        """The table as the rows of ``query``: made in the database until `finish` copies them into a file, or,
+        ``by_parts_of`` a scratch sink of files, by a task per part of it (`PartQuery`), which sees that part as
+        the scratch table and only the rows of ``beside`` whose key falls in the part's range, so the rows of a
+        large table never pass through this process. The query must keep the parts' order (join by the key)."""
+        if by_parts_of is None:
+            self.query = query
+            self.con.execute(f'create or replace temp table "{self.relation}" as {query}')
+            return
+        assert beside is not None and by_parts_of.numbered is not None
+        key = by_parts_of.numbered[0]
+        job = PartQuery(query, by_parts_of.name, by_parts_of.select(), beside)
+        task = self.task(job.run, identity, _no_result)
+        files = sorted(by_parts_of.folder.glob("part-*.parquet"))
+        offsets = [int(path.stem.split("-")[1]) for path in files]
+
+        def tasks() -> Any:
+            for path, low, high in zip(files, offsets, [*offsets[1:], None], strict=True):
+                where, params = (f"{key} >= ?", [low]) if high is None else (f"{key} >= ? and {key} < ?", [low, high])
+                yield str(path.resolve()), self.con.sql(f"select * from {beside} where {where}",
+                                                        params=params).to_arrow_table()
+
+        for done in self.run_tasks(task.run, enumerate(tasks()), self.workers()):
+            self.take(task, done)
 
     def create_from(self, rows: pa.Table) -> None:
         self.add(rows, 0)
 
     def drop_column(self, column: str) -> None:
         assert self.query is not None, "only a table made by a query loses a column before its files are written"
-        self.create_as(f"select * exclude ({column}) from ({self.query})")
+        self.con.execute(f'alter table temp.main."{self.relation}" drop column {column}')
 
     def discard_from(self, offset: int) -> None:
         for path in self.folder.glob("part-*.parquet"):
@@ -297,8 +325,8 @@ class ParquetTable:
         con, relation = self.con, f'"{self.relation}"'
         if self.query is not None:
             target = str((self.folder / part_name(0)).resolve()).replace("'", "''")
-            con.execute(f"copy (select * from {relation}) to '{target}' (format parquet)")
-            con.execute(f"drop view {relation}")
+            con.execute(f"copy (select * from temp.main.{relation}) to '{target}' (format parquet)")
+            con.execute(f"drop table temp.main.{relation}")
         for leftover in self.folder.glob(".*"):  # a killed task's half-written file (a retry wrote it whole)
             leftover.unlink()
         if not any(self.folder.glob("*.parquet")):  # no rows at all: one empty file gives the view its columns
@@ -342,10 +370,11 @@ class ParquetTable:
         self.con.execute("drop table empty_part")
 
     def abort(self) -> None:
-        try:
-            self.con.execute(f'drop view if exists temp.main."{self.relation}"')
-        except Exception:  # noqa: BLE001 - a database that already failed refuses everything
-            pass
+        for kind in ("view", "table"):
+            try:
+                self.con.execute(f'drop {kind} if exists temp.main."{self.relation}"')
+            except Exception:  # noqa: BLE001 - another kind by that name, or a database that already failed
+                pass
 
     def drop(self) -> None:
         self.abort()
@@ -355,3 +384,29 @@ class ParquetTable:
         con.execute(f'drop view if exists "{self.name}__new"')
         con.execute(f'create view "{self.name}" as {view_sql(self.select(), table_folder(stage_folder, self.name))}')
         return "view"
+
+
+@dataclass(frozen=True)
+class PartQuery:
+    """`ParquetTable.create_as` on one part of a scratch table, in a task: its ``run`` takes (the part's file,
+    the rows of ``beside`` in its key range) and returns the query's rows over them. Picklable."""
+
+    query: str
+    scratch: str  # the name the query reads the scratch table by
+    select: str  # the scratch table's view over `FILES`
+    beside: str  # the name the query reads the other table by
+
+    def run(self, task: tuple[str, pa.Table]) -> pa.Table:
+        path, beside = task
+        with duckdb.connect() as con:
+            con.execute(f'create view "{self.scratch}" as {self.select.replace(FILES, _quoted(path))}')
+            con.register(self.beside, beside)
+            return con.sql(self.query).to_arrow_table()
+
+
+def _quoted(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def _no_result(rows: pa.Table) -> None:
+    return None

@@ -343,7 +343,8 @@ def _finish_tables(con: Any, build: Build, dedupe: bool, raw_sentences: Any) -> 
         from (select * from raw_documents {keep}) order by raw_id""")
     sentences.create_as(f"""
             select d.doc_id, s.sent_idx, s.text
-            from raw_sentences s join {documents.relation} d using (raw_id) order by d.doc_id, s.sent_idx""")
+            from raw_sentences s join {documents.relation} d using (raw_id) order by d.doc_id, s.sent_idx""",
+                        by_parts_of=raw_sentences, beside=documents.relation)
     sentences.finish()
     documents.drop_column("raw_id")
     documents.finish()
