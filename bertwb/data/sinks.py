@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from bertwb.data.parts import Done, Part, PartWriter, TableTask, identity
+from bertwb.data.parts import Done, Part, PartWriter, TableTask, identity, run_here
 from bertwb.errors import BertwbError
 
 TABLES_DIR = "tables"  # in a stage's folder: one folder of Parquet files per table
@@ -227,18 +227,19 @@ class ParquetTable:
     tasks' parts moved in as they come and named after their first row, and a view over them.
 
     On a cluster the rows never pass through the driver: a task writes its part (`task`), the driver checks it
-    sees the file and moves it in (`take`). A table made by a query (`create_as`) is a view until `finish`
-    copies its rows into one file. ``rows`` of `finish`: how many rows the tasks wrote, checked against what
-    this machine sees (a node that writes elsewhere would leave its rows out of the table, silently)."""
+    sees the file and moves it in (`take`). A small table made by a query (`create_as`) stays in the database
+    until `finish` copies it into one file; a large one is made by a task per part of a scratch table. ``rows``
+    of `finish`: how many rows the tasks wrote, checked against what this machine sees (a node that writes
+    elsewhere would leave its rows out of the table, silently)."""
 
     in_folder = True
 
     def __init__(self, con: Any, name: str, relation: str, folder: Path, parts: Path, columns: str | None = None,
                  numbered: tuple[str, str | None] | None = None, temporary: bool = False,
-                 run_tasks: Callable[..., Any] = map, workers: Callable[[], int] = lambda: 1):
+                 run_tasks: Callable[..., Any] | None = None, workers: Callable[[], int] = lambda: 1):
         """``run_tasks(function, tasks, workers)`` and ``workers()``: the build's map, for `create_as` by parts."""
         self.con, self.name, self.relation, self.folder, self.parts = con, name, relation, folder, parts
-        self.run_tasks, self.workers = run_tasks, workers
+        self.run_tasks, self.workers = run_tasks or run_here, workers
         self.columns, self.numbered, self.temporary = columns, numbered, temporary
         self.next_row = 0
         self.query: str | None = None  # a table `create_as` made in the database: copied to a file by `finish`

@@ -3,7 +3,8 @@
 Plans each split's shards (about ``pairs.shard_tokens`` tokens, at least two documents), builds them with
 :mod:`bertwb.data.pair_builder` as the build's tasks (``pairs.workers`` of them) and writes the rows through the
 table's sink and the arrays :mod:`bertwb.data.pairs` reads: one set per ``pretrain.phases`` phase, or one. Rows
-are in (phase, split, shard, dupe, document) order, the same whoever builds them; memory stays flat. How instances differ from the original: README, "Pre-training pairs".
+are in (phase, split, shard, dupe, document) order, the same whoever builds them; memory stays flat. How
+instances differ from the original: README, "Pre-training pairs".
 """
 
 from __future__ import annotations

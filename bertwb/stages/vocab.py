@@ -13,7 +13,6 @@ import json
 import string
 import time
 import unicodedata
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -28,6 +27,7 @@ from bertwb.data.script_report import script_report
 from bertwb.data.scripts import stripping_damages
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
                                    tokenizer_identity, write_tokenizer_files)
+from bertwb.data.parts import run_here
 from bertwb.data.token_batches import BatchCounts, TokenBatches
 from bertwb.data.word_ids import EncodeJob
 from bertwb.errors import BertwbError
@@ -441,7 +441,7 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, tokens: Any, n_sentences: int, 
     try:
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar:
             open_range = None
-            for done in (run_tasks or _here)(task.run, enumerate(batches), workers):
+            for done in (run_tasks or run_here)(task.run, enumerate(batches), workers):
                 number, counts = done.result
                 if number != open_range:  # one transaction per range: per-batch autocommits each go through the WAL
                     if open_range is not None:
@@ -457,10 +457,6 @@ def tokenise_all(tokenizer: Tokenizer, con: Any, tokens: Any, n_sentences: int, 
         batches.close()
         cursor.close()
     return totals.result()
-
-
-def _here(function: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[Any]:
-    return map(function, tasks)
 
 
 class _Totals:
