@@ -73,7 +73,8 @@ def make_project(root: Path, megabytes: float, blocks: list[str]) -> tuple[Path,
 def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     """Sentences/s of the vocab stage's tokenise-into-DuckDB against raw encode_batch_fast."""
     from bertwb.data.tokenizer import load_tokenizer
-    from bertwb.stages.vocab import tokenise_all
+    from bertwb.data.sinks import DuckTable
+    from bertwb.stages.vocab import TOKENS_COLUMNS, tokenise_all
     tokenizer = load_tokenizer(project / ".bertwb" / "vocab")
     con = duckdb.connect(str(project / ".bertwb" / "bertwb.duckdb"))
     n = con.execute("select count(*) from sentences").fetchone()[0]
@@ -88,7 +89,9 @@ def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     del texts
     con.execute("drop table if exists bench_tokens")
     start = time.perf_counter()
-    n_tokens = tokenise_all(tokenizer, con, "bench_tokens", n, batch).tokens
+    tokens = DuckTable(con, "bench_tokens", "bench_tokens", TOKENS_COLUMNS, in_flight=1)
+    n_tokens = tokenise_all(tokenizer, con, tokens, n, batch).tokens
+    tokens.finish()
     ours_seconds = time.perf_counter() - start
     con.execute("drop table bench_tokens")
     con.close()

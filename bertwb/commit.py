@@ -3,7 +3,7 @@
 A build's ``<table>__new`` tables and temporary folder go in by (1) writing ``manifests/<stage>.pending.json``,
 (2) swapping the tables in one DuckDB transaction that labels them with the build id (`TABLE_LABEL`), (3)
 swapping the folder in (its ``.bertwb-build`` holds the id), (4) renaming the pending manifest over the old;
-Parquet tables (`Build.share_table`) go in as labelled views over their files, after the folder (3, then 2).
+a table goes in as its sink says (`bertwb.data.sinks`): renamed, or a view over files in the folder (3, then 2).
 A crash leaves each part old or new, `check` calls a mix stale, `settle` finishes a commit that lacked only
 step 4 and discards any other. ``identity`` hashes the outputs' digests: same outputs, same id."""
 
@@ -24,7 +24,7 @@ import duckdb
 
 from bertwb import __version__, faults, ui
 from bertwb.config import Config
-from bertwb.data import shard_files
+from bertwb.data import sinks
 from bertwb.stage import Build, Stage
 from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
 
@@ -47,9 +47,16 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
     committing = False
     try:
         with faults.within(name):
-            build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime)
-            summary = stage.run(cfg, build)
-            has_files = stage.has_files or bool(build.parquet)  # ingest's tables in Parquet: a folder too
+            build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime,
+                          executor_setting=cfg.workspace.executor)
+            try:
+                summary = stage.run(cfg, build)
+                build.close()
+            except BaseException:
+                build.abort()
+                raise
+            in_folder = any(sink.in_folder for sink in build.sinks.values())  # tables as files: a folder too
+            has_files = stage.has_files or in_folder
             outputs = _outputs(stage, out_dir, con, has_files)
             finished = time.time()
             manifest = {
@@ -73,13 +80,11 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
             ws.write_pending(name, manifest)
             faults.point("before_commit")
             committing = True
-            if build.parquet:  # its views must find their files in place when they are made
+            if in_folder:  # its views must find their files in place when they are made
                 swap_in(out_dir, ws.stage_dir(name))
-            views = {table: shard_files.view_sql(select, shard_files.table_folder(ws.stage_dir(name), table))
-                     for table, select in build.parquet.items()}
-            _commit_tables(con, stage, build_id, summary, views)
+            _commit_tables(con, stage, build, build_id, summary)
             faults.point("after_tables")
-            if has_files and not build.parquet:
+            if has_files and not in_folder:
                 swap_in(out_dir, ws.stage_dir(name))
             faults.point("before_manifest")
             ws.commit_pending(name)
@@ -161,21 +166,17 @@ def _drop_tables(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
             con.execute(f'drop {kind} "{table}"')
 
 
-def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build_id: str, summary: dict[str, Any],
-                   parquet: dict[str, str]) -> None:
-    """Swap every ``t__new`` in for ``t`` (or for a table in ``parquet``, make ``t`` the view that query gives)
-    and label it with the build, record the summary's numbers in ``stage_metrics`` and (re)create the stage's
-    views: one transaction."""
+def _commit_tables(con: duckdb.DuckDBPyConnection, stage: Stage, build: Build, build_id: str,
+                   summary: dict[str, Any]) -> None:
+    """Swap every ``t__new`` in for ``t`` as its sink says (renamed, or a view over the stage's files) and label it
+    with the build, record the summary's numbers in ``stage_metrics`` and (re)create the stage's views: one
+    transaction."""
     con.execute("begin transaction")
     try:
         for table in stage.tables:
             _drop_tables(con, [table])
-            if table in parquet:
-                _drop_tables(con, [f"{table}__new"])
-                con.execute(f'create view "{table}" as {parquet[table]}')
-            else:
-                con.execute(f'alter table "{table}__new" rename to "{table}"')
-            kind = "view" if table in parquet else "table"
+            sink = build.sinks.get(table) or sinks.DuckTable(con, table, f"{table}__new")
+            kind = sink.swap(con, build.workspace.stage_dir(stage.name))
             con.execute(f"comment on {kind} \"{table}\" is '{TABLE_LABEL}{build_id}'")
         _record_metrics(con, stage.name, summary)
         for view in stage.views:
@@ -228,7 +229,7 @@ def _outputs(stage: Stage, out_dir: Path, con: duckdb.DuckDBPyConnection, has_fi
                 inside = path.relative_to(out_dir).as_posix()
                 rel = f"{stage.name}/{inside}"
                 files[rel] = path.stat().st_size
-                if shard_files.is_table_file(inside):
+                if sinks.is_table_file(inside):
                     continue
                 with open(path, "rb") as handle:
                     digests[rel] = hashlib.file_digest(handle, "sha256").hexdigest()

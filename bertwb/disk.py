@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from bertwb.data import shard_files
+from bertwb.data import sinks
 from bertwb.stage import Stage
 from bertwb.workspace import Workspace
 
@@ -33,7 +33,7 @@ def stage_usage(stage: Stage, ws: Workspace, tables: dict[str, int] | None) -> l
     found: list[tuple[str, str, int | None]] = []
     in_parquet = 0
     for name in stage.tables if manifest is not None else ():
-        parquet = shard_files.table_folder(folder, name)
+        parquet = sinks.table_folder(folder, name)
         if manifest.get("has_files") and parquet.is_dir():
             found.append((name, "parquet", folder_bytes(parquet)))
             in_parquet += found[-1][2] or 0

@@ -16,7 +16,7 @@ import duckdb
 
 from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
-from bertwb.data import shard_files
+from bertwb.data import sinks
 from bertwb.embed import store as embed_store
 from bertwb.errors import BertwbError
 from bertwb.keys import input_fingerprints, stage_key
@@ -183,8 +183,8 @@ def _inconsistent(name: str, manifest: dict[str, Any], ws: Workspace, probe: _Pr
                 return f"output missing: table {table}"
             if tables[table] != commit.TABLE_LABEL + str(build):
                 return f"interrupted commit: table {table} is not the build its manifest describes{interrupted}"
-            folder = shard_files.table_folder(ws.stage_dir(name), table)
-            if table in probe.views and not shard_files.reads_folder(probe.views[table], folder):
+            folder = sinks.table_folder(ws.stage_dir(name), table)
+            if table in probe.views and not sinks.reads_folder(probe.views[table], folder):
                 return (f"moved: table {table} reads Parquet files outside {ws.root} (the workspace was moved or "
                         "copied); the next run rebuilds it")
     return None

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from bertwb import environment, outputs, ui
-from bertwb.data import shard_files
+from bertwb.data import sinks
 from bertwb.data.text_files import bom_encoding
 from bertwb.errors import BertwbError, cannot_write_output
 from bertwb.outputs import Protected
@@ -94,7 +94,7 @@ def run_query(ws: Workspace, query: str, write: bool = False, keep: list[Protect
 def table_folders(ws: Workspace) -> list[str]:
     """The folders of the tables that the ray executor stored as Parquet files (each ending in a separator)."""
     stages = [path for path in ws.root.iterdir() if path.is_dir()] if ws.root.is_dir() else []
-    return [str(folder.resolve()) + os.sep for folder in shard_files.folders(stages)]
+    return [str(folder.resolve()) + os.sep for folder in sinks.folders(stages)]
 
 
 def _refuse_writes_to_tables(query: str, tables: list[str]) -> None:

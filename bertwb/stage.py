@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from bertwb.data import shard_files
-from bertwb.errors import BertwbError
+from bertwb.data import executor, sinks
+from bertwb.data.executor import Local
+from bertwb.data.parts import PartWriter
+from bertwb.data.sinks import DuckTable, ParquetTable
 
 if TYPE_CHECKING:
     import duckdb
@@ -102,7 +105,9 @@ class Stage:
 
 @dataclass
 class Build:
-    """Handed to a stage's ``run``: where to write, the database, and what it was started with."""
+    """Handed to a stage's ``run``: where to write, the database, what it was started with, and who runs its
+    tasks and where its tables' rows go (both chosen once, from ``workspace.executor``), so that a stage has one
+    code path whichever runs it."""
 
     workspace: Workspace
     stage: Stage
@@ -112,8 +117,10 @@ class Build:
     key: str = ""  # the stage key this build will be committed under
     forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
     runtime: Any = None  # what the command hands the stage, e.g. a training process group
-    # tables built as Parquet files (`share_table`): name → the select of its view, over `shard_files.FILES`
-    parquet: dict[str, str] = field(default_factory=dict)
+    executor_setting: str = "local"  # workspace.executor: who runs the tasks, and so where table rows go
+    sinks: dict[str, Any] = field(default_factory=dict)  # each table's sink (`rows`), which the commit asks
+    _scratch: list[Any] = field(default_factory=list)
+    _executor: Local | None = None
 
     def table(self, name: str) -> str:
         """The temporary name to build table ``name`` under."""
@@ -121,27 +128,69 @@ class Build:
             raise ValueError(f"stage {self.stage.name} does not declare table {name}")
         return f"{name}__new"
 
-    def shard_folder(self, name: str) -> Path:
-        """The folder (made here) where table ``name``'s Parquet files go, for `share_table`."""
-        self.table(name)  # a table the stage declares
-        folder = shard_files.table_folder(self.out_dir, name)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+    def rows(self, name: str, columns: str | None = None, numbered: tuple[str, str | None] | None = None,
+             in_flight: int = 0) -> DuckTable | ParquetTable:
+        """The sink of table ``name``: rows into DuckDB, or Parquet files of the build's folder on a cluster
+        (`bertwb.data.sinks`). ``columns``: the table's, as SQL (for a table that rows are added to);
+        ``numbered``: (column, key) where each part's offset is added to ``key`` (None: to the row's place);
+        ``in_flight``: inserts that may wait on DuckDB's writer thread (0: each one here and now)."""
+        relation = self.table(name)
+        if self.executor_setting == "ray":
+            sink: DuckTable | ParquetTable = ParquetTable(
+                self.con, name, relation, sinks.table_folder(self.out_dir, name), self.out_dir / "parts" / name,
+                columns, numbered, run_tasks=self.map, workers=lambda: self.workers(1))
+        else:
+            sink = DuckTable(self.con, name, relation, columns, numbered, in_flight)
+        self.sinks[name] = sink
+        return sink
 
-    def share_table(self, name: str, select: str = shard_files.PLAIN_VIEW, rows: int | None = None) -> None:
-        """Make the Parquet files in `shard_folder` table ``name`` of this build: ``select`` over them (a view,
-        made again over the stage's folder when the commit has swapped it in). ``rows``: how many rows the
-        tasks wrote; a one-line error when the files that this machine sees hold another number."""
-        self.parquet[name] = select
-        folder = self.shard_folder(name)
-        for leftover in folder.glob(".*"):  # a killed task's half-written file (a retry wrote it whole)
-            leftover.unlink()
-        self.con.execute(f'create view "{self.table(name)}" as {shard_files.view_sql(select, folder)}')
-        found = self.con.execute(f'select count(*) from "{self.table(name)}"').fetchone()[0]
-        if rows is not None and found != rows:
-            raise BertwbError(f"{folder}: the Parquet files of table {name} hold {found:,} rows here, and the Ray "
-                              f"tasks wrote {rows:,}; put the workspace (workspace.dir) on storage every node "
-                              "mounts, at the same path on each")
+    def scratch(self, name: str, columns: str, numbered: tuple[str, str | None] | None = None
+                ) -> DuckTable | ParquetTable:
+        """A table the build reads by ``name`` and drops before the commit (rows its tasks read, before they
+        are numbered): a temporary DuckDB table, or Parquet files in the build's ``scratch/`` on a cluster."""
+        if self.executor_setting == "ray":
+            sink: DuckTable | ParquetTable = ParquetTable(
+                self.con, name, name, self.out_dir / "scratch" / name, self.out_dir / "parts" / name, columns,
+                numbered, temporary=True)
+        else:
+            sink = DuckTable(self.con, name, name, columns, numbered, temporary=True)
+        self._scratch.append(sink)
+        return sink
+
+    def workers(self, wanted: int) -> int:
+        """How many workers run the stage's tasks, given its own choice: a cluster's CPUs on a cluster."""
+        return self._runner().workers(wanted)
+
+    def in_process(self, workers: int) -> bool:
+        """Whether `map` runs the tasks in this process, where they may use its database connection."""
+        return self._runner().in_process(workers)
+
+    def part_writer(self, folder: Path) -> PartWriter:
+        """How a task writes rows for this process to take (`bertwb.data.parts`), in ``folder``."""
+        return self._runner().parts(folder)
+
+    def map(self, function: Callable[[Any], Any], tasks: Iterable[Any], workers: int) -> Iterator[Any]:
+        """``map(function, tasks)`` in order, on ``workers`` workers of whoever runs the stage's tasks."""
+        return self._runner().map(function, tasks, workers)
+
+    def _runner(self) -> Local:
+        if self._executor is None:  # joins a cluster: only when a stage first asks
+            self._executor = executor.for_setting(self.executor_setting)
+        return self._executor
+
+    def close(self) -> None:
+        """After the stage's run: every sink finished, scratch tables and tasks' leftovers gone."""
+        for sink in self.sinks.values():
+            sink.finish()
+        for sink in self._scratch:
+            sink.drop()
+        for work in sinks.WORK_DIRS:
+            shutil.rmtree(self.out_dir / work, ignore_errors=True)
+
+    def abort(self) -> None:
+        """After a failed run: the inserts under way stopped and rolled back, so the build's tables can go."""
+        for sink in [*self.sinks.values(), *self._scratch]:
+            sink.abort()
 
     def upstream_dir(self, stage: str) -> Path:
         return self.workspace.stage_dir(stage)

@@ -12,6 +12,7 @@ at the head of its block of imports says so. There are no exceptions.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,8 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.outputs": "which paths a command may not write over: the workspace's and the config's",
     }),
     ("data", {
-        "bertwb.data": "corpus readers, pairs, masking, batching and tokenizers; knows no model",
+        "bertwb.data": "corpus readers, pairs, masking, batching, tokenizers, and who runs the data stages' tasks "
+                       "and where their tables' rows go (executor, sinks); knows no model",
         "bertwb.embed.pooling": "how a model's vectors are pooled (sentence-transformers' config as data)",
     }),
     ("model", {
@@ -272,3 +274,23 @@ def test_the_checks_catch_what_they_look_for():
     typing_only = [Import("bertwb.train.trainer", "bertwb.train.optim", 1, "module", False),
                    Import("bertwb.train.optim", "bertwb.train.trainer", 5, "typing", False)]
     assert circles(typing_only + lazy[:2]) == [["bertwb.train.optim", "bertwb.train.trainer"]]
+
+
+# A stage module says what rows a table gets and what its tasks do; who runs the tasks and where the rows land
+# are the build's choice (`Build.map`, `Build.rows`), made once from workspace.executor.
+_EXECUTOR_WORDS = re.compile(r"\bray\b|executor", re.IGNORECASE)
+
+
+def executor_mentions(text: str) -> list[int]:
+    """The lines of ``text`` that name an executor (``ray``, ``executor``, ``workspace.executor``)."""
+    return [number for number, line in enumerate(text.splitlines(), 1) if _EXECUTOR_WORDS.search(line)]
+
+
+def test_no_stage_module_names_an_executor():
+    """So each data stage has one code path, whichever executor runs it; a planted branch is found."""
+    found = {path.relative_to(REPO).as_posix(): lines for path in sorted((REPO / "bertwb" / "stages").rglob("*.py"))
+             if (lines := executor_mentions(path.read_text(encoding="utf-8")))}
+    assert not found, (f"stage modules that name an executor (file: lines): {found}; ask the build instead "
+                       "(build.map, build.workers, build.rows)")
+    assert executor_mentions('x = 1\nif cfg.workspace.executor == "ray":\n    # on Ray, tasks write files') == [2, 3]
+    assert not executor_mentions("array = np.zeros(3)  # a stray x-ray of the data\n".replace("x-ray", "xray"))

@@ -179,7 +179,8 @@ def test_ray_builds_the_bytes_and_keys_one_local_process_builds(tmp_path: Path, 
 
     # A table file deleted: its stage is stale, saying which file, and the next run rebuilds it. The same
     # rows again give the same identity, so the stage below it stays fresh.
-    missing = "vocab/tables/tokens/part-00000003.parquet"
+    third = sorted((on_ray.workspace / "vocab" / "tables" / "tokens").glob("*.parquet"))[3]
+    missing = third.relative_to(on_ray.workspace).as_posix()
     (on_ray.workspace / missing).unlink()
     states = _states(on_ray)
     assert states["vocab"] == ("stale", f"output missing: {missing}") and states["pairs"][0] == "stale", states
@@ -264,8 +265,8 @@ def test_a_node_with_other_code_or_libraries_is_one_line(project: Project, ray_c
 # A stand-in for a cluster whose nodes share the workspace: each task runs in the driver's process. What
 # the tests below check is bertwb's storage and commit, which run as they do on Ray; leaving Ray's scheduling
 # out lets them kill a driver a few times in seconds.
-STAND_IN = ("import types, bertwb.data.ordered_map as om\n"
-            "om._ray_map = lambda: types.SimpleNamespace(cluster_cpus=lambda: 2,\n"
+STAND_IN = ("import types, bertwb.data.executor as ex\n"
+            "ex._ray_map = lambda: types.SimpleNamespace(cluster_cpus=lambda: 2,\n"
             "                                            map_ordered=lambda f, ts, n: map(f, ts))")
 KILLED_DRIVER = STAND_IN + "\nimport sys, bertwb.cli\nbertwb.cli.cli.main(args=sys.argv[1:], prog_name='bertwb')"
 COMMIT_POINTS = ("before_commit", "mid_swap", "after_swap", "after_tables", "before_manifest")
@@ -282,9 +283,9 @@ def test_a_ray_build_killed_at_any_point_of_its_commit_leaves_status_truthful(pr
     new, and the next run builds exactly what an uninterrupted one does."""
     from faultkit import artifacts, assert_status_truthful, status_rows
 
-    from bertwb.data import ordered_map
+    from bertwb.data import executor
 
-    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    monkeypatch.setattr(executor, "_ray_map", _stand_in)
     ray, change = ("--set", "workspace.executor=ray"), ("--set", "vocab.vocab_size=128")
     project.run("run", "--until", "vocab", *ray, *change)
     expected_b = artifacts(project.workspace, ("ingest", "vocab"))
@@ -306,8 +307,8 @@ def test_a_ray_build_killed_at_any_point_of_its_commit_leaves_status_truthful(pr
 
 
 @pytest.mark.parametrize("when, facts", [
-    ("as the task ends", ["a Ray task wrote", "part-00000002.parquet", "but this machine does not see it"]),
-    ("after every task", ["the Parquet files of table tokens hold", "and the Ray tasks wrote"]),
+    ("as the task ends", ["a task wrote", "00000002.rows.parquet", "but this machine does not see it"]),
+    ("after every task", ["the Parquet files of table tokens hold", "and the tasks wrote"]),
 ])
 def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, monkeypatch: pytest.MonkeyPatch,
                                                             when: str, facts: list[str]):
@@ -316,12 +317,16 @@ def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, mo
 
     The stand-in cluster runs each task here, then loses one file, as a node whose workspace.dir is on
     its own disk would (one batch's rows of several: the table would just be shorter)."""
-    from bertwb.data import ordered_map
+    from bertwb.data import executor
 
     project.run("ingest")
 
     def lose_a_file() -> None:
-        for path in project.workspace.glob(".vocab.tmp-*/tables/tokens/part-00000002.parquet"):
+        if when == "as the task ends":  # the task's part, before the driver takes it into the table
+            lost = list(project.workspace.glob(".vocab.tmp-*/parts/tokens/00000002.rows.parquet"))
+        else:  # the table's third file
+            lost = sorted(project.workspace.glob(".vocab.tmp-*/tables/tokens/part-*.parquet"))[2:3]
+        for path in lost:
             path.unlink()
 
     def elsewhere(function: Callable, tasks: Iterable, in_flight: int) -> Iterator:
@@ -332,7 +337,7 @@ def test_a_node_that_does_not_see_the_workspace_is_one_line(project: Project, mo
             yield result
         lose_a_file()
 
-    monkeypatch.setattr(ordered_map, "_ray_map", lambda: SimpleNamespace(cluster_cpus=lambda: 2,
+    monkeypatch.setattr(executor, "_ray_map", lambda: SimpleNamespace(cluster_cpus=lambda: 2,
                                                                          map_ordered=elsewhere))
     result = project.run("vocab", "--set", "workspace.executor=ray", "--set", "vocab.batch_size=100", expect=None)
     assert_one_line_error(result, *facts, "on storage every node mounts")
@@ -344,9 +349,9 @@ def test_a_copied_workspace_never_reads_the_original_s_parquet_files(project: Pr
                                                                       monkeypatch: pytest.MonkeyPatch):
     """The views name their files by absolute path: a copy of the workspace would read the original's files,
     whatever happens to them later. The copy's stages with Parquet tables are stale, and a run rebuilds them."""
-    from bertwb.data import ordered_map
+    from bertwb.data import executor
 
-    monkeypatch.setattr(ordered_map, "_ray_map", _stand_in)
+    monkeypatch.setattr(executor, "_ray_map", _stand_in)
     project.run("ingest", "--set", "workspace.executor=ray")
     copy = Project(tmp_path / "copy")
     shutil.copytree(project.root, copy.root)

@@ -2,7 +2,7 @@
 
 `plan_pieces` cuts a plain UTF-8 BERT, paragraphs or JSONL file larger than ``ingest.range_bytes`` at a blank
 line (any line, for JSONL); every other file is one piece (docs/data.md, "Inputs", says why). `PieceReader` reads a
-piece into batches of rows, and `SpillJob` does that in a worker process, into Arrow stream files. Invariant:
+piece into batches of rows, and `ReadJob` does that in a task, into parts (`bertwb.data.parts`). Invariant:
 a piece's rows and counts depend only on the piece and the settings (documents and lines numbered from its
 start), so the stage, numbering on in order, builds the same tables for any number of workers.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
-import pyarrow.ipc
 
 from bertwb.config import IngestConfig
+from bertwb.data.parts import Part, PartWriter
 from bertwb.data.text_files import COMPRESSIONS, SNIFF_BYTES, FileCounts, FileReader, SkipFile, bom_encoding
 
 # Sentences per batch of rows: what one worker holds, and one insert into DuckDB.
@@ -170,44 +170,42 @@ class _Rows:
 
 
 @dataclass(frozen=True)
-class SpillJob:
-    """Reads pieces in a worker process into Arrow stream files in ``folder``; picklable."""
+class ReadJob:
+    """Reads a piece in a task (a worker process or a cluster's node), writing its rows as two parts through
+    ``parts`` (`bertwb.data.parts.PartWriter`: Arrow streams read back once, or Parquet files a table keeps);
+    its ``read`` takes (number, piece). Picklable."""
 
     settings: IngestConfig
-    folder: Path
+    parts: PartWriter
 
-    def read(self, numbered: tuple[int, Piece]) -> Spilled:
-        index, piece = numbered
+    def read(self, numbered: tuple[int, Piece]) -> ReadPiece:
+        number, piece = numbered
         reader = PieceReader(piece, self.settings, NoBar())
-        paths = (self.folder / f"{index}.documents.arrow", self.folder / f"{index}.sentences.arrow")
-        with pa.OSFile(str(paths[0]), "wb") as documents_file, pa.OSFile(str(paths[1]), "wb") as sentences_file, \
-                pa.ipc.new_stream(documents_file, DOCUMENT_SCHEMA) as documents, \
-                pa.ipc.new_stream(sentences_file, SENTENCE_SCHEMA) as sentences:
+        with self.parts.open(number, DOCUMENT_SCHEMA, "documents") as documents, \
+                self.parts.open(number, SENTENCE_SCHEMA, "sentences") as sentences:
             for document_rows, sentence_rows in reader.batches():
-                documents.write_table(document_rows)
-                sentences.write_table(sentence_rows)
-        return Spilled(paths, reader.counts, reader.skip)
+                documents.write(document_rows)
+                sentences.write(sentence_rows)
+        assert documents.part is not None and sentences.part is not None
+        return ReadPiece(documents.part, sentences.part, reader.counts, reader.skip)
 
 
 @dataclass
-class Spilled:
-    """A piece a worker read: its rows in two Arrow stream files, its counts and skip reason."""
+class ReadPiece:
+    """A piece a task read: its rows in two parts, its counts and skip reason."""
 
-    paths: tuple[Path, Path]
+    documents: Part
+    sentences: Part
     counts: FileCounts
     skip: str | None
 
-    def batches(self) -> Iterator[tuple[Any, Any]]:
-        """The rows as one (documents, sentences) pair of Arrow stream readers; the files go afterwards."""
-        try:
-            with pa.OSFile(str(self.paths[0])) as documents, pa.OSFile(str(self.paths[1])) as sentences:
-                yield pa.ipc.open_stream(documents), pa.ipc.open_stream(sentences)
-        finally:
-            self.discard()
+    def batches(self) -> Iterator[tuple[Part, Part]]:
+        """The rows as one (documents, sentences) pair of parts, which the tables they go into take."""
+        yield self.documents, self.sentences
 
     def discard(self) -> None:
-        for path in self.paths:
-            path.unlink(missing_ok=True)
+        self.documents.discard()
+        self.sentences.discard()
 
 
 class NoBar:

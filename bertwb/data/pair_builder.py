@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from bertwb.data.masking import MaskingRules, mask_batch
+from bertwb.data.pairs import ARRAYS
 from bertwb.data.ragged import ranges
 
 SPLIT_CODES = {"train": 0, "valid": 1}
@@ -209,3 +211,30 @@ def assemble(tokens: np.ndarray, spans: _Spans, cls_id: int, sep_id: int) -> tup
     output[ranges(starts + 1, spans.len_a)] = tokens[ranges(spans.a_start, spans.len_a)]
     output[ranges(starts + 2 + spans.len_a, spans.len_b)] = tokens[ranges(spans.b_start, spans.len_b)]
     return output, offsets
+
+
+@dataclass(frozen=True)
+class PairRows:
+    """The ``pairs`` table's rows of a built shard, in one phase's pair set: the one place a `Built` becomes rows
+    (numbered by the table's sink, which adds ``pair_id``). Picklable, so a task can make them where it builds."""
+
+    phase: str | None
+
+    def rows(self, built: Built) -> pa.Table:
+        n = len(built.len_a)
+        static = built.masked_positions is not None
+        return pa.table({
+            "phase": pa.array([self.phase] * n, pa.string()),
+            "split": pa.array([built.split] * n, pa.string()),
+            "dupe": pa.array(built.dupe), "doc_id": pa.array(built.doc_id), "b_doc_id": pa.array(built.b_doc_id),
+            "input_ids": _list_array(built.offsets, built.input_ids),
+            "len_a": pa.array(built.len_a), "len_b": pa.array(built.len_b),
+            "is_random_next": pa.array(built.is_random_next), "is_short": pa.array(built.is_short),
+            **{name: _list_array(built.mask_offsets, getattr(built, name)) if static
+               else pa.nulls(n, pa.list_(pa.from_numpy_dtype(ARRAYS[name])))
+               for name in ("masked_positions", "masked_ids", "masked_kinds")},
+        })
+
+
+def _list_array(offsets: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))

@@ -2,7 +2,7 @@
 
 Imported only when ``workspace.executor`` is ``ray`` (it loads Ray). `cluster_cpus` joins the cluster
 ``ray.init()`` finds (``RAY_ADDRESS``, else one started on this machine by ``ray start``, else a new local
-one) once per process. `map_ordered` is :func:`bertwb.data.ordered_map.map_ordered` on that cluster: at
+one) once per process. `map_ordered` is :meth:`bertwb.data.executor.Local.map` on that cluster: at
 most ``in_flight`` tasks submitted ahead, so the driver's memory stays flat, and each task's error raised
 as the task raised it. A task's output depends only on its input, so a retried or moved task changes nothing.
 """

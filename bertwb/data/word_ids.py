@@ -4,15 +4,14 @@
 corpus once and joins their ids back, since a corpus says "the" millions of times. Invariant: the two give
 identical ids whenever `encodes_by_word` holds (BERT's normaliser and pre-tokeniser, a WordPiece model, no
 added token that spans a space); tests/test_word_ids.py compares them on varied text, and
-benchmarks/tokenise_designs.py measures them. `EncodeJob` is whichever applies, in another process (Ray).
+benchmarks/tokenise_designs.py measures them. `EncodeJob` is whichever applies, in any process a task runs in.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from itertools import chain
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -116,20 +115,21 @@ def batch_encoder(tokenizer: Tokenizer) -> Callable[[pa.Array], tuple[np.ndarray
     return lambda texts: encode_plain(tokenizer, texts.to_pylist())
 
 
-@dataclass(frozen=True)
 class EncodeJob:
-    """`batch_encoder` in another process (a Ray task), picklable: the tokenizer travels as its JSON, and each
-    process builds it and its encoder once (a `WordEncoder`'s remembered words only save time, never change ids)."""
+    """`batch_encoder` wherever a task runs: here, the tokenizer's own encoder; pickled (for a Ray task), the
+    tokenizer travels as its JSON, and each process builds it and its encoder once (a `WordEncoder`'s remembered
+    words only save time, never change ids)."""
 
-    tokenizer_json: str
-    encode_special_tokens: bool
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.encode = batch_encoder(tokenizer)
 
-    def encode(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        return _encoder(self.tokenizer_json, self.encode_special_tokens)(texts)
+    def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
+        return _job, (self.tokenizer.to_str(), self.tokenizer.encode_special_tokens)
 
 
 @functools.lru_cache(maxsize=1)
-def _encoder(tokenizer_json: str, encode_special_tokens: bool) -> Callable[[pa.Array], tuple[np.ndarray, np.ndarray]]:
+def _job(tokenizer_json: str, encode_special_tokens: bool) -> EncodeJob:
     tokenizer = Tokenizer.from_str(tokenizer_json)
     tokenizer.encode_special_tokens = encode_special_tokens  # not part of the JSON
-    return batch_encoder(tokenizer)
+    return EncodeJob(tokenizer)

@@ -2,9 +2,9 @@
 
 The stage: the files ``ingest.inputs`` names and their fingerprints for the key, each one's format, the
 tables and the summary of what was skipped. Reading a file is :mod:`bertwb.data.text_files`, cutting a large
-one for the workers :mod:`bertwb.data.corpus_pieces`, on Ray :mod:`bertwb.data.sentence_shards`. Invariants:
-rows go in in file and range order, so tables, split and summary are the same for any ``ingest.workers`` or
-executor; memory does not grow with the corpus; bad input is skipped and counted, an unreadable file stops it.
+one for the build's tasks :mod:`bertwb.data.corpus_pieces`. Invariants: rows go in in file and range order, so
+tables, split and summary are the same for any ``ingest.workers`` or whoever runs the tasks; memory does not
+grow with the corpus; bad input is skipped and counted, an unreadable file stops it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from typing import Any, Iterator
 
 from bertwb import faults, ui
 from bertwb.config import Config, IngestConfig
-from bertwb.data.corpus_pieces import Piece, PieceReader, SpillJob, plan_pieces
-from bertwb.data.ordered_map import cluster_cpus, map_ordered
+from bertwb.data.corpus_pieces import Piece, PieceReader, ReadJob, plan_pieces
+from bertwb.data.parts import Part
 from bertwb.data.prose import wrapped_prose
-from bertwb.data.sentence_shards import Numbering, PieceFile, ReadJob, SentencesJob
-from bertwb.data.shard_files import shard_name, written
 from bertwb.data.text_files import COMPRESSIONS, FileCounts, cannot_read
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
@@ -68,12 +66,14 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con = build.con
     con.execute("create or replace temp table raw_documents (raw_id BIGINT, source VARCHAR, split VARCHAR, "
                 "n_sentences INTEGER, n_chars BIGINT, content_hash VARCHAR)")
-    con.execute("create or replace temp table raw_sentences (raw_id BIGINT, sent_idx INTEGER, text VARCHAR)")
+    # the sentences as read, numbered by raw_id (a document's place in the corpus) until duplicates are gone
+    raw_sentences = build.scratch("raw_sentences", "raw_id BIGINT, sent_idx INTEGER, text VARCHAR",
+                                  numbered=("raw_id", "local_id"))
     try:
-        writer, stats, workers = _read_corpus(cfg, build, files, total_bytes)
+        writer, stats, workers = _read_corpus(cfg, build, files, total_bytes, raw_sentences)
         if writer.next_id == 0:
             raise BertwbError(_no_documents(stats, len(files), cfg))
-        duplicates = _finish_tables(con, build, cfg.ingest.dedupe, writer, workers)
+        duplicates = _finish_tables(con, build, cfg.ingest.dedupe, raw_sentences)
     finally:
         shutil.rmtree(build.out_dir / "pieces", ignore_errors=True)  # what workers wrote for this process
     faults.point("work")
@@ -152,22 +152,18 @@ class _Stats:
 
 # --- pieces -----------------------------------------------------------------------------------------
 
-def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int) -> tuple[_Writer, _Stats, int]:
+def _read_corpus(cfg: Config, build: Build, files: list[Path], total_bytes: int,
+                 raw_sentences: Any) -> tuple[_Writer, _Stats, int]:
     """Every file's rows into the raw tables, in file and range order, and what each file skipped."""
     con = build.con
-    executor = cfg.workspace.executor
-    # On a cluster every piece is read by its tasks, into files on the workspace every node mounts.
-    workers = cluster_cpus(executor) or cfg.ingest.workers \
-        or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes))
+    workers = build.workers(cfg.ingest.workers or min(os.cpu_count() or 1, -(-total_bytes // cfg.ingest.range_bytes)))
     pieces = [piece for path in files for piece in _pieces(path, cfg, workers)]
-    if executor == "local":
-        workers = max(1, min(workers, len(pieces)))
-    writer = _Writer(con)
+    workers = build.workers(max(1, min(workers, len(pieces))))
+    writer = _Writer(con, raw_sentences)
     stats = _Stats()
     # closing: an error stops the pool here, before its folder goes, not when the traceback is freed
     with ui.progress("ingest", total=total_bytes, unit="bytes") as bar, \
-            contextlib.closing(_read(pieces, cfg.ingest, workers, executor, bar, con,
-                                     build.out_dir / "pieces")) as results:
+            contextlib.closing(_read(pieces, cfg.ingest, workers, build, bar)) as results:
         for piece, read in results:
             if piece.first:
                 first_id, counts, skip_reason = writer.next_id, FileCounts(), None
@@ -194,17 +190,16 @@ def _pieces(path: Path, cfg: Config, workers: int) -> list[Piece]:
     return plan_pieces(path, name, fmt, cfg.ingest.range_bytes) if workers > 1 else [Piece(path, name, fmt)]
 
 
-def _read(pieces: list[Piece], settings: IngestConfig, workers: int, executor: str, bar: Any, con: Any,
-          folder: Path) -> Iterator[tuple[Piece, Any]]:
-    """Each piece with its reader (in this process) or what a worker or Ray task read of it, in order."""
-    if workers <= 1 and executor == "local":
+def _read(pieces: list[Piece], settings: IngestConfig, workers: int, build: Build,
+          bar: Any) -> Iterator[tuple[Piece, Any]]:
+    """Each piece with its reader (in this process) or what a task read of it (its parts), in order."""
+    if build.in_process(workers):
         for piece in pieces:
-            yield piece, PieceReader(piece, settings, bar, con)
+            yield piece, PieceReader(piece, settings, bar, build.con)
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    job = ReadJob(settings, str(folder)).read if executor == "ray" else SpillJob(settings, folder).read
-    spilled = map_ordered(job, enumerate(pieces), workers, executor)
-    for piece, read in zip(pieces, spilled, strict=True):
+    job = ReadJob(settings, build.part_writer(build.out_dir / "pieces")).read
+    read_pieces = build.map(job, enumerate(pieces), workers)
+    for piece, read in zip(pieces, read_pieces, strict=True):
         yield piece, read
         bar.advance(piece.size())
 
@@ -307,101 +302,54 @@ def _format_of(path: Path, cfg: Config) -> str:
 # --- writing ----------------------------------------------------------------------------------------
 
 class _Writer:
-    """Appends a piece's rows to the raw temp tables, numbering its documents and lines on from the pieces before.
-    A piece a Ray task read keeps its sentences in the task's file: the writer lists it in :attr:`files`."""
+    """Appends a piece's rows to the raw tables, numbering its documents and lines on from the pieces before:
+    documents into the temp table ``raw_documents``, sentences into the scratch table ``raw_sentences``."""
 
-    def __init__(self, con: Any):
-        self.con = con
+    def __init__(self, con: Any, raw_sentences: Any):
+        self.con, self.raw_sentences = con, raw_sentences
         self.next_id = 0
-        self.files: list[tuple[int, int, PieceFile]] = []  # Ray: (first raw_id, end raw_id, sentences file)
 
     def insert(self, documents: Any, sentences: Any, id_offset: int, name: str, line_offset: int) -> None:
-        """Rows of one piece (Arrow tables or stream readers, or a Ray task's `PieceFile` of sentences) whose
-        first document is ``id_offset`` and whose line numbers start after ``line_offset``."""
+        """Rows of one piece (Arrow tables or stream readers, or the `Part` files a task wrote) whose first
+        document is ``id_offset`` and whose line numbers start after ``line_offset``."""
         con = self.con
-        con.register("piece_documents", documents)
-        try:
-            inserted = con.execute("insert into raw_documents select local_id + $id, "
-                                   "$name || ':' || (line + $line)::VARCHAR, split, n_sentences, n_chars, "
-                                   "content_hash from piece_documents",
-                                   {"id": id_offset, "name": name, "line": line_offset}).fetchone()[0]
-        finally:
-            con.unregister("piece_documents")
-        if isinstance(sentences, PieceFile):
-            written(Path(sentences.path), sentences.size)  # the driver sees the task's file, whole
-            self.files.append((id_offset, id_offset + inserted, sentences))
-        else:
-            con.register("piece_sentences", sentences)
+        with documents.reader() if isinstance(documents, Part) else contextlib.nullcontext(documents) as rows:
+            con.register("piece_documents", rows)
             try:
-                con.execute("insert into raw_sentences select local_id + $id, sent_idx, text from piece_sentences",
-                            {"id": id_offset})
+                inserted = con.execute("insert into raw_documents select local_id + $id, "
+                                       "$name || ':' || (line + $line)::VARCHAR, split, n_sentences, n_chars, "
+                                       "content_hash from piece_documents",
+                                       {"id": id_offset, "name": name, "line": line_offset}).fetchone()[0]
             finally:
-                con.unregister("piece_sentences")
+                con.unregister("piece_documents")
+        self.raw_sentences.add(sentences, offset=id_offset)
         self.next_id += inserted
 
     def discard_from(self, raw_id: int) -> None:
         """Forget every document from ``raw_id`` on (those of a file found unusable part-way)."""
-        for table in ("raw_documents", "raw_sentences"):
-            self.con.execute(f"delete from {table} where raw_id >= ?", [raw_id])
-        for _, _, piece in [entry for entry in self.files if entry[0] >= raw_id]:
-            Path(piece.path).unlink(missing_ok=True)
-        self.files = [entry for entry in self.files if entry[0] < raw_id]
+        self.con.execute("delete from raw_documents where raw_id >= ?", [raw_id])
+        self.raw_sentences.discard_from(raw_id)
         self.next_id = raw_id
 
 
-def _finish_tables(con: Any, build: Build, dedupe: bool, writer: _Writer, workers: int) -> int:
+def _finish_tables(con: Any, build: Build, dedupe: bool, raw_sentences: Any) -> int:
     """Drop duplicate documents, number the rest densely, build the final tables; return #duplicates."""
-    documents, sentences = build.table("documents"), build.table("sentences")
+    raw_sentences.finish()
+    documents, sentences = build.rows("documents"), build.rows("sentences")
     keep = "qualify row_number() over (partition by content_hash order by raw_id) = 1" if dedupe else ""
-    con.execute(f"""create table {documents} as
+    documents.create_as(f"""
         select (row_number() over (order by raw_id) - 1)::INTEGER as doc_id, source, split,
                n_sentences, n_chars, content_hash, raw_id
         from (select * from raw_documents {keep}) order by raw_id""")
-    on_cluster = bool(writer.files)  # read by Ray tasks, which keep the sentences in their files
-    if on_cluster:
-        _sentences_on_cluster(con, build, writer.files, workers)
-    else:
-        con.execute(f"""create table {sentences} as
+    sentences.create_as(f"""
             select d.doc_id, s.sent_idx, s.text
-            from raw_sentences s join {documents} d using (raw_id) order by d.doc_id, s.sent_idx""")
-    con.execute(f"alter table {documents} drop column raw_id")
-    if on_cluster:
-        _documents_to_parquet(con, build)
+            from raw_sentences s join {documents.relation} d using (raw_id) order by d.doc_id, s.sent_idx""",
+                        by_parts_of=raw_sentences, beside=documents.relation)
+    sentences.finish()
+    documents.drop_column("raw_id")
+    documents.finish()
     raw_count = con.execute("select count(*) from raw_documents").fetchone()[0]
-    kept = con.execute(f"select count(*) from {documents}").fetchone()[0]
+    kept = con.execute(f"select count(*) from {documents.relation}").fetchone()[0]
     con.execute("drop table raw_documents")
-    con.execute("drop table raw_sentences")
+    raw_sentences.drop()
     return raw_count - kept
-
-
-def _sentences_on_cluster(con: Any, build: Build, files: list[tuple[int, int, PieceFile]], workers: int) -> None:
-    """Ray's pass two: a task per piece writes its sentences, numbered by the documents table, as a file of
-    ``sentences``; the driver sends each only the piece's surviving ``local_id``s and first ``doc_id``."""
-    documents, folder = build.table("documents"), build.shard_folder("sentences")
-
-    def numberings() -> Iterator[Numbering]:
-        for number, (first, end, piece) in enumerate(files):
-            kept = con.execute(f"select raw_id - $first as local_id, doc_id from {documents} "
-                               "where raw_id >= $first and raw_id < $end order by raw_id",
-                               {"first": first, "end": end}).fetchnumpy()
-            if len(kept["local_id"]):  # a piece of duplicates only adds no file
-                yield Numbering(number, piece, kept["local_id"], int(kept["doc_id"][0]))
-
-    with ui.progress("ingest: numbering sentences", total=len(files), unit="pieces") as bar:
-        for number, size in map_ordered(SentencesJob(str(folder)).write, numberings(), workers, "ray"):
-            written(folder / shard_name(number), size)
-            Path(files[number][2].path).unlink()  # its rows are in the table now: the disk is free again
-            bar.advance(1)
-            faults.point("work")
-    expected = con.execute(f"select coalesce(sum(n_sentences), 0) from {documents}").fetchone()[0]
-    build.share_table("sentences", rows=int(expected))
-
-
-def _documents_to_parquet(con: Any, build: Build) -> None:
-    """Ray: the documents table, small beside ``sentences``, as Parquet files in the stage's folder, where every
-    node reads it. The driver writes it: de-duplication and dense ids need every document."""
-    folder = str(build.shard_folder("documents").resolve()).replace("'", "''")
-    con.execute(f"copy {build.table('documents')} to '{folder}' (format parquet, file_size_bytes '256MB', "
-                "filename_pattern 'part-{i}', overwrite_or_ignore true)")
-    con.execute(f"drop table {build.table('documents')}")
-    build.share_table("documents")

@@ -1,45 +1,38 @@
 """pairs: tokenised documents → masked-LM + next-sentence instances, in ``pairs`` and the training arrays.
 
 Plans each split's shards (about ``pairs.shard_tokens`` tokens, at least two documents), builds them with
-:mod:`bertwb.data.pair_builder` (in ``pairs.workers`` processes, or Ray tasks that write rows and arrays to
-files, :mod:`bertwb.data.pair_shards`) and writes the rows and the arrays :mod:`bertwb.data.pairs` reads: one
-set per ``pretrain.phases`` phase, or one. Rows are in (phase, split, shard, dupe, document) order, the same
-for any workers or executor; memory stays flat. How they differ from the original: docs/data.md, "Pre-training pairs".
+:mod:`bertwb.data.pair_builder` as the build's tasks (``pairs.workers`` of them) and writes the rows through the
+table's sink and the arrays :mod:`bertwb.data.pairs` reads: one set per ``pretrain.phases`` phase, or one. Rows
+are in (phase, split, shard, dupe, document) order, the same whoever builds them; memory stays flat. How
+instances differ from the original: docs/data.md, "Pre-training pairs".
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import shutil
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from bertwb import faults, ui
 from bertwb.artifacts import PHASES_FILE
 from bertwb.config import PHASE_PAIRS_KEYS, Config, PairsConfig
 from bertwb.data.masking import KIND_KEEP, KIND_MASK, KIND_RANDOM, MaskingRules, rules_from_vocab
-from bertwb.data.ordered_map import cluster_cpus, map_ordered
-from bertwb.data.pair_builder import Built, PairJob, Shard, ShardPlan
-from bertwb.data.pair_shards import VIEW as PAIRS_VIEW
-from bertwb.data.pair_shards import PairShardJob, pair_rows, parquet_name
+from bertwb.data.pair_builder import Built, PairJob, PairRows, Shard, ShardPlan
 from bertwb.data.pairs import ARRAYS, FLAGS_FILE, FORMAT, SPLITS
-from bertwb.data.shard_files import write_parquet, written
+from bertwb.data.parts import identity
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 
 _COLUMNS = """pair_id BIGINT, phase VARCHAR, split VARCHAR, dupe SMALLINT, doc_id INTEGER, b_doc_id INTEGER,
     input_ids INTEGER[], len_a SMALLINT, len_b SMALLINT, is_random_next BOOLEAN, is_short BOOLEAN,
     masked_positions SMALLINT[], masked_ids INTEGER[], masked_kinds UTINYINT[]"""
-INSERTS_PENDING = 2
+INSERTS_PENDING = 2  # built shards whose rows wait for DuckDB's writer thread: memory stays flat
 
 _MASK_KINDS_SQL = "case k when 0 then 'mask' when 1 then 'random' else 'keep' end"
 VIEWS = [
@@ -80,39 +73,31 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     pre-training phase); return the summary."""
     started = time.perf_counter()
     con = build.con
-    cluster = cluster_cpus(cfg.workspace.executor)
+    build.workers(1)  # before any work: a cluster missing or unreachable is one line
     plans = {split: _plan_shards(con, split, cfg.pairs.shard_tokens) for split in SPLITS}
     _check_splits(plans)
-    on_cluster = cfg.workspace.executor == "ray"  # Ray tasks write the rows as Parquet files of ``pairs``
-    tables = build.shard_folder("pairs") if on_cluster else None
-    if not on_cluster:
-        con.execute(f"create table {build.table('pairs')} ({_COLUMNS})")
+    pairs = build.rows("pairs", _COLUMNS, numbered=("pair_id", None), in_flight=INSERTS_PENDING)
     phases = cfg.pretrain_phases()
-    sets, next_pair_id = {}, 0
+    sets, n_pairs = {}, 0
     for phase, _, settings in phases:
         out_dir = build.out_dir / phase if phase else build.out_dir
-        writer, workers = _build_set(con, build.table("pairs"), out_dir, plans, settings, phase, next_pair_id,
-                                     cfg.workspace.executor, cluster, tables)
-        next_pair_id = writer.next_pair_id
+        writer, workers = _build_set(build, pairs, out_dir, plans, settings, phase)
+        n_pairs += sum(stats.instances for stats in writer.stats.values())
         sets[phase] = writer.stats
-    if tables is not None:
-        if next_pair_id == 0:  # no pairs at all: one empty file gives the view its columns
-            write_parquet(pair_rows(_no_pairs(), None, None), tables / parquet_name(0))
-        build.share_table("pairs", PAIRS_VIEW, rows=next_pair_id)
+    pairs.finish(rows=n_pairs)
     if phases[0][0] is not None:
         (build.out_dir / PHASES_FILE).write_text(json.dumps({"phases": [name for name, _, _ in phases]}) + "\n")
     n_shards = sum(len(plan) for plan in plans.values())
     return _summary(sets, cfg.pairs.masking, time.perf_counter() - started, n_shards, workers)
 
 
-def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardPlan]], settings: PairsConfig,
-               phase: str | None, first_pair_id: int, executor: str, cluster: int,
-               tables: Path | None = None) -> tuple[_Writer, int]:
-    """One pair set (every shard of both splits, ``dupe_factor`` times) into ``table`` and ``out_dir``;
-    with ``executor`` ray, built by Ray tasks on a cluster of ``cluster`` CPUs, which write the rows as
-    Parquet files that end up in ``tables`` (`_built_on_cluster`)."""
+def _build_set(build: Build, pairs: Any, out_dir: Path, plans: dict[str, list[ShardPlan]], settings: PairsConfig,
+               phase: str | None) -> tuple[_Writer, int]:
+    """One pair set (every shard of both splits, ``dupe_factor`` times): its rows into the sink ``pairs`` and
+    its arrays into ``out_dir``, built by the build's tasks."""
+    con = build.con
     rules = _masking_rules(con, settings)
-    writer = _Writer(con, None if executor == "ray" else table, out_dir, phase, first_pair_id)
+    writer = _Writer(out_dir)
     total_tokens = sum(int(shard.n_tokens) for plan in plans.values() for shard in plan)
     job = PairJob(max_seq_length=settings.max_seq_length, short_seq_prob=settings.short_seq_prob,
                   split_one_sentence=settings.one_sentence_chunk == "split", seed=settings.seed,
@@ -120,14 +105,14 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
                   rules=rules if settings.masking == "static" else None,
                   cls_id=_special_id(con, "[CLS]"), sep_id=_special_id(con, "[SEP]"))
     n_tasks = sum(len(plan) for plan in plans.values()) * settings.dupe_factor
-    workers = min(cluster or settings.workers or _auto_workers(), n_tasks)
+    workers = min(build.workers(settings.workers or _auto_workers()), n_tasks)
     tasks = ((shard, dupe) for shard in _read_shards(con, plans) for dupe in range(settings.dupe_factor))
+    task = pairs.task(job.build, PairRows(phase).rows, identity)
     try:
         with ui.progress(f"pairs: building{f' {phase}' if phase else ''}", total=total_tokens * settings.dupe_factor,
                          unit="tokens") as bar:
-            built_shards = map_ordered(job.build, tasks, workers, executor) if executor == "local" \
-                else _built_on_cluster(job, tasks, workers, phase, writer, tables)
-            for built in built_shards:
+            for done in build.map(task.run, enumerate(tasks), workers):
+                built = pairs.take(task, done)
                 writer.write(built)
                 bar.advance(built.source_tokens)
                 faults.point("work")
@@ -137,25 +122,6 @@ def _build_set(con: Any, table: str, out_dir: Path, plans: dict[str, list[ShardP
     writer.close(_meta(settings, con, rules))
     np.save(out_dir / FLAGS_FILE, rules.token_flags)
     return writer, workers
-
-
-def _built_on_cluster(job: PairJob, tasks: Iterator[tuple[Shard, int]], workers: int, phase: str | None,
-                      writer: _Writer, tables: Path) -> Iterator[Built]:
-    """Each task's shard, built by a Ray task that wrote its rows and arrays to files (`PairShardJob`): the
-    arrays read back for ``writer``, the rows' file moved into ``tables`` under its first pair id."""
-    pieces = tables.parent.parent / "pieces"
-    pieces.mkdir(exist_ok=True)
-    shard_job = PairShardJob(job, phase, str(pieces))
-    try:
-        for shard in map_ordered(shard_job.run, enumerate(tasks), workers, "ray"):
-            rows = written(pieces / f"{shard.number:08d}.parquet", shard.rows_bytes)
-            if shard.pairs:  # an empty file's name would be its successor's
-                os.replace(rows, tables / parquet_name(writer.next_pair_id))
-            else:
-                rows.unlink()
-            yield shard_job.take(shard)
-    finally:
-        shutil.rmtree(pieces, ignore_errors=True)
 
 
 def phase_params(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -250,19 +216,10 @@ class _SplitStats:
 
 
 class _Writer:
-    """Appends built shards to the DuckDB table and the array files, numbering pairs in order.
+    """Appends built shards to the split's array files (their rows go to the table's sink)."""
 
-    DuckDB inserts run on a background thread (DuckDB releases the GIL), so converting one shard's
-    rows overlaps with building the next; at most ``INSERTS_PENDING`` wait, to keep memory flat.
-    """
-
-    def __init__(self, con: Any, table: str | None, out_dir: Path, phase: str | None = None, first_pair_id: int = 0):
-        self.con, self.table, self.out_dir, self.phase = con, table, out_dir, phase
-        self.inserter = concurrent.futures.ThreadPoolExecutor(1)
-        self.cursor = con.cursor()
-        self.inserts: deque[concurrent.futures.Future] = deque()
-        self.transaction_open = False
-        self.next_pair_id = first_pair_id
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
         self.stats = {split: _SplitStats() for split in SPLITS}
         self.files = {}
         for split in SPLITS:
@@ -272,18 +229,12 @@ class _Writer:
                 self._append(split, name, np.zeros(1, dtype=ARRAYS[name]))
 
     def write(self, built: Built) -> None:
-        """Append a built shard: its rows to the table (unless a Ray task wrote them to a file) and its arrays."""
+        """Append a built shard's arrays."""
         n = len(built.len_a)
         if n == 0:
             return
         stats = self.stats[built.split]
         static = built.masked_positions is not None
-        if self.table is not None:
-            rows = pair_rows(built, self.phase, self.next_pair_id)
-            while len(self.inserts) >= INSERTS_PENDING:
-                self.inserts.popleft().result()
-            self.inserts.append(self.inserter.submit(self._insert, rows))
-        self.next_pair_id += n
 
         base = stats.array_lengths["input_ids"]
         self._append(built.split, "input_ids", built.input_ids)
@@ -305,14 +256,6 @@ class _Writer:
         stats.random_next += int(built.is_random_next.sum())
         stats.masked += len(built.masked_positions) if static else 0
 
-    def _insert(self, rows: pa.Table) -> None:
-        if not self.transaction_open:
-            # One transaction for all inserts: DuckDB then writes full row groups straight to the
-            # database file instead of logging every batch to the WAL and copying it again later.
-            self.cursor.execute("begin transaction")
-            self.transaction_open = True
-        self.cursor.execute(f"insert into {self.table} select * from rows")
-
     def _append(self, split: str, name: str, values: np.ndarray) -> None:
         data = np.ascontiguousarray(values, dtype=ARRAYS[name])
         handle = self.files[split][name]
@@ -323,28 +266,16 @@ class _Writer:
         self.stats[split].array_lengths[name] += len(values)
 
     def abort(self) -> None:
-        """Stop after the insert under way, so the engine can drop the table it was writing."""
-        for future in self.inserts:
-            future.cancel()
-        self.inserter.shutdown(wait=True)
-        if self.transaction_open:
-            self.cursor.execute("rollback")
-        self.cursor.close()  # now, not when a traceback that holds this writer is collected
+        """Close the files now (a full disk again is no news: they are discarded with the build)."""
         for handles in self.files.values():
             for handle in handles.values():
                 try:
                     handle.close()
                 except OSError:
-                    pass  # a full disk again; the files are discarded with the build anyway
+                    pass
 
     def close(self, meta: dict[str, Any]) -> None:
-        """Finish the inserts, close the files and write meta.json (counts and what a loader needs)."""
-        while self.inserts:
-            self.inserts.popleft().result()
-        self.inserter.shutdown()
-        if self.transaction_open:
-            self.cursor.execute("commit")
-        self.cursor.close()
+        """Close the files and write meta.json (counts and what a loader needs)."""
         for handles in self.files.values():
             for handle in handles.values():
                 try:
@@ -364,14 +295,6 @@ def _naming(exc: OSError, path: str, size: int | None = None) -> OSError:
 
 # ---------------------------------------------------------------------------------------------------
 # Small helpers.
-
-def _no_pairs() -> Built:
-    """A shard with no pairs, for the columns of an empty ``pairs`` table."""
-    empty = {name: np.zeros(0, dtype) for name, dtype in ARRAYS.items()}
-    return Built("train", 0, np.zeros(0, np.int32), np.zeros(0, np.int32), empty["dupe"], np.zeros(0, bool),
-                 np.zeros(0, bool), empty["len_a"], empty["len_b"], empty["input_ids"], np.zeros(1, np.int64),
-                 empty["masked_positions"], empty["masked_ids"], empty["masked_kinds"], np.zeros(1, np.int64))
-
 
 def _auto_workers() -> int:
     """Build processes for ``pairs.workers: 0``: every core but the two the main process keeps busy

@@ -4,7 +4,7 @@ The tokenizer is BERT's, in ``tokenizers`` (``[PAD] [UNK] [CLS] [SEP] [MASK]`` a
 the files ``transformers.BertTokenizerFast`` loads. Invariants: the same corpus and settings give the same ``vocab.txt``
 on any machine and thread count (`_alphabet` fixes what ``WordPieceTrainer`` leaves to hash order); a ``from_file``
 vocabulary is kept exactly; training reads a seeded sample; nothing holds the corpus in memory; ``strip_accents:
-auto`` never strips at a script's cost. On Ray, tasks write ``tokens`` as Parquet files.
+auto`` never strips at a script's cost. Tables are written through the build's sinks (`bertwb.stage.Build.rows`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,8 @@ import json
 import string
 import time
 import unicodedata
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -30,15 +27,15 @@ from bertwb.data.script_report import script_report
 from bertwb.data.scripts import stripping_damages
 from bertwb.data.tokenizer import (SPECIAL_TOKENS, build_tokenizer, load_tokenizer, lowercases, strips_accents,
                                    tokenizer_identity, write_tokenizer_files)
-from bertwb.data.ordered_map import cluster_cpus, map_ordered
-from bertwb.data.shard_files import shard_name, write_parquet, written
-from bertwb.data.token_shards import BatchCounts, TokensJob, batch_counts, tokens_rows
-from bertwb.data.word_ids import EncodeJob, batch_encoder
+from bertwb.data.parts import run_here
+from bertwb.data.token_batches import BatchCounts, TokenBatches
+from bertwb.data.word_ids import EncodeJob
 from bertwb.errors import BertwbError
 from bertwb.stage import Build, Stage
 from bertwb.workspace import Workspace
 
 TOP_TOKENS = 20
+TOKENS_COLUMNS = "doc_id INTEGER, sent_idx INTEGER, ids INTEGER[]"
 # Tokenising reads and commits this many batches' worth of sentences at a time: DuckDB's memory per range.
 _BATCHES_PER_RANGE = 16
 # Where the BERT pre-tokeniser ends a word: Rust's char::is_whitespace, and punctuation (ASCII or Unicode P*).
@@ -81,7 +78,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train or load the tokenizer, write its files, tokenise all sentences; return the summary."""
     started = time.perf_counter()
     con = build.con
-    cluster = cluster_cpus(cfg.workspace.executor)  # before any work: Ray missing or unreachable is one line
+    workers = build.workers(1)  # before any work: a cluster missing or unreachable is one line
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
     alphabet_seconds = 0.0
     sample = None  # a vocabulary from a file saw none of this corpus
@@ -96,11 +93,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     tokenizer.encode_special_tokens = True  # corpus text that spells "[SEP]" is text, not a [SEP]
-    on_cluster = cfg.workspace.executor == "ray"  # each task writes its rows as a Parquet file of ``tokens``
-    tokenised = tokenise_all(tokenizer, con, build.table("tokens"), n_sentences, cfg.vocab.batch_size, sample,
-                             cfg.workspace.executor, cluster, build.shard_folder("tokens") if on_cluster else None)
-    if on_cluster:
-        build.share_table("tokens", rows=n_sentences)
+    tokens_sink = build.rows("tokens", TOKENS_COLUMNS, in_flight=1)
+    tokenised = tokenise_all(tokenizer, con, tokens_sink, n_sentences, cfg.vocab.batch_size, sample, build.map,
+                             workers)
+    tokens_sink.finish(rows=n_sentences)
     counts, n_tokens, n_words, n_unk = tokenised.counts, tokenised.tokens, tokenised.words, tokenised.unk
     id_to_token = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -111,18 +107,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "frequency": pa.array(counts[:vocab_size], pa.int64()),
         "is_special": [t in SPECIAL_TOKENS or t.startswith("[unused") for t in tokens],
     })
-    if on_cluster:  # every table of a cluster's build is Parquet, so every node can read it
-        write_parquet(vocab_batch, build.shard_folder("vocab") / shard_name(0))
-        build.share_table("vocab")
-    else:
-        con.execute(f"create table {build.table('vocab')} as select * from vocab_batch")
+    build.rows("vocab").create_from(vocab_batch)
     script_rows = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
     scripts_batch = pa.Table.from_pylist(script_rows, schema=_SCRIPTS_SCHEMA)
-    if on_cluster:
-        write_parquet(scripts_batch, build.shard_folder("scripts") / shard_name(0))
-        build.share_table("scripts")
-    else:
-        con.execute(f"create table {build.table('scripts')} as select * from scripts_batch")
+    build.rows("scripts").create_from(scripts_batch)
     if n_unk > cfg.vocab.max_unk_rate * n_tokens:  # before the commit: the vocabulary built before stays
         raise BertwbError(_too_many_unk(cfg, tokens, n_unk / n_tokens, script_rows))
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
@@ -430,94 +418,42 @@ class Tokenised:
     unseen_unk: int = 0
 
 
-def tokenise_all(tokenizer: Tokenizer, con: Any, table: str, n_sentences: int, batch_size: int,
-                 sample: TrainingSample | None = None, executor: str = "local", workers: int = 1,
-                 folder: Path | None = None) -> Tokenised:
-    """Encode every sentence in batches into ``table``; return the counts. ``sample``: the sentences the
-    tokenizer was trained on (None: none of them), to count [UNK] on the others. With ``executor`` ray,
-    batches are encoded by Ray tasks on a cluster of ``workers`` CPUs, each writing its rows as a Parquet
-    file into ``folder`` (`_tokenise_on_cluster`); ``table`` is then left to the caller.
+def tokenise_all(tokenizer: Tokenizer, con: Any, tokens: Any, n_sentences: int, batch_size: int,
+                 sample: TrainingSample | None = None, run_tasks: Callable[..., Iterator[Any]] | None = None,
+                 workers: int = 1) -> Tokenised:
+    """Encode every sentence in batches into the sink ``tokens`` (`bertwb.data.sinks`); return the counts.
+    ``sample``: the sentences the tokenizer was trained on (None: none of them), to count [UNK] on the others.
+    ``run_tasks``: the build's ``map``, which runs the batches' tasks on ``workers`` (None: here, in order).
 
     ``encode_batch`` runs on all cores in Rust, on each distinct word of the corpus once where the tokenizer
-    allows it (`bertwb.data.word_ids.WordEncoder`); ids go to DuckDB as one flat Arrow list array per batch, so
-    Python never loops over tokens. Memory does not grow with the corpus: sentences are read
-    a range of documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and
-    each range's rows are committed when it ends (one open transaction would hold the whole table).
+    allows it (`bertwb.data.word_ids.WordEncoder`); ids go to the sink as one flat Arrow list array per batch, so
+    Python never loops over tokens. Memory does not grow with the corpus: sentences are read a range of
+    documents at a time (`_document_ranges`, so DuckDB sorts one range, not the corpus), and each range's rows
+    are committed when it ends (one open transaction would hold the whole table).
     """
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     totals = _Totals(tokenizer)
-    unk_id = tokenizer.token_to_id("[UNK]")
-    in_sample = sample.contains if sample is not None else None
-    if executor == "ray":
-        assert folder is not None, "a Ray build writes its rows to files"
-        return _tokenise_on_cluster(tokenizer, con, folder, n_sentences, batch_size, in_sample, workers, totals)
-    con.execute(f"create table {table} (doc_id INTEGER, sent_idx INTEGER, ids INTEGER[])")
-    cursor = con.cursor()
-    inserter = con.cursor()
-    held: deque[tuple[int, pa.RecordBatch]] = deque()  # batches read, in order, until their ids come back
-
-    def texts(batches: Iterator[tuple[int, pa.RecordBatch]]) -> Iterator[pa.Array]:
-        for numbered in batches:
-            held.append(numbered)
-            yield numbered[1].column("text")
-
-    batches = _batches(con, cursor, batch_size)
-    try:
-        # DuckDB's insert of batch i runs on a writer thread (it releases the GIL) while batch i+1 encodes.
-        with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar, \
-                ThreadPoolExecutor(max_workers=1) as writer:
-            pending, open_range = None, None
-            for lengths, flat in map(batch_encoder(tokenizer), texts(batches)):
-                number, batch = held.popleft()
-                if number != open_range:
-                    # One transaction per range: per-batch autocommits each go through the WAL again.
-                    if pending is not None:
-                        pending.result()
-                        pending = None
-                    if open_range is not None:
-                        inserter.execute("commit")
-                    inserter.execute("begin transaction")
-                    open_range = number
-                totals.add(batch_counts(batch, lengths, flat, vocab_size, unk_id, in_sample))
-                rows = tokens_rows(batch, lengths, flat)
-                if pending is not None:
-                    pending.result()
-                pending = writer.submit(_insert, inserter, table, rows)
-                bar.advance(batch.num_rows)
-                faults.point("work")
-            if pending is not None:
-                pending.result()
-            if open_range is not None:
-                inserter.execute("commit")
-    except BaseException:
-        _rollback(inserter)  # so the engine can drop the half-filled table
-        raise
-    finally:
-        # The reader first: an open one keeps the database alive after every connection is closed, and
-        # DuckDB then spins forever on the next connect to this file from this process (a test's status).
-        batches.close()
-        inserter.close()
-        cursor.close()
-    return totals.result()
-
-
-def _tokenise_on_cluster(tokenizer: Tokenizer, con: Any, folder: Path, n_sentences: int, batch_size: int,
-                         in_sample: Any, workers: int, totals: _Totals) -> Tokenised:
-    """`tokenise_all` on Ray: each task encodes a batch and writes its rows as Parquet file ``folder``/part-N
-    itself, returning only its counts (`bertwb.data.token_shards`)."""
-    job = TokensJob(EncodeJob(tokenizer.to_str(), tokenizer.encode_special_tokens), str(folder),
-                    tokenizer.get_vocab_size(with_added_tokens=True), tokenizer.token_to_id("[UNK]"), in_sample)
+    job = TokenBatches(EncodeJob(tokenizer), vocab_size, tokenizer.token_to_id("[UNK]"),
+                       sample.contains if sample is not None else None)
+    task = tokens.task(job.encode, job.rows, job.counts)
     cursor = con.cursor()
     batches = _batches(con, cursor, batch_size)
     try:
         with ui.progress("vocab: tokenising", total=n_sentences, unit="sentences") as bar:
-            for number, counts in enumerate(map_ordered(job.run, enumerate(batch for _, batch in batches), workers,
-                                                        "ray")):
-                written(folder / shard_name(number), counts.file_bytes)
+            open_range = None
+            for done in (run_tasks or run_here)(task.run, enumerate(batches), workers):
+                number, counts = done.result
+                if number != open_range:  # one transaction per range: per-batch autocommits each go through the WAL
+                    if open_range is not None:
+                        tokens.checkpoint()
+                    open_range = number
                 totals.add(counts)
+                tokens.take(task, done)
                 bar.advance(counts.sentences)
                 faults.point("work")
     finally:
+        # The reader first: an open one keeps the database alive after every connection is closed, and
+        # DuckDB then spins forever on the next connect to this file from this process (a test's status).
         batches.close()
         cursor.close()
     return totals.result()
@@ -574,17 +510,3 @@ def _document_ranges(con: Any, sentences: int) -> Iterator[tuple[str, list[int]]
     for low, high in zip(starts[1:-1], starts[2:], strict=True):
         yield "where doc_id >= ? and doc_id < ?", [low, high]
     yield "where doc_id >= ?", [starts[-1]]
-
-
-def _rollback(cursor: Any) -> None:
-    try:
-        cursor.execute("rollback")
-    except Exception:  # noqa: BLE001 - no transaction left to roll back, or a database already failed
-        pass
-
-
-def _insert(cursor: Any, table: str, rows: pa.Table) -> None:
-    """Append ``rows`` to ``table`` through ``cursor``, which only the writer thread uses."""
-    cursor.register("tokens_batch", rows)
-    cursor.execute(f"insert into {table} select * from tokens_batch")
-    cursor.unregister("tokens_batch")

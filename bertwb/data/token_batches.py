@@ -1,21 +1,18 @@
-"""What the vocab stage counts of each tokenised batch, and the Ray task that tokenises one into a Parquet file.
+"""The vocab stage's work on a batch of sentences: encode it, its ``tokens`` rows, and what it counts of them.
 
-`batch_counts` is the one place a batch's token counts and its [UNK]s outside the training sample are
-counted, here or in a task. `TokensJob` is the ``ray`` executor's task: encode a batch of sentences, write
-its ``tokens`` rows as one Parquet file (:mod:`bertwb.data.shard_files`) and return only the counts, so no
-token id travels back to the driver. A batch's file and counts depend only on the batch and the tokenizer.
+`batch_counts` is the one place a batch's token counts and its [UNK]s outside the training sample are counted.
+`TokenBatches` is the work as a task runs it, in this process or another (`bertwb.data.parts.TableTask`): where
+its rows are made, and so whether any token id travels back to the stage, is the table's sink's choice.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from bertwb.data.shard_files import shard_name, write_parquet
 from bertwb.data.word_ids import EncodeJob
 
 
@@ -29,7 +26,6 @@ class BatchCounts:
     unseen_sentences: int
     unseen_tokens: int
     unseen_unk: int
-    file_bytes: int = 0  # the size of the Parquet file a Ray task wrote the rows to
 
 
 def batch_counts(batch: pa.RecordBatch, lengths: np.ndarray, flat: np.ndarray, vocab_size: int, unk_id: int,
@@ -58,19 +54,38 @@ def tokens_rows(batch: pa.RecordBatch, lengths: np.ndarray, flat: np.ndarray) ->
 
 
 @dataclass(frozen=True)
-class TokensJob:
-    """A Ray task's part of the ``tokens`` table: its ``run`` takes (number, batch) and writes file ``number``."""
+class TokenBatches:
+    """The vocab stage's work on one batch, in parts a `bertwb.data.parts.TableTask` takes: `encode` a (range,
+    batch) of sentences, the ``tokens`` `rows` of that, and its `counts`. Picklable (the tokenizer travels as
+    its JSON), so any process or node can run it; a batch's rows and counts depend only on it and the tokenizer."""
 
-    encode: EncodeJob
-    folder: str  # the table's folder in the build's temporary folder, on the workspace every node mounts
+    encode_job: EncodeJob
     vocab_size: int
     unk_id: int
     in_sample: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
 
-    def run(self, task: tuple[int, pa.RecordBatch]) -> BatchCounts:
+    def encode(self, task: tuple[int, pa.RecordBatch]) -> Encoded:
         number, batch = task
-        lengths, flat = self.encode.encode(batch.column("text"))
-        size = write_parquet(tokens_rows(batch, lengths, flat), Path(self.folder) / shard_name(number))
-        counts = batch_counts(batch, lengths, flat, self.vocab_size, self.unk_id, self.in_sample)
-        counts.file_bytes = size
-        return counts
+        lengths, flat = self.encode_job.encode(batch.column("text"))
+        return Encoded(number, batch, lengths, flat,
+                       batch_counts(batch, lengths, flat, self.vocab_size, self.unk_id, self.in_sample))
+
+    @staticmethod
+    def rows(encoded: Encoded) -> pa.Table:
+        return tokens_rows(encoded.batch, encoded.lengths, encoded.flat)
+
+    @staticmethod
+    def counts(encoded: Encoded) -> tuple[int, BatchCounts]:
+        """The batch's range number and counts: all that comes back when a task wrote the rows itself."""
+        return encoded.range, encoded.counts
+
+
+@dataclass
+class Encoded:
+    """A batch and its ids: ``lengths`` per sentence, ``flat`` all of them; its range's number and counts."""
+
+    range: int
+    batch: pa.RecordBatch
+    lengths: np.ndarray
+    flat: np.ndarray
+    counts: BatchCounts
