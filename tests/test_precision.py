@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-import safetensors.torch
 import torch
 
 from bertwb import fast, keys
@@ -50,7 +49,8 @@ def _never_measured() -> MatmulCheck:
      "precision auto → bf16: CPU has amx_bf16, avx512_bf16; bf16 matmul 2.4× fp32 at H384/I1536"),
     ("auto", "cpu", {"avx512_bf16"}, 0.9, False,
      "precision auto → fp32: CPU has avx512_bf16; bf16 matmul 0.9× fp32 at H384/I1536 (under 1.2×)"),
-    ("auto", "cpu", {"avx512f", "avx2"}, None, False, "precision auto → fp32: no bf16 matrix instructions in CPU flags"),
+    ("auto", "cpu", {"avx512f", "avx2"}, None, False,
+     "precision auto → fp32: no bf16 matrix instructions in CPU flags"),
     ("auto", "cuda", set(), None, True, "precision auto → bf16: CUDA GPU"),
     ("fp32", "cpu", {"amx_bf16"}, None, False, "precision fp32: set"),
     ("bf16", "cpu", {"amx_bf16"}, None, True, "precision bf16: set"),

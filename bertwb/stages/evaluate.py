@@ -3,9 +3,8 @@
 The valid pairs keep fixed masks (with ``pairs.masking: dynamic``, masked once by a generator seeded with
 ``pairs.seed``), so numbers compare across runs and checkpoints. It depends on pairs, not on pretrain:
 ``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks is part of the
-key (`evaluated_weights`), so ``latest`` is evaluated again after more training. The computation is
-:func:`bertwb.tasks.pretraining.evaluate_pairs`, in ``pretrain.precision`` as `choose_precision` resolves it (not
-in the key, as in pretrain's); this module writes ``metrics.json`` and prints the table.
+key (`evaluated_weights`), so ``latest`` is evaluated again after more training. `evaluate_pairs` computes the
+metrics in ``pretrain.precision`` (`choose_precision`; in no key); this module writes ``metrics.json``, the table.
 """
 
 from __future__ import annotations
