@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from bertwb import fast, keys
 from bertwb.configfile import load_config
@@ -139,6 +140,27 @@ def test_embed_follows_the_rule_and_keys_its_vectors_on_the_outcome(tmp_path: Pa
     assert settings["precision"] == "bf16"
     lines, settings = embed("asked.parquet", "--precision", "fp32")
     assert (lines, settings["precision"]) == (["precision fp32: set"], "fp32")
+
+
+def test_v_names_the_choice_of_finetune_and_predict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tiny_model_dir(tmp_path / "model")
+    rows = "".join(f"the ship sail {i},{'ab'[i % 2]}\n" for i in range(8))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    project = Project(tmp_path)
+    project.write_config(yaml.safe_dump({"finetune": {
+        "steps": 2, "batch_size": 4, "max_seq_length": 32, "init_from": "model",
+        "tasks": {"topic": {"type": "classify", "train": "train.csv", "dev": "train.csv"}}}}))
+    bf16_cpu(monkeypatch, flags="amx_bf16 avx512_bf16", speedup=1.9)
+    said = "precision auto → bf16: CPU has amx_bf16, avx512_bf16; bf16 matmul 1.9× fp32 at H32/I64"
+    assert _verbose_lines(project.run("finetune", "-v")) == [said]  # training, dev scoring: one choice
+    summary = json.loads((project.workspace / "finetune" / "topic" / "training.json").read_text())
+    assert summary["precision"] == "bf16"
+    predicted = project.run("predict", "topic", "-v", str(tmp_path / "train.csv"))
+    assert _verbose_lines(predicted) == [said]
+    monkeypatch.setenv(device.CPU_FLAGS_ENV, "")
+    plain = project.run("predict", "topic", "-v", "--set", "finetune.tasks.topic.precision=bf16",
+                        str(tmp_path / "train.csv"))
+    assert _verbose_lines(plain)[0].startswith("precision bf16: set; this CPU has no bf16 matrix instructions")
 
 
 def test_an_explicit_fp32_is_obeyed_on_a_bf16_machine_without_measuring(trainer: Project,

@@ -95,7 +95,8 @@ def report(metrics: dict[str, Any]) -> None:
     for kind, values in metrics["by_kind"].items():
         rows.append([f"MLM accuracy at {labels[kind]}", _pct(values["mlm_acc"]), f"{values['positions']:,} positions"])
     step = f" (step {metrics['step']:,})" if metrics.get("step") is not None else ""
-    ui.table(f"evaluate: {metrics['checkpoint']}{step}", ["metric", "value", "over"], rows)
+    precision = f", {metrics['precision']}" if "precision" in metrics else ""  # older results did not say
+    ui.table(f"evaluate: {metrics['checkpoint']}{step}{precision}", ["metric", "value", "over"], rows)
 
 
 def _pct(value: float | None) -> str:
