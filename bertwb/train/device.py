@@ -4,7 +4,7 @@ that uses a model.
 `precision_rule` decides ``auto``: bf16 autocast on CUDA, and on a CPU where its flags name bf16 matrix
 instructions (AMX-BF16, AVX512-BF16) and a short matmul check at the model's shapes finds bf16 faster; fp32
 elsewhere. The choice is never part of a stage's key (``precision`` is a speed setting, ``cache=False``): a
-run on an AMX machine and one on a plain machine share their keys. README: "Precision".
+run on an AMX machine and one on a plain machine share their keys. README: "Configuration", precision.
 """
 
 from __future__ import annotations
