@@ -26,6 +26,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The CPU flags of matrix and vector units a benchmark's reader needs to place its numbers (bf16's above all).
+MATRIX_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_matrix_flags() -> list[str]:
+    """Which of `MATRIX_FLAGS` this CPU's ``/proc/cpuinfo`` names, in that order (none off Linux)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return [flag for flag in MATRIX_FLAGS if flag in flags]
+
+
 # Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, by the name torch.cuda.get_device_name gives, the
 # most specific pattern first. None: a card known by name whose peak is not written here, so no MFU.
 BF16_PEAK_TFLOPS: tuple[tuple[str, float | None], ...] = (
@@ -153,12 +167,13 @@ def anchor_of(document: str, heading: str) -> str:
     return slug(heading) + (f"-{same}" if same > 0 else "")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    """This machine's fp32 matmul rate in FLOP/s: the best of ``repeats`` n³ ``torch.mm`` on all of torch's
-    threads. What a step's matmuls could reach at best, the yardstick of "% of peak" and of compute floors."""
+def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> float:
+    """This machine's matmul rate in FLOP/s: the best of ``repeats`` n³ ``torch.mm`` on all of torch's threads,
+    of fp32 matrices (``dtype`` float32) or bf16 ones (bfloat16: what bf16 autocast hands the CPU's matrix units).
+    What a step's matmuls could reach at best, the yardstick of "% of peak" and of compute floors."""
     import torch  # noqa: PLC0415 - only the benchmarks that train import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = (torch.randn(n, n).to(getattr(torch, dtype)) for _ in range(2))
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):

@@ -1,10 +1,15 @@
 """Pre-training throughput on CPU: bertwb against transformers.BertForPreTraining, side by side.
 
-Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads N] [--no-append]``
+Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads N] [--precision fp32,bf16]
+[--tiny] [--no-append]``
 
 * Data: real pairs of ``sample_corpus/pretrain`` (ingest → vocab → pairs with max_seq_length 128,
   static masks), built once in a temporary workspace by the bertwb CLI.
-* Shape (both sides): L4 H256 A4 I1024, vocab 30522, sequences ≤ 128, batch 32, fp32, AdamW.
+* Shape (both sides): L4 H256 A4 I1024 (``--tiny``: L2 H128 A2 I512, to check the script runs), vocab 30522,
+  sequences ≤ 128, batch 32, AdamW.
+* Precision: every side in each of ``--precision``: fp32, and bf16 autocast (bertwb's ``precision: bf16``;
+  transformers' forward under ``torch.autocast("cpu", dtype=torch.bfloat16)``, backward outside it, as the
+  PyTorch docs show). The report names the CPU, its matrix flags and what ``precision: auto`` picks there.
 * Threads: ``torch.set_num_threads(--threads)`` (default: every CPU) for both sides and the peak.
 * Warm-up: the first steps grow the process's heap (100k+ page faults in step 0, ~15k in some of
   steps 1-8, near none from step ~10 on; BENCHMARKS.md), so 8 untimed steps on each side measure
@@ -21,7 +26,8 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
   fused AdamW (the Trainer's default ``adamw_torch_fused``).
 * Both: one training step = collation, forward, loss, backward, clip to 1.0, AdamW step; tokens/s
   counts real (non-pad) tokens, so padding is cost, not throughput.
-* Peak: the best of a few 2048³ fp32 ``torch.mm`` calls, as FLOP/s.
+* Peaks: the best of a few 2048³ ``torch.mm`` calls, as FLOP/s, of fp32 matrices and of bf16 ones; each
+  bertwb row's share is of its own precision's peak.
 * bertwb with a token budget (``pretrain.batch_tokens`` = 32 × 128): the same loop on batches of as
   many length-sorted pairs as fit in 4,096 padded tokens (32 of the longest, more of the shorter ones).
 * Useful FLOP/s (bertwb): ``bertwb.tasks.pretraining.useful_flops_per_pair`` summed over the pairs trained,
@@ -54,14 +60,17 @@ from bertwb.config import Config  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
-from _common import append_report, cpu_model, matmul_peak  # noqa: E402
+from _common import append_report, cpu_matrix_flags, cpu_model, matmul_peak  # noqa: E402
 from _hf import hf_batch  # noqa: E402
 from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
+from bertwb.train.device import choose_precision  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
 from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
 
-SHAPE = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024}
+SHAPES = {"L4 H256": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024},
+          "L2 H128": {"num_layers": 2, "hidden_size": 128, "num_heads": 2, "intermediate_size": 512}}  # --tiny
 VOCAB, SEQ, BATCH = 30522, 128, 32
+PRECISIONS = ("fp32", "bf16")
 
 
 def build_pairs(workdir: Path) -> Path:
@@ -74,12 +83,13 @@ def build_pairs(workdir: Path) -> Path:
     return workdir / ".bertwb" / "pairs"
 
 
-def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
+def bench_bertwb(pairs, shape: dict, precision: str, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=VOCAB, **SHAPE)
+    config = BertConfig(vocab_size=VOCAB, **shape)
     model = BertForPreTraining(config).train()
     cfg = Config()
     cfg.pretrain.batch_size, cfg.pretrain.batch_tokens, cfg.pretrain.lr = BATCH, batch_tokens, 1e-4
+    cfg.pretrain.precision = precision
     cfg.pretrain.warmup_steps, cfg.pretrain.device = 0, "cpu"
     batches = Batches(pairs, BATCH, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches)
     objective = PretrainingObjective()
@@ -106,13 +116,13 @@ def bench_bertwb(pairs, steps: int, warmup: int, batch_tokens: int = 0) -> dict:
             "steps_per_epoch": batches.steps_per_epoch}
 
 
-def bench_hf(pairs, steps: int, warmup: int) -> dict:
+def bench_hf(pairs, shape: dict, precision: str, steps: int, warmup: int) -> dict:
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=SHAPE["hidden_size"],
-                                     num_hidden_layers=SHAPE["num_layers"], num_attention_heads=SHAPE["num_heads"],
-                                     intermediate_size=SHAPE["intermediate_size"], attn_implementation="sdpa")
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=shape["hidden_size"],
+                                     num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
+                                     intermediate_size=shape["intermediate_size"], attn_implementation="sdpa")
     model = transformers.BertForPreTraining(config)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the Trainer's default optim
@@ -122,7 +132,9 @@ def bench_hf(pairs, steps: int, warmup: int) -> dict:
     for step in range(warmup + steps):
         started = time.perf_counter()
         batch, inputs = hf_batch(pairs, random_batches.epoch_order(0)[step])
-        model(**inputs).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(**inputs).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -148,58 +160,92 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="torch.set_num_threads for both sides and the peak (default: every CPU).")
+    parser.add_argument("--precision", default=",".join(PRECISIONS),
+                        help="Comma-separated precisions to run every side in: fp32, bf16 (default: both).")
+    parser.add_argument("--tiny", action="store_true", help="L2 H128 instead of L4 H256: checks the script runs.")
     parser.add_argument("--no-append", action="store_true", help="Print only; leave BENCHMARKS.md alone.")
     args = parser.parse_args()
+    precisions = [p for p in args.precision.split(",") if p]
+    if not precisions or any(p not in PRECISIONS for p in precisions):
+        parser.error(f"--precision {args.precision!r}: give fp32, bf16 or fp32,bf16")
     reexec_with_malloc_tunables([sys.executable, __file__, *sys.argv[1:]])  # as `bertwb pretrain`, both sides
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as `bertwb pretrain` does on CPU; process-wide, so both sides run with it
     host = machine()
+    shape_name = "L2 H128" if args.tiny else "L4 H256"
+    shape = SHAPES[shape_name]
+    auto = choose_precision("auto", torch.device("cpu"), shape["hidden_size"], shape["intermediate_size"],
+                            announce=False).line()
     workdir = Path(tempfile.mkdtemp(prefix="bertwb-bench-"))
+    results: dict[str, dict[str, dict]] = {}
     try:
         pairs, _ = load_split(build_pairs(workdir), "train")
-        peak = matmul_peak()
-        ours = bench_bertwb(pairs, args.steps, args.warmup)
-        budgeted = bench_bertwb(pairs, args.steps, args.warmup, batch_tokens=BATCH * SEQ)
-        theirs = bench_hf(pairs, args.steps, args.warmup)
-        peak = max(peak, matmul_peak())  # measured before and after, the better one counts
+        peaks = {p: matmul_peak(dtype="bfloat16" if p == "bf16" else "float32") for p in precisions}
+        for precision in precisions:
+            results[precision] = {
+                "ours": bench_bertwb(pairs, shape, precision, args.steps, args.warmup),
+                "budgeted": bench_bertwb(pairs, shape, precision, args.steps, args.warmup, batch_tokens=BATCH * SEQ),
+                "theirs": bench_hf(pairs, shape, precision, args.steps, args.warmup)}
+        for p in precisions:  # measured before and after, the better one counts
+            peaks[p] = max(peaks[p], matmul_peak(dtype="bfloat16" if p == "bf16" else "float32"))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    speedup = ours["tokens_per_s"] / theirs["tokens_per_s"]
+    report, result = _report(args, host, shape_name, shape, auto, precisions, results, peaks)
+    print(report)
+    if not args.no_append:
+        append_report(report, result)
 
-    def row(name: str, r: dict, notes: str) -> str:
-        return (f"| {name} | {r['tokens_per_s']:,.0f} | {r['s_per_step']:.3f} | "
+
+def _report(args: argparse.Namespace, host: str, shape_name: str, shape: dict, auto: str, precisions: list[str],
+            results: dict[str, dict[str, dict]], peaks: dict[str, float]) -> tuple[str, str]:
+    """The BENCHMARKS.md section and its one-line result."""
+
+    def row(name: str, precision: str, r: dict, notes: str) -> str:
+        return (f"| {name} | {precision} | {r['tokens_per_s']:,.0f} | {r['s_per_step']:.3f} | "
                 f"{100 * r['pad_fraction']:.1f}% | {notes} |")
 
-    share, budget_share = ours["useful_flops"] / peak, budgeted["useful_flops"] / peak
+    rows, lines, headline = [], [], []
+    version = next(iter(results.values()))["theirs"]["version"]
+    for precision in precisions:
+        ours, budgeted, theirs = (results[precision][k] for k in ("ours", "budgeted", "theirs"))
+        rows += [row("bertwb", precision, ours, "length bucketing, MLM head at masked tokens"),
+                 row(f"bertwb, `batch_tokens: {BATCH * SEQ}`", precision, budgeted,
+                     f"as above; {budgeted['pairs_per_step']:.1f} pairs a step on average, "
+                     f"{budgeted['steps_per_epoch']} steps an epoch instead of {ours['steps_per_epoch']}"),
+                 row(f"transformers {version} BertForPreTraining (sdpa)", precision, theirs,
+                     "random batches padded to the longest, dense MLM head"
+                     + (", forward under `torch.autocast`" if precision == "bf16" else ""))]
+        speedup, share = ours["tokens_per_s"] / theirs["tokens_per_s"], ours["useful_flops"] / peaks[precision]
+        lines.append(f"* {precision}: bertwb **{speedup:.2f}×** transformers' tokens/s in the same precision. "
+                     f"{precision} matmul peak (2048³ `torch.mm`): {peaks[precision] / 1e9:,.1f} GFLOP/s; bertwb "
+                     f"useful FLOP/s {ours['useful_flops'] / 1e9:,.1f} = **{100 * share:.1f}%** of it (target ≥ 85%: "
+                     f"{'met' if share >= 0.85 else 'NOT met'}); with the token budget "
+                     f"{100 * budgeted['useful_flops'] / peaks[precision]:.1f}%.")
+        headline.append(f"{precision} **{speedup:.2f}×** transformers ({100 * share:.0f}% of the {precision} peak)")
+    if "bf16" in results and "fp32" in results:
+        bf16_tokens = results["bf16"]["ours"]["tokens_per_s"]
+        against_fp32 = bf16_tokens / results["fp32"]["theirs"]["tokens_per_s"]
+        lines.append(f"* bertwb in bf16: **{against_fp32:.2f}×** transformers' fp32 tokens/s (goal on a CPU with "
+                     f"AMX: ≥ 5×), {bf16_tokens / results['fp32']['ours']['tokens_per_s']:.2f}× its own fp32.")
+        headline.append(f"bf16 **{against_fp32:.2f}×** transformers' fp32")
+    table = "\n".join(rows)
     report = f"""
 ## Pre-training throughput, CPU — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
-Script: `python benchmarks/pretrain_cpu.py --steps {args.steps} --warmup {args.warmup} --threads {args.threads}`.
-Machine: {host}.
-Shape: L4 H256 A4 I1024, vocab 30522, pairs of sample_corpus/pretrain (≤ 128 tokens, static masks),
-batch 32, fp32, AdamW + clipping; {args.steps} timed steps after {args.warmup} warm-up steps each.
+Script: `python benchmarks/pretrain_cpu.py --steps {args.steps} --warmup {args.warmup} --threads {args.threads} \
+--precision {",".join(precisions)}{" --tiny" if args.tiny else ""}`.
+Machine: {host}. CPU flags: {", ".join(cpu_matrix_flags()) or "none of the matrix ones"}; here {auto}.
+Shape: {shape_name} A{shape["num_heads"]} I{shape["intermediate_size"]}, vocab {VOCAB}, pairs of sample_corpus/pretrain
+(≤ {SEQ} tokens, static masks), batch {BATCH}, AdamW + clipping; {args.steps} timed steps after {args.warmup} warm-up
+steps each.
 
-| | tokens/s | s/step | pad share | notes |
-|---|---|---|---|---|
-{row('bertwb', ours, 'length bucketing, MLM head at masked tokens')}
-{row(f'bertwb, `batch_tokens: {BATCH * SEQ}`', budgeted,
-     f"as above; {budgeted['pairs_per_step']:.1f} pairs a step on average, {budgeted['steps_per_epoch']} "
-     f"steps an epoch instead of {ours['steps_per_epoch']}")}
-{row(f"transformers {theirs['version']} BertForPreTraining (sdpa)", theirs,
-     'random batches padded to the longest, dense MLM head')}
+| | precision | tokens/s | s/step | pad share | notes |
+|---|---|---|---|---|---|
+{table}
 
-* Speed-up: **{speedup:.2f}×** HF's tokens/s (target ≥ 3×: {'met' if speedup >= 3 else 'NOT met'}).
-* fp32 matmul peak (2048³ `torch.mm`): {peak / 1e9:,.1f} GFLOP/s. bertwb useful FLOP/s
-  (3 × forward matmul FLOPs on real tokens, MLM head at masked tokens only): {ours['useful_flops'] / 1e9:,.1f} GFLOP/s
-  = **{100 * share:.1f}%** of the peak (target ≥ 80%: {'met' if share >= 0.8 else 'NOT met'}).
-  With a token budget of {BATCH * SEQ} (32 × 128 padded tokens a step):
-  {budgeted['useful_flops'] / 1e9:,.1f} GFLOP/s = **{100 * budget_share:.1f}%**,
-  {budgeted['tokens_per_s'] / ours['tokens_per_s']:.2f}× the tokens/s of 32 pairs a step.
+{chr(10).join(lines)}
 """
-    print(report)
-    if not args.no_append:
-        append_report(report, f"**{speedup:.2f}×** transformers' tokens/s (L4 H256, batch {BATCH}); {100 * share:.1f}% "
-                              f"of the fp32 matmul peak (target 80%: {'met' if share >= 0.8 else 'not met'})")
+    return report, f"{'; '.join(headline)} ({shape_name}, batch {BATCH})"
 
 
 if __name__ == "__main__":

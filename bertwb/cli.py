@@ -298,7 +298,8 @@ def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 
     cfg, ws = _load(config_path, overrides, workdir)
     inputs = input_lines(texts, text_file, sys.stdin)
-    results = PretrainedModel.load(*_model(cfg, ws, checkpoint), device).fill_mask(inputs, top_k)
+    model = PretrainedModel.load(*_model(cfg, ws, checkpoint), device, cfg.pretrain.precision)
+    results = model.fill_mask(inputs, top_k)
     if as_json:
         ui.print_json(results)
         return
@@ -318,7 +319,8 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
     from bertwb.inference import PretrainedModel  # torch loads for this command only
 
     cfg, ws = _load(config_path, overrides, workdir)
-    result = PretrainedModel.load(*_model(cfg, ws, checkpoint), device).next_sentence(sentence_a, sentence_b)
+    model = PretrainedModel.load(*_model(cfg, ws, checkpoint), device, cfg.pretrain.precision)
+    result = model.next_sentence(sentence_a, sentence_b)
     if as_json:
         ui.print_json(result)
         return
@@ -357,9 +359,10 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 @click.option("--into", metavar="TABLE", help="Store the vectors in the workspace database as TABLE (skipped while "
               "fresh).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "auto"]), default="fp32", show_default=True,
-              help="bf16: autocast, about twice as fast where the device has native bf16 (a CPU with avx512_bf16 "
-              "or amx_bf16), vectors within about 2e-3 of fp32's; auto: bf16 there, else fp32.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "auto"]), default="auto", show_default=True,
+              help="auto: bf16 autocast where the CPU has bf16 matrix instructions and a quick check finds them "
+              "faster (vectors within about 2e-3 of fp32's), else fp32; fp32: vectors equal to "
+              "sentence-transformers'.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=256, show_default=True,
               help="Windows per batch at most; a batch holds windows of one length and at most 8,192 tokens.")
 @click.option("--force", is_flag=True, help="With --into: embed again even when the table is fresh.")

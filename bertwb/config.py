@@ -171,8 +171,9 @@ class TrainingConfig:
     seed: int = option(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0, max=SEED_MAX)
     device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
     precision: Literal["auto", "fp32", "bf16"] = option(
-        "auto", "Matmul precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, or bf16 autocast on any "
-        "device.", cache=False)
+        "auto", "Matmul precision: auto (bf16 autocast on CUDA, and on a CPU with bf16 matrix instructions where a "
+        "quick matmul check finds bf16 faster; fp32 elsewhere), fp32, or bf16 autocast on any device. Also the "
+        "precision of evaluate, fill-mask and nsp (pretrain's) and of predict (the task's).", cache=False)
     compile: bool = option(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
                            "slower on CPU).", cache=False)
     cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "

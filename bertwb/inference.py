@@ -1,9 +1,10 @@
 """Ask a pre-trained model directly: ``fill-mask`` (top-k tokens for every ``[MASK]``) and ``nsp``.
 
 Both load any model directory (see :mod:`bertwb.model.modeldir`) with its tokenizer, run on CPU unless told
-otherwise, and return plain dicts the CLI prints as tables or JSON. Which directory and which tokenizer
-folder is the caller's choice (:mod:`bertwb.train.model_choice`). A head an import made anew (its
-``import.json`` says so) answers at random: each says so in one line before it answers.
+otherwise, in ``pretrain.precision`` as :func:`bertwb.train.device.choose_precision` resolves it, and return
+plain dicts the CLI prints as tables or JSON. Which directory and which tokenizer folder is the caller's choice
+(:mod:`bertwb.train.model_choice`). A head an import made anew (its ``import.json`` says so) answers at
+random: each says so in one line before it answers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from bertwb.artifacts import IMPORT_FILE, read_json
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.model.bert import BertForPreTraining
-from bertwb.train.device import resolve_device
+from bertwb.train.device import Precision, choose_precision, model_shapes, resolve_device
 
 MASK = "[MASK]"
 
@@ -33,18 +34,22 @@ class PretrainedModel:
     tokenizer: Tokenizer
     device: torch.device
     source: str
+    precision: Precision
     new_heads: tuple[str, ...] = ()  # heads import-hf made anew ("MLM head", "NSP head"): never trained
 
     @classmethod
-    def load(cls, model_dir: modeldir.ModelDir, tokenizer_dir: Path, device: str = "auto") -> PretrainedModel:
-        """``model_dir``'s model on ``device`` with the tokenizer of ``tokenizer_dir``."""
+    def load(cls, model_dir: modeldir.ModelDir, tokenizer_dir: Path, device: str = "auto",
+             precision: str = "auto") -> PretrainedModel:
+        """``model_dir``'s model on ``device`` with the tokenizer of ``tokenizer_dir``, answering in ``precision``
+        (``pretrain.precision``: auto decides as `choose_precision` does)."""
         tokenizer = modeldir.load_tokenizer(model_dir, tokenizer_dir)
         torch_device = resolve_device(device, "--device")
         model, _ = modeldir.load_model(model_dir, torch_device, kind="pretraining")
         imported = model_dir.path / IMPORT_FILE
         made = read_json(imported, "import the model again with `bertwb import-hf`", {"initialised": list[str]}) \
             .get("initialised", []) if imported.is_file() else []
-        return cls(model.eval(), tokenizer, torch_device, model_dir.label, tuple(made))
+        chosen = choose_precision(precision, torch_device, *model_shapes(model))
+        return cls(model.eval(), tokenizer, torch_device, model_dir.label, chosen, tuple(made))
 
     def _warn_if_new(self, head: str, command: str) -> None:
         if head in self.new_heads:
@@ -76,7 +81,8 @@ class PretrainedModel:
             input_ids = torch.tensor([ids], device=self.device)
             token_type_ids = torch.tensor([encoding.type_ids], device=self.device)
             masked = torch.tensor(positions, device=self.device)
-            out = self.model(input_ids, token_type_ids, None, masked)  # (n_masks, V) at the masks only
+            with self.precision.autocast():
+                out = self.model(input_ids, token_type_ids, None, masked)  # (n_masks, V) at the masks only
             probs = out.mlm_logits.float().softmax(-1)
             top = probs.topk(min(top_k, probs.size(-1)), dim=-1)
             masks = []
@@ -106,6 +112,7 @@ class PretrainedModel:
         encoding = self._encode(first, second, "the pair")
         input_ids = torch.tensor([encoding.ids], device=self.device)
         token_type_ids = torch.tensor([encoding.type_ids], device=self.device)
-        out = self.model(input_ids, token_type_ids, None, torch.zeros(0, dtype=torch.long, device=self.device))
+        with self.precision.autocast():
+            out = self.model(input_ids, token_type_ids, None, torch.zeros(0, dtype=torch.long, device=self.device))
         probs = out.nsp_logits.float().softmax(-1)[0]
         return {"a": first, "b": second, "is_next": round(float(probs[0]), 6), "is_random": round(float(probs[1]), 6)}

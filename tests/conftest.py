@@ -109,6 +109,25 @@ def one_thread() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def plain_cpu() -> None:
+    """Every test and its subprocesses see a CPU without bf16 matrix instructions, so ``precision: auto`` is fp32
+    whatever machine runs the suite: tolerances tuned on fp32 hold on an AMX machine too, and no result hangs on
+    a timing check of a busy machine. A test of bf16 under auto says so (`bf16_cpu`)."""
+    from bertwb.train.device import CPU_FLAGS_ENV
+
+    os.environ[CPU_FLAGS_ENV] = ""
+
+
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch, flags: str = "avx512_bf16", speedup: float = 2.4) -> None:
+    """Make this process's precision rule see a CPU with ``flags`` whose matmul check measures ``speedup``."""
+    from bertwb.train import device
+
+    monkeypatch.setenv(device.CPU_FLAGS_ENV, flags)
+    monkeypatch.setattr(device, "bf16_matmul_check", lambda hidden, intermediate, threads:
+                        device.MatmulCheck(speedup, hidden, intermediate))
+
+
+@pytest.fixture(scope="session", autouse=True)
 def ctrl_c_interrupts() -> None:
     """SIGINT raises KeyboardInterrupt in the suite's own process, as in a terminal's foreground job.
 

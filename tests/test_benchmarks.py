@@ -31,6 +31,31 @@ def test_the_gpu_benchmark_compares_bertwb_with_hugging_face_side_by_side():
     assert benchmark_records() == before  # --no-append
 
 
+def test_the_cpu_benchmark_runs_fp32_and_bf16_rows_for_both_sides_in_its_tiny_mode():
+    """benchmarks/pretrain_cpu.py --tiny: bertwb (two rows) and transformers in fp32 and in bf16 autocast, each
+    bertwb row's share of its own precision's matmul peak, and what `precision: auto` picks on the CPU."""
+    pytest.importorskip("transformers")
+    before = (REPO / "BENCHMARKS.md").read_bytes()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "pretrain_cpu.py"), "--tiny", "--steps", "1",
+                             "--warmup", "1", "--threads", "1", "--no-append"], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| ") and
+            not line.startswith("| |")]
+    assert [(row[0][2:], row[1]) for row in rows] == [
+        (name, precision) for precision in ("fp32", "bf16") for name in
+        ("bertwb", "bertwb, `batch_tokens: 4096`", next(r[0][2:] for r in rows if "transformers" in r[0]))]
+    assert all(float(row[2].replace(",", "")) > 0 for row in rows)
+    assert "forward under `torch.autocast`" in rows[5][-1] and "autocast" not in rows[2][-1]
+    for precision in ("fp32", "bf16"):
+        assert re.search(rf"\* {precision}: bertwb \*\*\d+\.\d\d×\*\* transformers' tokens/s in the same "
+                         rf"precision\. {precision} matmul peak \(2048³ `torch.mm`\): [\d,.]+ GFLOP/s; bertwb useful "
+                         rf"FLOP/s [\d,.]+ = \*\*\d+\.\d%\*\* of it", result.stdout), result.stdout
+    assert "here precision auto → fp32: no bf16 matrix instructions in CPU flags" in result.stdout  # the suite's CPU
+    assert re.search(r"CPU flags: [a-z0-9_, ]+;", result.stdout)
+    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where no GPU is visible")
 def test_the_gpu_benchmark_says_it_needs_a_gpu_when_none_is_visible():
     result = subprocess.run([PYTHON, SCRIPT, "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=120)

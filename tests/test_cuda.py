@@ -15,7 +15,7 @@ from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks.pretraining import PretrainingObjective
-from bertwb.train.device import autocast
+from bertwb.train.device import choose_precision
 from bertwb.train.trainer import Trainer
 from conftest import PYTHON, REPO, Project, run_metrics, stand_in_pairs
 
@@ -52,7 +52,7 @@ def test_a_cuda_step_runs_in_bf16_and_never_waits_for_the_gpu():
     assert torch.isfinite(loop.window).all()
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     batch = batches.micro_batches(0, 3)[0].to(device)
-    with autocast("auto", device):
+    with choose_precision("auto", device, 64, 128).autocast():
         out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
     assert out.mlm_logits.dtype == torch.bfloat16
 

@@ -28,6 +28,7 @@ from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.finetune.objectives import objective_for
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, task_type
 from bertwb.tasks.pretraining import PretrainingObjective, evaluate_pairs
+from bertwb.train.device import Precision
 from bertwb.train.distributed import Dist
 from bertwb.train.trainer import Trainer
 from conftest import REPO, stand_in_pairs
@@ -130,7 +131,7 @@ def test_training_evaluation_and_a_direct_call_give_one_loss(kind):
     direct, n_targets = _direct(kind, model.eval(), batch)
 
     objective = objective_for(task, label_names)
-    _, totals = collect(objective, model, batches, "fp32", Dist(device="cpu"))
+    _, totals = collect(objective, model, batches, Precision("fp32", False, "set"), Dist(device="cpu"))
     assert totals["loss_sum"] == pytest.approx(direct, rel=1e-6) and totals[objective.counts[0]] == n_targets
 
     trainer = Trainer(settings, objective, model.train(), batches, total_steps=1)

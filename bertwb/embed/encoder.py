@@ -1,6 +1,7 @@
 """Texts to vectors: a model directory's encoder in inference mode over batches of windows of one length (no
 padding, so no attention mask: SDPA's mask-free kernel), the chosen layers combined (under bf16 autocast
-with ``precision`` bf16), then pooled as `EmbedSettings` say, or kept per token with character offsets.
+with ``precision`` bf16, as `bertwb.train.device.choose_precision` resolved it), then pooled as
+`EmbedSettings` say, or kept per token with character offsets.
 
 A text longer than ``max_length`` tokens is cut into windows of ``[CLS] piece [SEP]``, which are pooled
 alone and averaged (before normalising); a token's vector is its window's. `pool` is the one pooling function.
@@ -22,7 +23,7 @@ from bertwb.model import modeldir
 from bertwb.model.bert import BertModel
 from bertwb.model.heads import masked_mean
 from bertwb.train import model_choice
-from bertwb.train.device import native_bf16, resolve_device
+from bertwb.train.device import resolve_device
 from bertwb.workspace import Workspace
 
 BATCH_TOKENS = 8192  # tokens per batch at most: short windows go many to a batch, long ones few
@@ -147,18 +148,6 @@ class Encoder:
                 else nullcontext():
             states = self.bert.hidden_states(input_ids, None, None, settings.layers)
         return torch.cat(states, -1) if settings.combine == "concat" else torch.stack(states).mean(0)
-
-
-def resolve_precision(choice: str, device: torch.device) -> str:
-    """``fp32``, or ``bf16`` (autocast) where ``device`` has native bf16 matrix units: ``auto`` picks, and
-    ``bf16`` elsewhere is one line, since emulated bf16 is slower than fp32 and no closer to it."""
-    if choice == "auto":
-        return "bf16" if native_bf16(device) else "fp32"
-    if choice == "bf16" and not native_bf16(device):
-        raise BertwbError(f"--precision bf16: this {'GPU' if device.type == 'cuda' else 'CPU'} has no native bf16 "
-                          "matrix units (avx512_bf16 or amx_bf16 on a CPU), so bf16 would be slower than fp32; use "
-                          "--precision fp32 or auto")
-    return choice
 
 
 def _normalized(vectors: np.ndarray) -> np.ndarray:

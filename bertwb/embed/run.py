@@ -45,7 +45,7 @@ class EmbedRequest:
     dtype: str = "float32"
     into: str | None = None
     device: str = "auto"
-    precision: str = "fp32"  # fp32 | bf16 | auto: bf16 where the device has native bf16
+    precision: str = "auto"  # fp32 | bf16 | auto: `choose_precision` decides
     batch_size: int = 256
     force: bool = False
 
@@ -53,9 +53,9 @@ class EmbedRequest:
 def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdout: TextIO) -> dict[str, Any]:
     """Embed the request's input and write the vectors where it says; a summary (``skipped`` when ``--into``
     found its table fresh)."""
-    from bertwb.embed.encoder import Encoder, resolve_precision  # noqa: PLC0415 - torch loads for this command only
+    from bertwb.embed.encoder import Encoder  # noqa: PLC0415 - torch loads for this command only
     from bertwb.model import modeldir  # noqa: PLC0415
-    from bertwb.train.device import resolve_device  # noqa: PLC0415
+    from bertwb.train.device import choose_precision, resolve_device  # noqa: PLC0415
 
     started = time.time()
     source = find_model(cfg, ws, request.model)
@@ -73,7 +73,8 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
     settings = resolve(source.pooling, request.pooling, request.layers, request.combine, request.normalize,
                        request.max_length, request.dtype, model_dir.config.num_layers,
                        modeldir.max_length(model_dir)[0], request.tokens,
-                       resolve_precision(request.precision, resolve_device(request.device, "--device")))
+                       choose_precision(request.precision, resolve_device(request.device, "--device"),
+                                        model_dir.config.hidden_size, model_dir.config.intermediate_size).name)
     record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
               "input": {"where": inputs.where, "digest": inputs.digest,
                         "file": store.file_identity(str(path.resolve())) if path else None}}

@@ -3,8 +3,8 @@
 The valid pairs keep fixed masks (with ``pairs.masking: dynamic``, masked once by a generator seeded with
 ``pairs.seed``), so numbers compare across runs and checkpoints. It depends on pairs, not on pretrain:
 ``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks is part of the
-key (`evaluated_weights`), so ``latest`` is evaluated again after more training. The computation is
-:func:`bertwb.tasks.pretraining.evaluate_pairs`; this module writes ``metrics.json`` and prints the table.
+key (`evaluated_weights`), so ``latest`` is evaluated again after more training. `evaluate_pairs` computes the
+metrics in ``pretrain.precision`` (`choose_precision`; in no key); this module writes ``metrics.json``, the table.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
     from bertwb.tasks.pretraining import evaluate_pairs
-    from bertwb.train.device import resolve_device
+    from bertwb.train.device import choose_precision, model_shapes, resolve_device
 
     started = time.perf_counter()
     model_dir = modeldir.open_model_dir(_checkpoint(cfg, build.workspace))
@@ -45,8 +45,10 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
                           f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")
-    totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device, nsp=cfg.pretrain.nsp)
-    metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals,
+    precision = choose_precision(cfg.pretrain.precision, device, *model_shapes(model))  # evaluate has none of its own
+    with precision.autocast():
+        totals = evaluate_pairs(model, pairs, kinds, cfg.evaluate.batch_size, device, nsp=cfg.pretrain.nsp)
+    metrics = {"checkpoint": str(model_dir.path), "step": model_dir.step, **totals, "precision": precision.name,
                "seconds": round(time.perf_counter() - started, 3)}
     faults.point("work")
     write_json(build.out_dir / RESULTS_FILE, metrics)
@@ -93,7 +95,8 @@ def report(metrics: dict[str, Any]) -> None:
     for kind, values in metrics["by_kind"].items():
         rows.append([f"MLM accuracy at {labels[kind]}", _pct(values["mlm_acc"]), f"{values['positions']:,} positions"])
     step = f" (step {metrics['step']:,})" if metrics.get("step") is not None else ""
-    ui.table(f"evaluate: {metrics['checkpoint']}{step}", ["metric", "value", "over"], rows)
+    precision = f", {metrics['precision']}" if "precision" in metrics else ""  # older results did not say
+    ui.table(f"evaluate: {metrics['checkpoint']}{step}{precision}", ["metric", "value", "over"], rows)
 
 
 def _pct(value: float | None) -> str:

@@ -29,7 +29,7 @@ from bertwb.tasks.finetune.objectives import objective_for
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class, task_settings, task_type
 from bertwb.tasks.readers import FormatError
 from bertwb.train import model_choice
-from bertwb.train.device import autocast, resolve_device
+from bertwb.train.device import Precision, choose_precision, model_shapes, resolve_device
 from bertwb.workspace import writing_atomic
 
 PREDICT_CHUNK = 2048  # examples featurised, predicted and written at a time
@@ -46,7 +46,8 @@ class TaskPredictor:
         self.tokenizer = modeldir.load_tokenizer(model_dir)
         self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
         self.label_names = model_dir.label_names
-        self.device, self.batch_size, self.precision = device, batch_size, settings.precision
+        self.device, self.batch_size = device, batch_size
+        self.precision = choose_precision(settings.precision, device, *model_shapes(self.model))
 
     def read(self, path: Path | None = None, lines: list[tuple[int, str]] | None = None) -> list[Any]:
         """The examples of ``path`` (the task's format, labels optional) or of ``lines`` (stdin's, numbered)."""
@@ -103,14 +104,14 @@ class _ExampleCounter:
 
 
 @torch.no_grad()
-def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: str,
+def _predict_outputs(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: Precision,
                      device: torch.device, counter: _ExampleCounter) -> dict[int, Any]:
     model.eval()
     outputs: dict[int, Any] = {}
     for index in range(batches.steps_per_epoch):
         for batch in batches.micro_batches(0, index):
             batch = batch.to(device)
-            with autocast(precision, device):
+            with precision.autocast():
                 out = objective.forward(model, batch)
             outputs.update(zip(batch.features.tolist(), objective.task.outputs(out, batch), strict=True))
             counter.features_done(len(batch.features))

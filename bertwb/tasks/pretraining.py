@@ -173,6 +173,7 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
         **named(model.config),
         "parameters": sum(t.numel() for t in model.parameters()),
         "device": str(device),
+        "precision": trainer.precision.name,
         "processes": dist.world_size,
         "optimizer": p.optimizer,
         "pad_fraction": round(batches.padding_fraction(0), 4),

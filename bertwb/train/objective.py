@@ -16,6 +16,7 @@ import torch
 
 if TYPE_CHECKING:
     from bertwb.data.batching import Batches
+    from bertwb.train.device import Precision
     from bertwb.train.distributed import Dist
 
 
@@ -26,7 +27,7 @@ class Validation:
 
     model: torch.nn.Module
     batches: Batches
-    precision: str
+    precision: Precision  # the run's, as `choose_precision` resolved it
     dist: Dist
     totals: Callable[[], dict[str, float]]
 

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,7 +29,7 @@ from bertwb.data.batching import Batches
 from bertwb.memory import keep_freed_memory
 from bertwb.train import checkpoint, tensorboard
 from bertwb.train.budget import TimeBudget
-from bertwb.train.device import autocast, uses_bf16
+from bertwb.train.device import Precision, choose_precision, model_shapes
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective, Validation
 from bertwb.train.optim import build_optimizer, schedule_for, set_rates
@@ -59,6 +59,7 @@ class Trainer:
         self.total_steps = total_steps or settings.steps_wanted(data.steps_per_epoch)
         self.keep_best, self.patience = keep_best, patience
         self.model = model.to(self.device)
+        self.precision = self._agree_on_precision()
         self.optimizer = build_optimizer(settings, self.model)
         self.budget = TimeBudget(max_hours)
         self.time_spent = self.time_share = 0.0  # seconds and share of the budget spent, agreed after the last step
@@ -149,7 +150,7 @@ class Trainer:
             last = k == len(micro) - 1
             sync = nullcontext() if last or not self.dist.enabled else self.step_model.no_sync()
             with sync:
-                with autocast(self.settings.precision, self.device):
+                with self.precision.autocast():
                     out = self.objective.forward(self.step_model, batch)
                 loss, sums = self.objective.loss(out, batch, totals)
                 self._accumulate(self.window, sums, batch)
@@ -250,7 +251,7 @@ class Trainer:
         """The objective's validation metrics (``valid_``-prefixed), on every rank; the model stays in train mode."""
         self.model.eval()
         try:
-            return self.objective.evaluate(Validation(self.model, self.valid, self.settings.precision, self.dist,
+            return self.objective.evaluate(Validation(self.model, self.valid, self.precision, self.dist,
                                                       self.validation_totals))
         finally:
             self.model.train()
@@ -267,7 +268,7 @@ class Trainer:
             totals = [sum(column) for column in zip(*(self.objective.count(b) for b in micro), strict=True)]
             for batch in micro:
                 batch = batch.to(self.device, non_blocking=True)
-                with autocast(self.settings.precision, self.device):
+                with self.precision.autocast():
                     out = self.objective.forward(self.model, batch)
                 self._accumulate(sums, self.objective.loss(out, batch, totals)[1], batch)
         return self.window_totals(sums)
@@ -309,10 +310,24 @@ class Trainer:
         return checkpoint.save(self.run_dir, step, self.model, self.dist, self.settings.keep_checkpoints, trainer,
                                state)
 
+    def _agree_on_precision(self) -> Precision:
+        """``settings.precision`` as `choose_precision` resolves it for this model, the same on every rank: bf16
+        only where every process chose it (machines of a cluster may differ), rank 0 saying why with -v."""
+        choice = choose_precision(self.settings.precision, self.device, *model_shapes(self.model),
+                                  announce=self.dist.rank == 0)
+        if not self.dist.enabled:
+            return choice
+        agreed = self.dist.sum_on_host([float(choice.bf16)])[0] == self.dist.world_size
+        if agreed != choice.bf16:
+            choice = replace(choice, bf16=False, why=f"{choice.why}, but not on every process")
+            if self.dist.rank == 0:
+                ui.detail(choice.line())
+        return choice
+
     def _setup(self) -> str:
         """What this run computes on and how, in words (for -v): the device, precision, threads and the rest."""
-        precision = "bf16 autocast" if uses_bf16(self.settings.precision, self.device) else "fp32"
-        parts = [f"device {self.device}", precision, f"{torch.get_num_threads()} CPU threads"]
+        parts = [f"device {self.device}", "bf16 autocast" if self.precision.bf16 else "fp32",
+                 f"{torch.get_num_threads()} CPU threads"]
         if self.objective.fast:
             parts.append("fast CPU paths")
         if self.settings.compile:

@@ -17,7 +17,7 @@ import torch
 from bertwb import ui
 from bertwb.data.batching import Batches
 from bertwb.tasks.finetune.features import Features
-from bertwb.train.device import autocast
+from bertwb.train.device import Precision
 from bertwb.train.distributed import Dist
 from bertwb.train.objective import Objective, Validation
 
@@ -52,7 +52,7 @@ class TaskObjective(Objective):
 
 
 @torch.no_grad()
-def collect(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: str,
+def collect(objective: TaskObjective, model: torch.nn.Module, batches: Batches, precision: Precision,
             dist: Dist) -> tuple[dict[int, Any], dict[str, float]]:
     """The model's per-feature outputs over every batch of ``batches`` (gathered from every rank), and the
     objective's loss statistics summed over them."""
@@ -67,7 +67,7 @@ def collect(objective: TaskObjective, model: torch.nn.Module, batches: Batches, 
             totals = [sum(column) for column in zip(*(objective.count(b) for b in micro), strict=True)]
             for batch in micro:
                 batch = batch.to(device, non_blocking=True)
-                with autocast(precision, device):
+                with precision.autocast():
                     out = objective.forward(model, batch)
                 sums += objective.loss(out, batch, totals)[1]
                 counts += objective.count(batch)
@@ -82,7 +82,7 @@ def collect(objective: TaskObjective, model: torch.nn.Module, batches: Batches, 
 
 
 def score_split(objective: TaskObjective, model: torch.nn.Module, batches: Batches, examples: list[Any],
-                features: Features, precision: str, dist: Dist) -> dict[str, Any]:
+                features: Features, precision: Precision, dist: Dist) -> dict[str, Any]:
     """The task's metrics on one split, plus the mean loss."""
     outputs, totals = collect(objective, model, batches, precision, dist)
     predictions = objective.task.decode(examples, features, outputs, objective.label_names)

@@ -81,7 +81,7 @@ def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = No
     trainer = _fit(plan, settings, task, source, data, dist, layers)
     final = _kept_weights(trainer, plan, dist)
     results = {name: score_split(trainer.objective, trainer.model, part.batches, part.examples, part.features,
-                                 settings.precision, dist)
+                                 trainer.precision, dist)
                for name, part in (("dev", data.dev), ("test", data.test)) if part is not None}
     summary = {
         "task": plan.task, "type": settings.type, "labels": data.label_names,
@@ -91,7 +91,8 @@ def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = No
         "steps_per_epoch": data.training.batches.steps_per_epoch,
         "best_step": trainer.best.get("step"), "weights": "best" if final.name == BEST_DIR else "last",
         "main_metric": task.main_metric, "main_value": results.get("dev", {}).get(task.main_metric),
-        "started_from": str(source.path), "pad_fraction": round(data.training.batches.padding_fraction(0), 4),
+        "started_from": str(source.path), "precision": trainer.precision.name,
+        "pad_fraction": round(data.training.batches.padding_fraction(0), 4),
         **{f"{split_name}_{name}": value for split_name, metrics in results.items()  # per_type: dev_per_type.X.f1
            for name, value in metrics.items() if isinstance(value, (int, float, dict))},
         "seconds": round(time.perf_counter() - started, 3),
