@@ -374,29 +374,37 @@ def report(results: dict, mixed: dict | None, args: argparse.Namespace, seconds:
                          f"{other['tokens_per_word']:.2f} | {_pct(row['unk_rate'], 2)} → "
                          f"{_pct(other['unk_rate'], 2)} | "
                          f"{_pct(row['vocab_share'])} → {_pct(other['vocab_share'])} |")
-    reading = _reading(results, languages)
+    reading, headline = _reading(results, languages)
     lines += ["", *reading, ""]
-    return " ".join(reading[:2]).removeprefix("Reading: "), "\n".join(lines)
+    return headline, "\n".join(lines)
 
 
-def _reading(results: dict, languages: list[Language]) -> list[str]:
-    """What the numbers say, in sentences made from them: the languages whose vocabulary changed, then the rest."""
-    changed, same = [], []
+def _reading(results: dict, languages: list[Language]) -> tuple[list[str], str]:
+    """What the numbers say, in sentences made from them (the languages whose vocabulary changed, then the rest),
+    and the headline: each changed language's figures in brief."""
+    changed, same, brief = [], [], []
     for language in languages:
         before, after = (results[language.code]["settings"][name] for name in ("before", "after"))
         if after.get("same_as_before"):
             same.append(language.name)
             continue
-        changed.append(f"{language.name}: vocabulary entries that are pieces of a character "
+        accuracy = f"{_pct(before['metrics']['mlm_acc'])} → {_pct(after['metrics']['mlm_acc'])}"
+        warned = "; ".join(before["warnings"]) or "none"
+        changed.append(f"{language.name}: the report's warnings before: {warned}; after: "
+                       f"{'; '.join(after['warnings']) or 'none'}. Vocabulary entries that are pieces of a character "
                        f"{_pct(before['pieces_share'])} → {_pct(after['pieces_share'])} (not NFC "
                        f"{_pct(before['not_nfc_share'])} → {_pct(after['not_nfc_share'])}), tokens per word "
-                       f"{before['tokens_per_word']:.2f} → {after['tokens_per_word']:.2f}, masked-token accuracy "
-                       f"{_pct(before['metrics']['mlm_acc'])} → {_pct(after['metrics']['mlm_acc'])}.")
+                       f"{before['tokens_per_word']:.2f} → {after['tokens_per_word']:.2f}, [UNK] "
+                       f"{_pct(before['unk_rate'], 2)} → {_pct(after['unk_rate'], 2)}, masked-token accuracy "
+                       f"{accuracy}.")
+        brief.append(f"{language.name}: vocabulary not NFC {_pct(before['not_nfc_share'])} → "
+                     f"{_pct(after['not_nfc_share'])}, masked-token accuracy {accuracy}")
     lines = ["Reading: " + (" ".join(changed) if changed else "no language's vocabulary changed.")]
     if same:
         lines.append(f"{', '.join(same)}: the same vocabulary before and after (auto strips as before: no character "
                      "of theirs is damaged by stripping), so the same tokens and model.")
-    return lines
+    headline = "; ".join(brief + ([f"{len(same)} others: the same vocabulary"] if same else []))
+    return lines, f"strip_accents true → auto: {headline}"
 
 
 def main() -> None:

@@ -273,9 +273,10 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
 
-_KOREAN = ["데비안은 자유 운영체제입니다.", "패키지를 설치하려면 관리자 권한이 필요합니다.", "김프는 사진을 편집하는 프로그램입니다.",
-           "회전 도구로 이미지를 똑바르게 교정할 수 있습니다.", "이 문서는 자주 묻는 질문을 모은 것입니다.",
-           "새 버전은 보안 문제를 고쳤습니다.", "레이어를 복사한 다음 색상을 바꿉니다.", "명령줄에서 옵션을 줄 수 있습니다."]
+_KOREAN = ["데비안은 자유 운영체제입니다.", "패키지를 설치하려면 관리자 권한이 필요합니다.",
+           "김프는 사진을 편집하는 프로그램입니다.", "회전 도구로 이미지를 똑바르게 교정할 수 있습니다.",
+           "이 문서는 자주 묻는 질문을 모은 것입니다.", "새 버전은 보안 문제를 고쳤습니다.",
+           "레이어를 복사한 다음 색상을 바꿉니다.", "명령줄에서 옵션을 줄 수 있습니다."]
 _GERMAN = ["Das Programm liest die Datei und schreibt das Ergebnis.", "Diese Option ändert die Größe der Ausgabe.",
            "Der Befehl wird für jeden Benutzer ausgeführt.", "Die Übersetzung ist noch nicht vollständig.",
            "Ein Fehler wird gemeldet, wenn die Datei fehlt.", "Mit dieser Funktion öffnen Sie das Menü."]
@@ -307,11 +308,14 @@ def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_pa
     for row in rows.values():
         accuracy, masked = re.fullmatch(r"(\S+)% \(([\d,]+)\)(?: \\\*)?", row[9]).groups()
         assert 0 <= float(accuracy) <= 100 and int(masked.replace(",", "")) > 0, row
-    warned = [line for line in result.stdout.splitlines() if "splits 100% of its characters" in line]
+    warned = [line for line in result.stdout.splitlines()
+              if line.startswith("| ") and "splits 100% of its characters" in line]
     assert len(warned) == 1 and warned[0].startswith("| Korean | before | Hangul |"), warned
     mixed = [line for line in result.stdout.splitlines() if re.match(r"\| (Hangul|Latin) \| [\d.]+% \|", line)]
     assert len(mixed) == 2 and "language_sampling` off and on (its shares: " in result.stdout, result.stdout
-    assert "Reading: Korean: vocabulary entries that are pieces of a character" in result.stdout
+    assert "Reading: Korean: the report's warnings before: Hangul: accent stripping splits 100%" in result.stdout
+    assert "after: none. Vocabulary entries that are pieces of a character" in result.stdout
+    assert "German: the same vocabulary before and after" in result.stdout
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
 
