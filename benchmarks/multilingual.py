@@ -159,9 +159,11 @@ def extract(language: Language, out: Path, chars: int, seed: int) -> dict:
             seen.add(paragraph)
             document.append(paragraph)
             size += len(paragraph.replace(" ", ""))
-            if size >= DOCUMENT_CHARS:
+            if size >= DOCUMENT_CHARS or total + size >= chars:
                 documents.append(document)
                 total, document, size = total + size, [], 0
+            if total >= chars:
+                break  # inside the page: one long page must not double a language's text
         if document:
             documents.append(document)
             total += size
