@@ -35,7 +35,7 @@ def test_the_cpu_benchmark_runs_fp32_and_bf16_rows_for_both_sides_in_its_tiny_mo
     """benchmarks/pretrain_cpu.py --tiny: bertwb (two rows) and transformers in fp32 and in bf16 autocast, each
     bertwb row's share of its own precision's matmul peak, and what `precision: auto` picks on the CPU."""
     pytest.importorskip("transformers")
-    before = (REPO / "BENCHMARKS.md").read_bytes()
+    before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "pretrain_cpu.py"), "--tiny", "--steps", "1",
                              "--warmup", "1", "--threads", "1", "--no-append"], cwd=REPO, capture_output=True,
                             text=True, timeout=600)
@@ -53,7 +53,7 @@ def test_the_cpu_benchmark_runs_fp32_and_bf16_rows_for_both_sides_in_its_tiny_mo
                          rf"FLOP/s [\d,.]+ = \*\*\d+\.\d%\*\* of it", result.stdout), result.stdout
     assert "here precision auto → fp32: no bf16 matrix instructions in CPU flags" in result.stdout  # the suite's CPU
     assert re.search(r"CPU flags: [a-z0-9_, ]+;", result.stdout)
-    assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
+    assert benchmark_records() == before  # --no-append
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where no GPU is visible")
@@ -354,3 +354,68 @@ def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_t
     assert [row[0] for row in rows] == ["| 7", "| 50"] and all(float(row[1].removesuffix(" s")) > 0 for row in rows)
     assert "query 2 over big" in result.stdout and "50 rows of" in result.stdout
     assert benchmark_records() == before  # --no-append
+
+
+_KOREAN = ["데비안은 자유 운영체제입니다.", "패키지를 설치하려면 관리자 권한이 필요합니다.",
+           "김프는 사진을 편집하는 프로그램입니다.", "회전 도구로 이미지를 똑바르게 교정할 수 있습니다.",
+           "이 문서는 자주 묻는 질문을 모은 것입니다.", "새 버전은 보안 문제를 고쳤습니다.",
+           "레이어를 복사한 다음 색상을 바꿉니다.", "명령줄에서 옵션을 줄 수 있습니다."]
+_GERMAN = ["Das Programm liest die Datei und schreibt das Ergebnis.", "Diese Option ändert die Größe der Ausgabe.",
+           "Der Befehl wird für jeden Benutzer ausgeführt.", "Die Übersetzung ist noch nicht vollständig.",
+           "Ein Fehler wird gemeldet, wenn die Datei fehlt.", "Mit dieser Funktion öffnen Sie das Menü."]
+
+
+def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_path):
+    """benchmarks/multilingual.py on a little Korean and German (``--text``, so no package is needed): Korean's
+    vocabulary is in Jamo pieces before (strip_accents true) and whole syllables after (auto), with the per-script
+    warning only before; German's is the same both times, so its model is trained once; the mixed corpus gets its
+    per-script rows."""
+    for name, sentences in (("ko", _KOREAN), ("de", _GERMAN)):
+        documents = ["\n".join(f"{sentence} {number}" if i % 3 == 0 else sentence
+                               for i, sentence in enumerate(sentences[number % 3:] + sentences[:number % 3]))
+                     for number in range(24)]
+        (tmp_path / f"{name}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    before = benchmark_records()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "multilingual.py"), "--languages", "ko", "de",
+                             "--text", str(tmp_path), "--steps", "1", "--work", str(tmp_path / "work"), "--no-append"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = {tuple(cells[:2]): cells for cells in (line.strip("| ").split(" | ") for line in result.stdout.splitlines())
+            if len(cells) == 10 and cells[1] in ("before", "after")}
+    assert list(rows) == [("Korean", "before"), ("Korean", "after"), ("German", "before"), ("German", "after")], rows
+    # strip_accents decided, vocabulary not NFC, pieces of a character
+    assert (rows["Korean", "before"][2], rows["Korean", "after"][2]) == ("True", "False")
+    assert float(rows["Korean", "before"][7].rstrip("%")) > 50 and float(rows["Korean", "before"][8].rstrip("%")) > 0
+    assert rows["Korean", "after"][7:9] == ["0.0%", "0.0%"]
+    assert rows["German", "after"][9].endswith(r"\*") and rows["German", "after"][2:9] == rows["German", "before"][2:9]
+    for row in rows.values():
+        accuracy, masked = re.fullmatch(r"(\S+)% \(([\d,]+)\)(?: \\\*)?", row[9]).groups()
+        assert 0 <= float(accuracy) <= 100 and int(masked.replace(",", "")) > 0, row
+    warned = [line for line in result.stdout.splitlines()
+              if line.startswith("| ") and "splits 100% of its characters" in line]
+    assert len(warned) == 1 and warned[0].startswith("| Korean | before | Hangul |"), warned
+    mixed = [line for line in result.stdout.splitlines() if re.match(r"\| (Hangul|Latin) \| [\d.]+% \|", line)]
+    assert len(mixed) == 2 and "language_sampling` off and on (its shares: " in result.stdout, result.stdout
+    assert "Reading: Korean: the report's warnings before: Hangul: accent stripping splits 100%" in result.stdout
+    assert "after: none. Vocabulary entries that are pieces of a character" in result.stdout
+    assert "German: the same vocabulary before and after" in result.stdout
+    assert benchmark_records() == before  # --no-append
+
+
+def test_the_multilingual_benchmark_keeps_prose_in_its_language_and_names_a_missing_package(tmp_path):
+    """The prose filter keeps a translated paragraph and drops an untranslated one, a heading and Chinese in a
+    Japanese page; a language whose package is missing stops with the apt-get line."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import multilingual
+
+    german, japanese = (next(lang for lang in multilingual.LANGUAGES if lang.code == code) for code in ("de", "ja"))
+    assert multilingual.is_prose("Diese Option ändert die Größe der Ausgabe und ist nicht nötig.", german)
+    assert not multilingual.is_prose("This option changes the size of the output and is not needed.", german)
+    assert not multilingual.is_prose("BESCHREIBUNG", german)
+    assert multilingual.is_prose("このオプションは出力の大きさを変更します。", japanese)
+    assert not multilingual.is_prose("这个选项改变输出的大小。", japanese)
+    missing = multilingual.Language("xx", "Testish", ("no-such-package-for-bertwb",), "Latin")
+    with pytest.raises(SystemExit, match=r"sudo apt-get install no-such-package-for-bertwb$"):
+        multilingual.extract(missing, tmp_path, 1000, 0)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from bertwb.data import language_sampling, scripts
+from bertwb.data import language_sampling, script_report, scripts
 from conftest import Project, assert_one_line_error, write_bert_format
 
 SENTENCES = {
@@ -216,6 +216,21 @@ def test_the_summary_warns_of_text_without_spaces(tmp_path: Path):
     assert han[0] == han[1] == ideographs and han[2] == 1  # one word, and one token, per ideograph
 
 
+def test_the_prolonged_sound_mark_is_katakana_not_a_script_of_its_own(tmp_path: Path):
+    """ー is a letter of kana words (サーバー): counted with Katakana, not as "Other" (letters of an unlisted script),
+    as it was until the multilingual benchmark found an "Other" row of 1.9% of Japanese man pages."""
+    assert scripts.script_of("ー") == scripts.script_of("ｰ") == "Katakana"
+    japanese = [*SENTENCES["Japanese"], "サーバーのデータベースをコピーします。", "ユーザーはメモリーを使います。"]
+    project = _project(tmp_path, japanese)
+    project.run("run", "--until", "vocab")
+    rows = {row["script"]: row for row in _summary(project)["scripts"]}
+    assert "Other" not in rows, rows
+    katakana = sum(scripts.script_of(char) == "Katakana" for char in "".join(japanese))
+    with duckdb.connect(str(project.workspace / "bertwb.duckdb"), read_only=True) as con:
+        counted = con.execute("select characters from scripts where script = 'Katakana'").fetchone()[0]
+    assert counted == katakana and "".join(japanese).count("ー") == 8
+
+
 def test_an_unspaced_run_past_100_characters_is_unk_and_says_why(tmp_path: Path):
     run = "ภาษาไทยเป็นภาษาราชการของประเทศไทย" * 4  # 132 characters, no space
     project = _project(tmp_path, [run, "กรุงเทพ เมืองหลวง"])
@@ -243,6 +258,29 @@ def test_the_summary_warns_of_a_script_the_published_vocabulary_lacks(tmp_path: 
            "whose vocabulary covers it" in result.output
     latin = next(row for row in _summary(project)["scripts"] if row["script"] == "Latin")
     assert latin["unk_rate"] == 0 and latin["tokens_per_word"] == 1.5 and latin["warning"] == ""
+
+
+def test_a_script_with_some_of_its_tokens_unk_gets_a_warning_too(tmp_path: Path):
+    """Not most of its words, but 2 of 21 ideographs [UNK] (the vocabulary lacks 北 and 首): one warning line with
+    the rate and the fix, as the multilingual benchmark's mixed corpus needed (15% of Hangul [UNK], unwarned)."""
+    published = tmp_path / "published"
+    published.mkdir()
+    han = sorted(set("".join(SENTENCES["Chinese"])) - set("北首。"))
+    (published / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", ".", "a",
+                                                    "##a", *han]))
+    (published / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "strip_accents": False}))
+    project = _project(tmp_path, SENTENCES["Chinese"] + ["a aa."], "  from_file: published/vocab.txt\n")
+    result = project.run("run", "--until", "vocab", "--set", "vocab.max_unk_rate=1")
+    row = next(row for row in _summary(project)["scripts"] if row["script"] == "Han")
+    assert row["unk_rate"] == pytest.approx(2 / 21) and row["tokens_per_word"] == 1
+    assert "warning: vocab: Han: 10% of its tokens are [UNK] (words with a character the vocabulary lacks); use a " \
+           "model whose vocabulary covers it" in result.output
+    trained = script_report.ScriptRow("Hangul", characters=100, words=40, word_characters=100, tokens=50,
+                                      unk_tokens=6, unk_words=6)  # a trained vocabulary's fix names its settings
+    assert script_report._warning(trained, published=False) == (
+        "Hangul: 12% of its tokens are [UNK] (words with a character the vocabulary lacks); raise vocab.vocab_size "
+        "or vocab.limit_alphabet, or turn on vocab.language_sampling")
+    assert script_report._warning(script_report.ScriptRow("Hangul", words=40, tokens=50, unk_tokens=2), False) == ""
 
 
 def test_the_report_page_shows_the_scripts_and_their_warnings(tmp_path: Path):

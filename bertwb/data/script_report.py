@@ -19,6 +19,9 @@ from tokenizers import Tokenizer
 from bertwb.data.scripts import COMMON, INHERITED, NAMES, UNSPACED, dominant_script, is_accent, script_ids
 
 REPORT_SENTENCES = 20_000
+# A script with this share of its tokens [UNK], but not most of its words, still warns: each is a word the model
+# cannot read (a mixed corpus's rare Han and Hangul characters fell outside limit_alphabet: 10-15%, unwarned).
+SOME_UNK = 0.05
 # A script's words average more characters than this: its text was not cut into words (Thai, kana, Khmer...).
 LONG_WORD_CHARS = 6
 # WordPiece's max_input_chars_per_word: a longer word is one [UNK] whole.
@@ -130,7 +133,8 @@ def _count_altered(tokenizer: Tokenizer, texts: list[str], rows: dict[str, Scrip
 
 
 def _warning(row: ScriptRow, published: bool) -> str:
-    """The one line a script deserves, or "": text altered beyond its accents, then mostly [UNK], then unspaced."""
+    """The one line a script deserves, or "": text altered beyond its accents, then mostly [UNK], then unspaced,
+    then `SOME_UNK` of its tokens [UNK]."""
     if row.script in (COMMON, INHERITED):
         return ""
     altered = row.altered_characters / max(row.characters, 1)
@@ -142,16 +146,19 @@ def _warning(row: ScriptRow, published: bool) -> str:
         return f"{row.script}: accent stripping {how.format(altered)}; {fix}"
     unspaced = row.script in UNSPACED and row.word_characters / max(row.words, 1) > LONG_WORD_CHARS
     segment = f"cut its text into words before ingest (with {_SEGMENTERS[row.script]}, say)" if unspaced else ""
+    lacks = "use a model whose vocabulary covers it" if published else \
+        "raise vocab.vocab_size or vocab.limit_alphabet, or turn on vocab.language_sampling"
     if row.unk_words / max(row.words, 1) >= 0.5:
         why = f"its words average {row.word_characters / row.words:.0f} characters, and a word over " \
               f"{_LONGEST_WORD} is [UNK] whole; {segment}" if unspaced else \
-            "the vocabulary lacks its characters; " + ("use a model whose vocabulary covers it" if published else
-                                                     "raise vocab.vocab_size or vocab.limit_alphabet, or turn on "
-                                                     "vocab.language_sampling")
+            f"the vocabulary lacks its characters; {lacks}"
         return f"{row.script}: {row.unk_words / row.words:.0%} of its words are [UNK]: {why}"
     if unspaced:
         return (f"{row.script}: written without spaces, so each run of it is one word (on average "
                 f"{row.word_characters / row.words:.0f} characters); {segment}")
+    if row.unk_tokens / max(row.tokens, 1) >= SOME_UNK:
+        return (f"{row.script}: {row.unk_tokens / row.tokens:.0%} of its tokens are [UNK] (words with a character the "
+                f"vocabulary lacks); {lacks}")
     return ""
 
 
