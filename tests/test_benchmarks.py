@@ -293,11 +293,12 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
     (tmp_path / "snippets.txt").write_text("".join(f"{i}\t{(-1) ** i * (1 + i % 3) / 2}\t{words[i % 4]} "
                                                    f"{'good' if i % 2 == 0 else 'bad'} .\n" for i in range(30)))
     before = (REPO / "BENCHMARKS.md").read_bytes()
-    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "feature_based.py"), "--model", str(tmp_path / "model"),
-                             "--tags", str(tmp_path / "tags"), "--snippets", str(tmp_path / "snippets.txt"),
-                             "--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
-                             "--train-examples", "16", "--dev-examples", "8", "--max-seq-length", "32", "--jobs", "2",
-                             "--work", str(tmp_path / "work"), "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    script = str(REPO / "benchmarks" / "feature_based.py")
+    data = ["--model", str(tmp_path / "model"), "--tags", str(tmp_path / "tags"), "--snippets",
+            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8"]
+    options = ["--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
+               "--max-seq-length", "32", "--jobs", "2", "--work", str(tmp_path / "work"), "--no-append"]
+    result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
     assert re.findall(r"^(\w+) (fine-tuned|feature-based) seed (\d)", out, re.M) == [
@@ -314,9 +315,9 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
     assert "`feature_layers: [-2, -1]`" in out and "16 train / 8 dev" in out
     imported = safetensors.torch.load_file(str(tmp_path / "work" / "imported" / "model.safetensors"))
     for task in ("tag", "classify"):
+        run = f"{task}_feature_based_s3"
         tuned = safetensors.torch.load_file(
-            str(tmp_path / "work" / "runs" / f"{task}_feature_based_s3" / ".bertwb" / "finetune" / f"{task}_feature_based_s3"
-                / "model.safetensors"))
+            str(tmp_path / "work" / "runs" / run / ".bertwb" / "finetune" / run / "model.safetensors"))
         encoder = [name for name in tuned if name.startswith("bert.encoder.")]
         assert encoder and all(torch.equal(tuned[name], imported[name]) for name in encoder), task
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
@@ -382,8 +383,10 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
     (tmp_path / "policy.txt").write_text(MANUAL)
     before = (REPO / "BENCHMARKS.md").read_bytes()
-    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "retrieval.py"), "--model", str(folder), "--text",
-                             str(tmp_path / "policy.txt"), "--pretrain-text", str(tmp_path / "policy.txt"), "--epochs", "1", "--work", str(tmp_path / "work"),
+    manual = str(tmp_path / "policy.txt")
+    script = str(REPO / "benchmarks" / "retrieval.py")
+    result = subprocess.run([PYTHON, script, "--model", str(folder), "--text", manual,
+                             "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
                              "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in result.stdout.splitlines()
