@@ -1,7 +1,7 @@
 """Retrieval on real text with `bertwb embed`: Debian Policy section titles → their paragraphs, recall@10.
 
 Usage: ``python benchmarks/retrieval.py [--model DIR] [--text FILE] [--pretrain-text FILE ...] [--hours 0.25]
-[--epochs 6] [--work DIR] [--skip-continue] [--no-append]``
+[--epochs 6] [--pretrain-set KEY=VALUE ...] [--work DIR] [--skip-continue] [--no-append]``
 
 * **Data** (``debian-policy``, ``/usr/share/doc/debian-policy/policy.txt.gz``): the manual's numbered sections
   (a ``N.N. Title`` line over its underline), and the prose paragraphs in each (blocks between blank lines that
@@ -51,7 +51,7 @@ from make_finetune_data import read_text, source_files  # noqa: E402
 
 POLICY = Path("/usr/share/doc/debian-policy/policy.txt.gz")
 TOP_K = 10
-CHECKED_WITH_SIMILAR = 5  # queries whose SQL top 10 `bertwb similar` must repeat
+CHECKED_WITH_SIMILAR = 2  # queries whose SQL top 10 `bertwb similar` must repeat
 _HEADING = re.compile(r"(\d+(?:\.\d+)*)\. (\S.*)")
 _UNDERLINE = re.compile(r"([=\-~^*#+\"'])\1+")
 
@@ -196,7 +196,10 @@ def st_ranking(model: Path, work: Path, queries: list[dict], corpus: list[dict])
     vectors = {}
     for kind, rows in (("queries", queries), ("corpus", corpus)):
         texts, out = work / f"st_{kind}.txt", work / f"st_{kind}.npy"
-        texts.write_text("\n".join(row["text"] for row in rows) + "\n", encoding="utf-8")
+        lines = "\n".join(row["text"] for row in rows) + "\n"
+        if out.is_file() and texts.is_file() and texts.read_text(encoding="utf-8") == lines:
+            continue  # the vectors of these very texts, from an earlier run in this work folder
+        texts.write_text(lines, encoding="utf-8")
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "st_encode.py"), str(model), str(texts), str(out)],
                        check=True, stdout=subprocess.DEVNULL)
         matrix = np.load(out).astype(np.float64)
@@ -208,7 +211,8 @@ def st_ranking(model: Path, work: Path, queries: list[dict], corpus: list[dict])
 
 
 def continued(work: Path, imported: Path, args: argparse.Namespace) -> tuple[Path, dict]:
-    """The continue recipe's project, pre-trained on the prose of the debian-policy documents; its summary."""
+    """The continue recipe's project, pre-trained on the prose of the debian-policy documents: its current
+    checkpoint's folder (a model folder `embed --model` reads) and the run's summary."""
     project = work / "adapt"
     corpus = work / "pretrain_text" / "text.txt"
     if not corpus.is_file():
@@ -222,10 +226,14 @@ def continued(work: Path, imported: Path, args: argparse.Namespace) -> tuple[Pat
         config.write_text(re.sub(r"^(  format: )auto", r"\1paragraphs", config.read_text(), count=1, flags=re.M))
     started = time.perf_counter()
     bertwb(project, "run", "--until", "pretrain", "--set", f"pretrain.max_hours={args.hours}",
-           "--set", f"pretrain.epochs={args.epochs}")
-    manifest = json.loads((project / ".bertwb" / "manifests" / "pretrain.json").read_text())
-    return project, {**manifest["summary"], "seconds": time.perf_counter() - started,
-                     "chars": len(corpus.read_text(encoding="utf-8"))}
+           "--set", f"pretrain.epochs={args.epochs}",
+           *[item for setting in args.pretrain_set for item in ("--set", f"pretrain.{setting}")])
+    manifests = project / ".bertwb" / "manifests"
+    manifest = json.loads((manifests / "pretrain.json").read_text())
+    length = json.loads((manifests / "pairs.json").read_text())["params"]["pairs"]["max_seq_length"]
+    summary = {**manifest["summary"], "seconds": time.perf_counter() - started, "length": length,
+               "chars": len(corpus.read_text(encoding="utf-8")), "batch": round(manifest["summary"]["pairs_per_step"])}
+    return project / ".bertwb" / "pretrain", summary
 
 
 def published_model() -> Path:
@@ -245,6 +253,8 @@ def main() -> None:
                         help="continued pre-training's text (default: every debian-policy document)")
     parser.add_argument("--hours", type=float, default=0.25, help="continued pre-training's time limit")
     parser.add_argument("--epochs", type=int, default=6, help="continued pre-training's passes, at most")
+    parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="pretrain settings over the recipe's, e.g. batch_size=16")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "retrieval")
     parser.add_argument("--skip-continue", action="store_true", help="the published model only (and its check)")
     parser.add_argument("--no-append", action="store_true")
@@ -261,17 +271,14 @@ def main() -> None:
     imported = work / "imported"
     if not (imported / "import.json").is_file():
         bertwb(work, "import-hf", str(model), "--out", str(imported), "--workdir", str(work / "scratch"))
-    results = {}
-    if args.skip_continue:
-        project, adapted = work / "search", None
-        project.mkdir(exist_ok=True)
-    else:
-        project, adapted = continued(work, imported, args)
-    results["published, `bertwb embed`"] = scores(bertwb_ranking(project, "published", str(imported), files, queries),
-                                                  queries, corpus)
-    if adapted is not None:
+    checkpoint, adapted = (None, None) if args.skip_continue else continued(work, imported, args)
+    search = work / "search"  # one workspace holds every model's tables: each is cached there while fresh
+    search.mkdir(exist_ok=True)
+    results = {"published, `bertwb embed`": scores(bertwb_ranking(search, "published", str(imported), files, queries),
+                                                   queries, corpus)}
+    if checkpoint is not None:
         results["after the continue recipe, `bertwb embed`"] = scores(
-            bertwb_ranking(project, "adapted", "pretrain", files, queries), queries, corpus)
+            bertwb_ranking(search, "adapted", str(checkpoint), files, queries), queries, corpus)
     results["published, sentence-transformers' encode"] = scores(st_ranking(model, work, queries, corpus),
                                                                  queries, corpus)
     report = make_report(args, model, queries, corpus, results, adapted)
@@ -302,12 +309,15 @@ def make_report(args, model: Path, queries: list[dict], corpus: list[dict], resu
         f"in the median (1 to {per_query[-1]}).",
     ]
     if adapted is not None:
+        changed = ", " + " ".join(args.pretrain_set) if args.pretrain_set else ""
         pretrained = ("every debian-policy document" if not args.pretrain_text
                       else ", ".join(path.name for path in args.pretrain_text))
+        ended = "the time limit" if adapted["stopped_at_budget"] else "the epochs"
         lines.append(f"Continued pre-training: `bertwb init --recipe continue --from` the import, on the prose of "
-                     f"{pretrained} ({adapted['chars']:,} characters), {adapted['steps_done']:,} steps "
-                     f"(epochs ≤ {args.epochs}, max_hours {args.hours}); masked-LM only, as the recipe chooses for a "
-                     f"model without a trained NSP head.")
+                     f"{pretrained} ({adapted['chars']:,} characters): {adapted['steps_done']:,} steps of "
+                     f"{adapted['batch']} sequences of up to {adapted['length']} tokens, {ended} ended it (epochs ≤ "
+                     f"{args.epochs}, max_hours {args.hours}{changed}); masked LM only, as the recipe chooses for a "
+                     "model without a trained NSP head.")
     return "\n".join([*lines, "", "| model | recall@10 | hit@10 | MRR@10 |", "|---|---|---|---|", rows, ""])
 
 

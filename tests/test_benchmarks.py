@@ -273,6 +273,7 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
 
+@pytest.mark.timeout(900)  # eight fine-tuning processes, four at a time
 def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_path):
     """benchmarks/feature_based.py on a tiny published-style model, tag sentences built by make_finetune_data and
     a few snippets in VADER's format: every (task, way, seed) trains, the feature-based runs leave the encoder as
@@ -295,10 +296,10 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
     before = (REPO / "BENCHMARKS.md").read_bytes()
     script = str(REPO / "benchmarks" / "feature_based.py")
     data = ["--model", str(tmp_path / "model"), "--tags", str(tmp_path / "tags"), "--snippets",
-            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8"]
+            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8", "--tag-sentences", "6"]
     options = ["--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
-               "--max-seq-length", "32", "--jobs", "2", "--work", str(tmp_path / "work"), "--no-append"]
-    result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=300)
+               "--max-seq-length", "32", "--jobs", "4", "--work", str(tmp_path / "work"), "--no-append"]
+    result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
     assert re.findall(r"^(\w+) (fine-tuned|feature-based) seed (\d)", out, re.M) == [
@@ -312,7 +313,7 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
             assert len(seeds) == 2 and all(0 <= value <= 100 for value in seeds)
             assert float(mean_sd.split(" ± ")[0]) == pytest.approx(sum(seeds) / 2, abs=0.051)
     assert "| the paper: CoNLL-2003 NER, BERT-base, dev F1 | 96.4 | 96.1 |" in out
-    assert "`feature_layers: [-2, -1]`" in out and "16 train / 8 dev" in out
+    assert "`feature_layers: [-2, -1]`" in out and "6 train / " in out and "16 train / 8 dev" in out
     imported = safetensors.torch.load_file(str(tmp_path / "work" / "imported" / "model.safetensors"))
     for task in ("tag", "classify"):
         run = f"{task}_feature_based_s3"
@@ -370,6 +371,7 @@ def test_the_retrieval_benchmark_parses_the_manual_and_scores_rankings():
     assert scores(ranked, queries, corpus) == {"recall@10": (1 / 2 + 0) / 2, "hit@10": 1 / 2, "mrr@10": (1 / 2) / 2}
 
 
+@pytest.mark.timeout(900)  # a whole continue recipe and a dozen bertwb commands, each its own process
 def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_alike(tmp_path):
     """benchmarks/retrieval.py end to end on a tiny sentence-transformers folder and a small manual, the continued
     pre-training included (one pass): bertwb's SQL ranking, checked against `bertwb similar` inside the script,
@@ -387,7 +389,7 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     script = str(REPO / "benchmarks" / "retrieval.py")
     result = subprocess.run([PYTHON, script, "--model", str(folder), "--text", manual,
                              "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
-                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in result.stdout.splitlines()
             if line.startswith(("| published", "| after"))}
