@@ -1,7 +1,7 @@
 """Retrieval on real text with `bertwb embed`: Debian Policy section titles → their paragraphs, recall@10.
 
 Usage: ``python benchmarks/retrieval.py [--model DIR] [--text FILE] [--pretrain-text FILE ...] [--hours 0.25]
-[--epochs 6] [--pretrain-set KEY=VALUE ...] [--work DIR] [--skip-continue] [--no-append]``
+[--epochs 6] [--set SECTION.KEY=VALUE ...] [--work DIR] [--skip-continue] [--no-append]``
 
 * **Data** (``debian-policy``, ``/usr/share/doc/debian-policy/policy.txt.gz``): the manual's numbered sections
   (a ``N.N. Title`` line over its underline), and the prose paragraphs in each (blocks between blank lines that
@@ -197,11 +197,10 @@ def st_ranking(model: Path, work: Path, queries: list[dict], corpus: list[dict])
     for kind, rows in (("queries", queries), ("corpus", corpus)):
         texts, out = work / f"st_{kind}.txt", work / f"st_{kind}.npy"
         lines = "\n".join(row["text"] for row in rows) + "\n"
-        if out.is_file() and texts.is_file() and texts.read_text(encoding="utf-8") == lines:
-            continue  # the vectors of these very texts, from an earlier run in this work folder
-        texts.write_text(lines, encoding="utf-8")
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "st_encode.py"), str(model), str(texts), str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
+        if not (out.is_file() and texts.is_file() and texts.read_text(encoding="utf-8") == lines):
+            texts.write_text(lines, encoding="utf-8")  # else: these very texts' vectors, from an earlier run here
+            subprocess.run([sys.executable, str(REPO / "benchmarks" / "st_encode.py"), str(model), str(texts),
+                            str(out)], check=True, stdout=subprocess.DEVNULL)
         matrix = np.load(out).astype(np.float64)
         vectors[kind] = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
     similarity = vectors["queries"] @ vectors["corpus"].T
@@ -227,7 +226,7 @@ def continued(work: Path, imported: Path, args: argparse.Namespace) -> tuple[Pat
     started = time.perf_counter()
     bertwb(project, "run", "--until", "pretrain", "--set", f"pretrain.max_hours={args.hours}",
            "--set", f"pretrain.epochs={args.epochs}",
-           *[item for setting in args.pretrain_set for item in ("--set", f"pretrain.{setting}")])
+           *[item for setting in args.set for item in ("--set", setting)])
     manifests = project / ".bertwb" / "manifests"
     manifest = json.loads((manifests / "pretrain.json").read_text())
     length = json.loads((manifests / "pairs.json").read_text())["params"]["pairs"]["max_seq_length"]
@@ -253,8 +252,8 @@ def main() -> None:
                         help="continued pre-training's text (default: every debian-policy document)")
     parser.add_argument("--hours", type=float, default=0.25, help="continued pre-training's time limit")
     parser.add_argument("--epochs", type=int, default=6, help="continued pre-training's passes, at most")
-    parser.add_argument("--pretrain-set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="pretrain settings over the recipe's, e.g. batch_size=16")
+    parser.add_argument("--set", nargs="+", default=[], metavar="SECTION.KEY=VALUE",
+                        help="settings over the recipe's for the continued pre-training, e.g. pretrain.batch_size=16")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "retrieval")
     parser.add_argument("--skip-continue", action="store_true", help="the published model only (and its check)")
     parser.add_argument("--no-append", action="store_true")
@@ -309,7 +308,7 @@ def make_report(args, model: Path, queries: list[dict], corpus: list[dict], resu
         f"in the median (1 to {per_query[-1]}).",
     ]
     if adapted is not None:
-        changed = ", " + " ".join(args.pretrain_set) if args.pretrain_set else ""
+        changed = ", " + " ".join(args.set) if args.set else ""
         pretrained = ("every debian-policy document" if not args.pretrain_text
                       else ", ".join(path.name for path in args.pretrain_text))
         ended = "the time limit" if adapted["stopped_at_budget"] else "the epochs"
