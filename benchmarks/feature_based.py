@@ -196,7 +196,8 @@ def make_report(args, model: Path, files: dict[str, tuple[Path, Path]], scores: 
     return "\n".join([
         f"## Feature-based against fine-tuning — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Script: `{command}`.",
+        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs.",
+        f"Script: `{command}`.",
         f"Model: {name} ({model}), imported, a new head per run. Both ways: {args.epochs} epochs, batch "
         f"{args.batch}, 10% warm-up then linear decay, max_seq_length {args.max_seq_length}, seeds "
         f"{', '.join(map(str, args.seeds))}; "

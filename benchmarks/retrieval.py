@@ -301,7 +301,8 @@ def make_report(args, model: Path, queries: list[dict], corpus: list[dict], resu
     lines = [
         f"## Retrieval, Debian Policy titles → paragraphs — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs. Script: `{command}`.",
+        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs.",
+        f"Script: `{command}`.",
         f"Model: {name} ({model}), mean pooling (`--pooling mean`), cosine similarity, exact search.",
         f"Data: {args.text.name}: {len(queries)} queries (section titles of their own), {len(corpus)} paragraphs "
         f"(every prose paragraph of the manual), {per_query[len(per_query) // 2]} relevant paragraphs per query "
