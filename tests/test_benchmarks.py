@@ -388,8 +388,8 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     manual = str(tmp_path / "policy.txt")
     script = str(REPO / "benchmarks" / "retrieval.py")
     result = subprocess.run([PYTHON, script, "--model", str(folder), "--text", manual,
-                             "--pretrain-text", manual, "--epochs", "1", "--set", "vocab.max_unk_rate=1.0",
-                             "--work", str(tmp_path / "work"),
+                             "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
+                             "--set", "vocab.max_unk_rate=1.0", "pretrain.batch_size=2",  # a word vocabulary, 5 pairs
                              "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in result.stdout.splitlines()
