@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import re
@@ -128,10 +129,15 @@ def build_sets(text: str) -> tuple[list[dict], list[dict]]:
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["id", "text", "section"])
-        writer.writeheader()
-        writer.writerows(rows)
+    """``rows`` as CSV at ``path``, left untouched when it already holds them: `embed --into` calls a table stale
+    when its input file's time changes, so a rewrite would embed everything again."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["id", "text", "section"])
+    writer.writeheader()
+    writer.writerows(rows)
+    if not path.is_file() or path.read_text(encoding="utf-8") != buffer.getvalue():
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            handle.write(buffer.getvalue())
     return path
 
 
