@@ -135,9 +135,9 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     writer = csv.DictWriter(buffer, fieldnames=["id", "text", "section"])
     writer.writeheader()
     writer.writerows(rows)
-    if not path.is_file() or path.read_text(encoding="utf-8") != buffer.getvalue():
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            handle.write(buffer.getvalue())
+    text = buffer.getvalue().encode("utf-8")
+    if not path.is_file() or path.read_bytes() != text:
+        path.write_bytes(text)
     return path
 
 
