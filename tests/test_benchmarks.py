@@ -296,7 +296,7 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
     before = (REPO / "BENCHMARKS.md").read_bytes()
     script = str(REPO / "benchmarks" / "feature_based.py")
     data = ["--model", str(tmp_path / "model"), "--tags", str(tmp_path / "tags"), "--snippets",
-            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8", "--tag-sentences", "6"]
+            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8"]
     options = ["--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
                "--max-seq-length", "32", "--jobs", "4", "--work", str(tmp_path / "work"), "--no-append"]
     result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -313,13 +313,13 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
             assert len(seeds) == 2 and all(0 <= value <= 100 for value in seeds)
             assert float(mean_sd.split(" ± ")[0]) == pytest.approx(sum(seeds) / 2, abs=0.051)
     assert "| the paper: CoNLL-2003 NER, BERT-base, dev F1 | 96.4 | 96.1 |" in out
-    assert "`feature_layers: [-2, -1]`" in out and "6 train / " in out and "16 train / 8 dev" in out
+    assert "`feature_layers: [-2, -1]`" in out and "16 train / 8 dev" in out
     imported = safetensors.torch.load_file(str(tmp_path / "work" / "imported" / "model.safetensors"))
     for task in ("tag", "classify"):
         run = f"{task}_feature_based_s3"
         tuned = safetensors.torch.load_file(
             str(tmp_path / "work" / "runs" / run / ".bertwb" / "finetune" / run / "model.safetensors"))
-        encoder = [name for name in tuned if name.startswith("bert.encoder.")]
+        encoder = [name for name in tuned if name.startswith("bert.") and name in imported]
         assert encoder and all(torch.equal(tuned[name], imported[name]) for name in encoder), task
     assert (REPO / "BENCHMARKS.md").read_bytes() == before  # --no-append
 
