@@ -419,3 +419,131 @@ def test_the_multilingual_benchmark_keeps_prose_in_its_language_and_names_a_miss
     missing = multilingual.Language("xx", "Testish", ("no-such-package-for-bertwb",), "Latin")
     with pytest.raises(SystemExit, match=r"sudo apt-get install no-such-package-for-bertwb$"):
         multilingual.extract(missing, tmp_path, 1000, 0)
+
+
+@pytest.mark.timeout(900)  # eight fine-tuning processes, four at a time
+def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_path):
+    """benchmarks/feature_based.py on a tiny published-style model, tag sentences built by make_finetune_data and
+    a few snippets in VADER's format: every (task, way, seed) trains, the feature-based runs leave the encoder as
+    imported, and the table holds each task's per-seed scores with their mean, beside the paper's row."""
+    transformers = pytest.importorskip("transformers")
+    import sys
+
+    import safetensors.torch
+    from publishedkit import tiny_published_model
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from make_finetune_data import build
+    from test_finetune_data import PROSE
+
+    tiny_published_model(tmp_path / "model", transformers, pad_to=12, model_max_length=64)
+    build({"policy.txt": PROSE * 4}, tmp_path / "tags", seed=1, dev_fraction=0.3, context_chars=200)
+    words = ["the ship sailed into the harbour", "bread and salt", "storm at sea", "the crew on deck"]
+    (tmp_path / "snippets.txt").write_text("".join(f"{i}\t{(-1) ** i * (1 + i % 3) / 2}\t{words[i % 4]} "
+                                                   f"{'good' if i % 2 == 0 else 'bad'} .\n" for i in range(30)))
+    before = benchmark_records()
+    script = str(REPO / "benchmarks" / "feature_based.py")
+    data = ["--model", str(tmp_path / "model"), "--tags", str(tmp_path / "tags"), "--snippets",
+            str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8"]
+    options = ["--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
+               "--max-seq-length", "32", "--jobs", "4", "--work", str(tmp_path / "work"), "--no-append"]
+    result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    out = result.stdout
+    assert re.findall(r"^(\w+) (fine-tuned|feature-based) seed (\d)", out, re.M) == [
+        (task, way, seed) for task in ("tag", "classify") for seed in "34" for way in ("fine-tuned", "feature-based")]
+    rows = {line.split(" (")[0][2:]: line.split(" | ")[1:] for line in out.splitlines()
+            if line.startswith(("| tag (", "| classify ("))}
+    assert list(rows) == ["tag", "classify"], out
+    for cells in rows.values():
+        for mean_sd, per_seed in ((cells[0], cells[2]), (cells[1], cells[3].rstrip(" |"))):
+            seeds = [float(value) for value in per_seed.split(" / ")]
+            assert len(seeds) == 2 and all(0 <= value <= 100 for value in seeds)
+            assert float(mean_sd.split(" ± ")[0]) == pytest.approx(sum(seeds) / 2, abs=0.051)
+    assert "| the paper: CoNLL-2003 NER, BERT-base, dev F1 | 96.4 | 96.1 |" in out
+    assert "`feature_layers: [-2, -1]`" in out and "16 train / 8 dev" in out
+    imported = safetensors.torch.load_file(str(tmp_path / "work" / "imported" / "model.safetensors"))
+    for task in ("tag", "classify"):
+        run = f"{task}_feature_based_s3"
+        tuned = safetensors.torch.load_file(
+            str(tmp_path / "work" / "runs" / run / ".bertwb" / "finetune" / run / "model.safetensors"))
+        encoder = [name for name in tuned if name.startswith("bert.") and name in imported]
+        assert encoder and all(torch.equal(tuned[name], imported[name]) for name in encoder), task
+    assert benchmark_records() == before  # --no-append
+
+
+MANUAL = """\
+1. Packages
+***********
+
+1.1. Cron jobs
+==============
+
+Packages must not modify the file "/etc/crontab" and should place their jobs in one of the cron directories.
+
+* a list item that is no prose paragraph at all, however long it may be, since it starts with a star
+
+Files in the cron directories must be scripts, and they must be treated as configuration files by dpkg.
+
+1.2. Introduction
+=================
+
+This introduction explains what the harbour is and why ships sail into it every day of the year.
+
+1.3. Shared libraries
+=====================
+
+A shared library package must ship the library and nothing else, so that several versions may coexist.
+
+2. Introduction
+***************
+
+A second introduction, whose title names no single section and so is no query, though this stays.
+"""
+
+
+def test_the_retrieval_benchmark_parses_the_manual_and_scores_rankings():
+    """retrieval.py's data and scores on a small manual: sections by their underlined headings, prose paragraphs
+    only, no query for a shared title; recall@10, hit@10 and MRR@10 by hand."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from retrieval import build_sets, scores
+
+    queries, corpus = build_sets(MANUAL)
+    assert [(q["text"], q["section"]) for q in queries] == [("Cron jobs", "1.1"), ("Shared libraries", "1.3")]
+    assert [row["section"] for row in corpus] == ["1.1", "1.1", "1.2", "1.3", "2"]
+    assert corpus[0]["text"].startswith("Packages must not") and "list item" not in " ".join(r["text"] for r in corpus)
+    ids = [row["id"] for row in corpus]  # p0000 p0001 (1.1), p0002 (1.2), p0003 (1.3), p0004 (2)
+    ranked = {"q000": [ids[2], ids[1], ids[4]], "q001": [ids[0], ids[1], ids[2], ids[4]]}
+    assert scores(ranked, queries, corpus) == {"recall@10": (1 / 2 + 0) / 2, "hit@10": 1 / 2, "mrr@10": (1 / 2) / 2}
+
+
+@pytest.mark.timeout(900)  # a whole continue recipe and a dozen bertwb commands, each its own process
+def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_alike(tmp_path):
+    """benchmarks/retrieval.py end to end on a tiny sentence-transformers folder and a small manual, the continued
+    pre-training included (one pass): bertwb's SQL ranking, checked against `bertwb similar` inside the script,
+    scores what sentence-transformers' own vectors score."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("sentence_transformers")
+    from publishedkit import tiny_published_model
+    from test_embed import sentence_transformers_folder
+
+    tiny_published_model(tmp_path / "base", transformers, "BertModel")
+    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    (tmp_path / "policy.txt").write_text(MANUAL)
+    before = benchmark_records()
+    manual = str(tmp_path / "policy.txt")
+    script = str(REPO / "benchmarks" / "retrieval.py")
+    result = subprocess.run([PYTHON, script, "--model", str(folder), "--text", manual,
+                             "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
+                             "--set", "vocab.max_unk_rate=1.0", "pretrain.batch_size=2",  # a word vocabulary, 5 pairs
+                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in result.stdout.splitlines()
+            if line.startswith(("| published", "| after"))}
+    assert list(rows) == ["published, `bertwb embed`", "after the continue recipe, `bertwb embed`",
+                          "published, sentence-transformers' encode"], result.stdout
+    assert rows["published, `bertwb embed`"] == rows["published, sentence-transformers' encode"]
+    assert "2 queries (section titles of their own), 5 paragraphs" in result.stdout
+    assert benchmark_records() == before  # --no-append
