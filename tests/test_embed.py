@@ -5,6 +5,7 @@ exact top-k, and one-line errors. Tests needing transformers or sentence-transfo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import unicodedata
 from pathlib import Path
@@ -387,6 +388,10 @@ def test_into_stores_a_table_keyed_like_a_stage(model: Path, tmp_path: Path, cor
     again = embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
     assert "embed/vecs: fresh (key " in again.stderr and "skipped" in again.stderr
     assert json.loads(manifest.read_text())["build"] == built  # nothing ran, nothing was rewritten
+    corpus.write_bytes(corpus.read_bytes())  # the same rows, a new modification time: still nothing to embed
+    os.utime(corpus, ns=(corpus.stat().st_atime_ns, corpus.stat().st_mtime_ns + 10**9))
+    again = embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
+    assert "skipped" in again.stderr and json.loads(manifest.read_text())["build"] == built
 
     embed(ws, str(corpus), "--model", str(model), "--into", "vecs", "--pooling", "cls")  # other settings: rebuilt
     assert json.loads(manifest.read_text())["build"] != built

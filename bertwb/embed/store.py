@@ -97,7 +97,10 @@ def state(cfg: Config, ws: Workspace, table: str, labels: dict[str, str | None] 
     if identity != model.get("identity"):
         return TableState("stale", f"model {model.get('choice')} changed since the table was made", manifest)
     recorded = manifest.get("input", {}).get("file")
-    if recorded:
+    # With ``key`` the command has read the input and its digest is in the key that matched: the rows are the
+    # same, whatever the file's time says (a file rewritten with the same bytes). `status` reads no input, so
+    # there the file's size and time stand in for it.
+    if recorded and key is None:
         try:
             now = file_identity(recorded["path"])
         except OSError:
