@@ -28,6 +28,7 @@ from bertwb.data.masking import rules_from_flags
 from bertwb.data.pair_batches import PairArrays, collate
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.tasks import losses
 from bertwb.tasks.pretraining import PretrainingObjective
 from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
@@ -54,10 +55,12 @@ def test_collate_pads_rows_and_points_masked_positions_at_the_right_tokens():
     assert batch.token_type_ids[row, first_b:lengths[row]].eq(1).all()
     assert batch.token_type_ids[row, lengths[row]:].eq(0).all()
     model = BertForPreTraining(BertConfig.from_preset("tiny", 128))
-    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions,
-                batch.mlm_labels, batch.nsp_labels)
+    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, batch.masked_positions)
     assert out.mlm_logits.shape == (len(batch.masked_positions), 128) and out.nsp_logits.shape == (3, 2)
-    assert torch.isfinite(out.loss)
+    loss = losses.pretraining(losses.masked_lm(out.mlm_logits, batch.mlm_labels),
+                              losses.next_sentence(out.nsp_logits, batch.nsp_labels),
+                              len(batch.mlm_labels), len(batch.nsp_labels))
+    assert torch.isfinite(loss)
 
 
 def test_batches_cover_the_epoch_once_and_ranks_split_each_global_batch():
