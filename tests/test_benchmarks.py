@@ -547,3 +547,24 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     assert rows["published, `bertwb embed`"] == rows["published, sentence-transformers' encode"]
     assert "2 queries (section titles of their own), 5 paragraphs" in result.stdout
     assert benchmark_records() == before  # --no-append
+
+
+def test_the_embedding_scale_benchmark_embeds_each_size_as_a_whole_command(tmp_path):
+    """benchmarks/embed_scale.py on a tiny sentence-transformers folder: real lines cycled to each size, one
+    process per size, a row with its rate and peak memory, and the growth between the sizes."""
+    transformers = pytest.importorskip("transformers")
+    from publishedkit import tiny_published_model
+    from test_embed import sentence_transformers_folder
+
+    tiny_published_model(tmp_path / "base", transformers, "BertModel")
+    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n")
+    before = benchmark_records()
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "embed_scale.py"), "--model", str(folder), "--text",
+                             str(tmp_path / "texts.txt"), "--sizes", "5", "20", "--threads", "1", "--no-append"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rows = [line.split(" | ") for line in result.stdout.splitlines() if re.match(r"\| \d", line)]
+    assert [row[0] for row in rows] == ["| 5", "| 20"] and all(float(row[2].replace(",", "")) > 0 for row in rows)
+    assert re.search(r"Peak memory at 20 sentences is \*\*\d+\.\d\d×\*\* that at 5\.", result.stdout)
+    assert benchmark_records() == before  # --no-append
