@@ -108,8 +108,8 @@ def main() -> None:
         f"| {args.rows:,} | {big_s:.2f} s | {peak:,.0f} MB |", "",
         (f"The scan of {args.rows:,} rows costs **{scan:.2f} s per query** ({args.rows / scan:,.0f} rows/s) "
          if scan > 0 else f"The scan of {args.rows:,} rows is within the noise of the command's start ") +
-        f"beyond the model's load and the query's embedding; peak memory {peak:,.0f} MB, as rows are read and "
-        "scored a batch at a time.", ""])
+        f"beyond the model's load and the query's embedding; peak memory {peak:,.0f} MB against "
+        f"{max(p for _, p in timings['small']):,.0f} MB over the small file.", ""])
     print(report)
     if not args.no_append:
         append_report(report, f"{scan:.2f} s per query over {args.rows:,} rows ({dimension} dims)")
