@@ -3,6 +3,7 @@ report file."""
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import subprocess
@@ -181,3 +182,12 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> floa
         torch.mm(a, b)
         best = min(best, time.perf_counter() - started)
     return 2 * n ** 3 / best
+
+
+def run_bertwb(project: Path, *args: str) -> str:
+    """``bertwb ARGS`` run in ``project`` with this checkout's code; its stdout. Exits with its output if it fails."""
+    result = subprocess.run([sys.executable, "-m", "bertwb", *args], cwd=project, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    if result.returncode != 0:
+        sys.exit(f"bertwb {' '.join(args)} in {project} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout

@@ -97,6 +97,17 @@ def text_sentences(path: Path, wanted: int) -> tuple[list[str], str]:
     return lines[:wanted], str(path)
 
 
+def model_and_sentences(args: argparse.Namespace, wanted: int) -> tuple[Path, list[str], str]:
+    """The model (``--model``, else the published MiniLM) and up to ``wanted`` sentences (``--text``'s lines, else
+    the Debian text) with where they came from; exits with the fix when there are none."""
+    model = Path(args.model) if args.model else published_model()
+    sentences, source = text_sentences(Path(args.text), wanted) if args.text else debian_sentences(wanted)
+    if not sentences:
+        sys.exit("no sentences found: pass --text FILE (one sentence per line), or install debian-policy and "
+                 "python3.11-doc")
+    return model, sentences, source
+
+
 def bertwb_side(model: Path, texts: Path, out: Path, work: Path, args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "bertwb", "embed", str(texts), "--model", str(model), "-o", str(out),
             "--workdir", str(work / "ws"), "--precision", args.precision, "-q",
@@ -124,11 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     import numpy as np  # noqa: PLC0415
 
-    model = Path(args.model) if args.model else published_model()
-    sentences, source = text_sentences(Path(args.text), args.sentences) if args.text else \
-        debian_sentences(args.sentences)
-    if not sentences:
-        sys.exit("no sentences found: pass --text FILE (one sentence per line), or install debian-policy")
+    model, sentences, source = model_and_sentences(args, args.sentences)
     if len(sentences) < args.sentences:
         print(f"only {len(sentences):,} sentences in {source}; measuring those (--text FILE for more)", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 from _common import append_report, cpu_model, run_with_peak_rss  # noqa: E402
-from embed import debian_sentences, published_model, text_sentences  # noqa: E402
+from embed import model_and_sentences  # noqa: E402
 
 
 def main() -> None:
@@ -34,11 +34,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
-    model = Path(args.model) if args.model else published_model()
-    sentences, source = text_sentences(Path(args.text), max(args.sizes)) if args.text else \
-        debian_sentences(max(args.sizes))
-    if not sentences:
-        sys.exit("no sentences found: pass --text FILE, or install debian-policy and python3.11-doc")
+    model, sentences, source = model_and_sentences(args, max(args.sizes))
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bertwb-embed-scale-") as tmp:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _common import REPO, append_report, cpu_model
+from _common import run_bertwb as bertwb
 from english_text import html_paragraphs, installed_version
 
 MAN = Path("/usr/share/man")
@@ -179,14 +180,6 @@ def extract(language: Language, out: Path, chars: int, seed: int) -> dict:
 
 SETTINGS = {"before": {"vocab.strip_accents": "true"}, "after": {"vocab.strip_accents": "auto"}}
 
-
-def bertwb(project: Path, *args: str) -> str:
-    """Run ``bertwb ARGS`` in ``project``; its standard output. Exits with its output if it fails."""
-    result = subprocess.run([sys.executable, "-m", "bertwb", *args], cwd=project, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    if result.returncode != 0:
-        sys.exit(f"bertwb {' '.join(args)} in {project} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
 
 
 def configure(config: Path, values: dict[str, str]) -> None:

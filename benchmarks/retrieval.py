@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import append_report, cpu_model  # noqa: E402
+from _common import run_bertwb as bertwb  # noqa: E402
 from make_finetune_data import read_text, source_files  # noqa: E402
 
 POLICY = Path("/usr/share/doc/debian-policy/policy.txt.gz")
@@ -154,14 +155,6 @@ def scores(ranked: dict[str, list[str]], queries: list[dict], corpus: list[dict]
     return {name: value / len(queries) for name, value in
             (("recall@10", recall), ("hit@10", hit), ("mrr@10", reciprocal))}
 
-
-def bertwb(project: Path, *args: str) -> str:
-    """``bertwb ARGS`` in ``project``; its stdout. Exits with its output if it fails."""
-    result = subprocess.run([sys.executable, "-m", "bertwb", *args], cwd=project, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    if result.returncode != 0:
-        sys.exit(f"bertwb {' '.join(args)} in {project} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
 
 
 RANK_SQL = """

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 
 from _common import append_report, cpu_model, run_with_peak_rss  # noqa: E402
-from embed import debian_sentences, published_model, text_sentences  # noqa: E402
+from embed import model_and_sentences  # noqa: E402
 
 QUERIES = ("how to install a package", "the maintainer must upload a new version", "copyright file format",
            "a shell script that runs at boot", "documentation in HTML")
@@ -64,11 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    model = Path(args.model) if args.model else published_model()
-    sentences, source = text_sentences(Path(args.text), args.sentences) if args.text else \
-        debian_sentences(args.sentences)
-    if not sentences:
-        sys.exit("no sentences found: pass --text FILE, or install debian-policy (apt-get install debian-policy)")
+    model, sentences, source = model_and_sentences(args, args.sentences)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory(prefix="bertwb-similar-") as tmp:
         work = Path(tmp)
