@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -289,16 +290,21 @@ def test_the_scale_benchmark_runs_every_data_stage_of_both_commits_on_each_size(
     assert benchmark_records() == before  # --no-append
 
 
-def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_vectors(tmp_path):
-    """benchmarks/embed.py on a tiny sentence-transformers folder and a few lines of ``--text``: both whole
-    processes run, their vectors are compared (equal in fp32), and each side has its row."""
+def tiny_sentence_transformers(tmp_path: Path) -> Path:
+    """A tiny sentence-transformers folder (mean pooling, normalised) over a tiny BERT, for the embedding benchmarks."""
     transformers = pytest.importorskip("transformers")
-    pytest.importorskip("sentence_transformers")
     from publishedkit import tiny_published_model
     from test_embed import sentence_transformers_folder
 
     tiny_published_model(tmp_path / "base", transformers, "BertModel")
-    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    return sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+
+
+def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_vectors(tmp_path):
+    """benchmarks/embed.py on a tiny sentence-transformers folder and a few lines of ``--text``: both whole
+    processes run, their vectors are compared (equal in fp32), and each side has its row."""
+    pytest.importorskip("sentence_transformers")
+    folder = tiny_sentence_transformers(tmp_path)
     (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 4)
     before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "embed.py"), "--model", str(folder), "--text",
@@ -338,12 +344,7 @@ def test_the_current_results_table_has_short_cells_in_pipeline_order():
 def test_the_search_scale_benchmark_repeats_real_vectors_to_the_rows_asked_and_times_both_files(tmp_path):
     """benchmarks/similar_scale.py on a tiny sentence-transformers folder: the vectors `bertwb embed` wrote are
     repeated into a file of --rows rows that `bertwb similar` accepts as its own, and both files get a row."""
-    transformers = pytest.importorskip("transformers")
-    from publishedkit import tiny_published_model
-    from test_embed import sentence_transformers_folder
-
-    tiny_published_model(tmp_path / "base", transformers, "BertModel")
-    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    folder = tiny_sentence_transformers(tmp_path)
     (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n" * 3)
     before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "similar_scale.py"), "--model", str(folder), "--text",
@@ -524,13 +525,8 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     """benchmarks/retrieval.py end to end on a tiny sentence-transformers folder and a small manual, the continued
     pre-training included (one pass): bertwb's SQL ranking, checked against `bertwb similar` inside the script,
     scores what sentence-transformers' own vectors score."""
-    transformers = pytest.importorskip("transformers")
     pytest.importorskip("sentence_transformers")
-    from publishedkit import tiny_published_model
-    from test_embed import sentence_transformers_folder
-
-    tiny_published_model(tmp_path / "base", transformers, "BertModel")
-    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    folder = tiny_sentence_transformers(tmp_path)
     (tmp_path / "policy.txt").write_text(MANUAL)
     before = benchmark_records()
     manual = str(tmp_path / "policy.txt")
@@ -552,12 +548,7 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
 def test_the_embedding_scale_benchmark_embeds_each_size_as_a_whole_command(tmp_path):
     """benchmarks/embed_scale.py on a tiny sentence-transformers folder: real lines cycled to each size, one
     process per size, a row with its rate and peak memory, and the growth between the sizes."""
-    transformers = pytest.importorskip("transformers")
-    from publishedkit import tiny_published_model
-    from test_embed import sentence_transformers_folder
-
-    tiny_published_model(tmp_path / "base", transformers, "BertModel")
-    folder = sentence_transformers_folder(tmp_path / "base", tmp_path / "st", "mean", True)
+    folder = tiny_sentence_transformers(tmp_path)
     (tmp_path / "texts.txt").write_text("the ship sailed into the harbour .\nbread and salt\nstorm at sea\n")
     before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "embed_scale.py"), "--model", str(folder), "--text",
