@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 
-from bertwb import fast, keys
+from bertwb import current, fast
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError
@@ -180,7 +180,7 @@ def test_the_stage_key_is_the_same_whatever_auto_decides(trainer: Project, monke
     ws = Workspace(trainer.workspace)
 
     def key(*settings: str) -> str:
-        return keys.current_key("pretrain", load_config(trainer.config, list(settings)), ws)
+        return current.current_key("pretrain", load_config(trainer.config, list(settings)), ws)
 
     plain = key()
     assert "precision" not in load_config(trainer.config, []).cache_params("pretrain")
