@@ -8,6 +8,7 @@ the same model wherever it is named.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,9 +39,9 @@ def build_model(cfg: Config, meta: dict[str, Any], vocab_dir: Path, announce: bo
     source = modeldir.open_model_dir(user_path(cfg, cfg.model.init_from), "model.init_from")
     modeldir.check_vocab_matches(source, vocab_dir)
     modeldir.check_length(source, max(meta["max_seq_length"], positions), length_key)
-    for name in ("hidden_dropout", "attention_dropout"):
-        if getattr(cfg.model, name) is not None:
-            setattr(source.config, name, getattr(cfg.model, name))
+    dropouts = {name: getattr(cfg.model, name) for name in ("hidden_dropout", "attention_dropout")
+                if getattr(cfg.model, name) is not None}
+    source = dataclasses.replace(source, config=dataclasses.replace(source.config, **dropouts))
     # a fine-tuned model gives its encoder: its task head is left out, the MLM and NSP heads start anew
     model, report = modeldir.load_model(source, kind="pretraining", convert=True)
     if announce:
