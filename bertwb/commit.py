@@ -49,9 +49,9 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
     committing = False
     try:
         with faults.within(name):
+            current_run = functools.partial(current_run_dir, cfg, ws, stage.reads_run) if stage.reads_run else None
             build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime,
-                          current_run=functools.partial(current_run_dir, cfg, ws, stage.reads_run)
-                          if stage.reads_run else None, executor_setting=cfg.workspace.executor)
+                          current_run=current_run, executor_setting=cfg.workspace.executor)
             try:
                 summary = stage.run(cfg, build)
                 build.close()

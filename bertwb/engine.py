@@ -16,10 +16,10 @@ import duckdb
 
 from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
+from bertwb.current import runs
 from bertwb.data import sinks
 from bertwb.embed import store as embed_store
 from bertwb.errors import BertwbError
-from bertwb.current import runs
 from bertwb.keys import input_fingerprints, stage_key
 from bertwb.stage import NothingBuilt, Stage
 from bertwb.workspace import Workspace
