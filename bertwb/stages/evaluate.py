@@ -2,10 +2,9 @@
 
 The valid pairs keep fixed masks (with ``pairs.masking: dynamic``, masked once by a generator seeded with
 ``pairs.seed``), so numbers compare across runs and checkpoints. It depends on pairs, not on pretrain:
-``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks is part of the
-key (`evaluated_weights`; the engine hands it pretrain's current run, `Stage.reads_run`), so ``latest`` is
-evaluated again after more training. `evaluate_pairs` computes the metrics in ``pretrain.precision``
-(`choose_precision`; in no key); this module writes ``metrics.json``, the table.
+``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks (``latest``: of
+pretrain's current run, handed over as `Stage.reads_run` asks) is in the key, so more training evaluates again.
+`evaluate_pairs` computes the metrics in ``pretrain.precision`` (in no key); this writes ``metrics.json``.
 """
 
 from __future__ import annotations
