@@ -544,7 +544,7 @@ def ddp_probe(part: Part) -> None:
     from bertwb.config import Config  # noqa: PLC0415
     from bertwb.data.batching import Batches  # noqa: PLC0415
     from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: PLC0415
-    from bertwb.tasks.pretraining import PretrainingObjective  # noqa: PLC0415
+    from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: PLC0415
     from bertwb.train.distributed import Dist  # noqa: PLC0415
     from bertwb.train.trainer import Trainer  # noqa: PLC0415
     from pretrain_gpu import synthetic_pairs  # noqa: PLC0415
@@ -604,7 +604,7 @@ def profile(part: Part) -> None:
     from bertwb.config import Config  # noqa: PLC0415
     from bertwb.data.batching import Batches  # noqa: PLC0415
     from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: PLC0415
-    from bertwb.tasks.pretraining import PretrainingObjective  # noqa: PLC0415
+    from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: PLC0415
     from bertwb.train.trainer import Trainer  # noqa: PLC0415
     from pretrain_gpu import synthetic_pairs  # noqa: PLC0415
 
@@ -616,8 +616,8 @@ def profile(part: Part) -> None:
     cfg.batch_size, cfg.warmup_steps, cfg.device = shapes["batch"], 0, str(device)
     pairs = synthetic_pairs(shapes["batch"] * (warmup + profiled))
     model = BertForPreTraining(BertConfig.from_preset(shapes["preset"], 30522))
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, device, cfg.cpu_fast_paths)  # as `bertwb pretrain` (CPU only)
+    # as `bertwb pretrain` (CPU only)
+    objective = PretrainingObjective(fast=fast.choose(model, device, cfg.cpu_fast_paths))
     batches = Batches(pairs, cfg.batch_size, seed=0, pad_multiple=8 if cuda else 1)
     trainer = Trainer(cfg, objective, model, batches, total_steps=warmup + profiled)
     for step in range(warmup):

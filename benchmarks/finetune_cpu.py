@@ -85,8 +85,8 @@ class OurSide:
         s = settings(epochs)
         self.batches = Batches(TaskExamples(train), BATCH, s.seed, bucket_batches=s.bucket_batches)
         self.model = model
-        objective = objective_for(task, model.label_names)
-        objective.fast = fast.choose(model, torch.device("cpu"), s.cpu_fast_paths)  # as `bertwb finetune`
+        objective = objective_for(task, model.label_names,
+                                  fast=fast.choose(model, torch.device("cpu"), s.cpu_fast_paths))  # as bertwb finetune
         self.trainer = Trainer(s, objective, model, self.batches, dist=Dist(device="cpu"))
         self.steps, self.pad = self.trainer.total_steps, self.batches.padding_fraction(0)
 

@@ -72,7 +72,7 @@ from bertwb.model import modeldir  # noqa: E402
 from bertwb.model.hf_names import config_from_hf_dict, hf_config_of, to_hf_state_dict  # noqa: E402
 from bertwb.tasks import metrics, squad_eval  # noqa: E402
 from bertwb.tasks.finetune.tasktypes import task_type  # noqa: E402
-from bertwb.tasks.pretraining import encoder_flops  # noqa: E402
+from bertwb.tasks.pretraining.flops import encoder_flops  # noqa: E402
 from bertwb.tasks.readers import read_conll, read_squad  # noqa: E402
 from _common import append_report, cpu_model, matmul_peak, run_with_peak_rss  # noqa: E402
 from finetune_cpu import VOCAB, tokenizer_for  # noqa: E402

@@ -30,7 +30,7 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
   bertwb row's share is of its own precision's peak.
 * bertwb with a token budget (``pretrain.batch_tokens`` = 32 × 128): the same loop on batches of as
   many length-sorted pairs as fit in 4,096 padded tokens (32 of the longest, more of the shorter ones).
-* Useful FLOP/s (bertwb): ``bertwb.tasks.pretraining.useful_flops_per_pair`` summed over the pairs trained,
+* Useful FLOP/s (bertwb): ``bertwb.tasks.pretraining.flops.useful_flops_per_pair`` summed over the pairs trained,
   i.e. 3 × forward matmul FLOPs on real tokens: per token and layer 24·H² + 4·T·H (T = the pair's
   length), the MLM head 2·H² + 2·H·V at masked tokens only, the pooler/NSP once; divided by time.
 
@@ -62,7 +62,8 @@ from bertwb.data.pair_batches import load_split  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_matrix_flags, cpu_model, matmul_peak  # noqa: E402
 from _hf import hf_batch  # noqa: E402
-from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
+from bertwb.tasks.pretraining.flops import useful_flops_per_pair  # noqa: E402
+from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E402
 from bertwb.train.device import choose_precision  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
 from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
@@ -92,8 +93,8 @@ def bench_bertwb(pairs, shape: dict, precision: str, steps: int, warmup: int, ba
     cfg.pretrain.precision = precision
     cfg.pretrain.warmup_steps, cfg.pretrain.device = 0, "cpu"
     batches = Batches(pairs, BATCH, seed=0, batch_tokens=batch_tokens, bucket_batches=cfg.pretrain.bucket_batches)
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as `bertwb pretrain`
+    # as `bertwb pretrain`
+    objective = PretrainingObjective(fast=fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=warmup + steps)
     tokens = flops = elapsed = 0.0
     pairs_trained = 0

@@ -24,7 +24,7 @@ uniform in [5, 128]) and 15% masking (at most 20); throughput does not depend on
 script needs no workspace. ``--device cpu --preset tiny --no-append`` runs the same code on a CPU, as a
 smoke test.
 
-FLOPs (written down, counted on real tokens only, as ``bertwb.tasks.pretraining.useful_flops_per_pair``):
+FLOPs (written down, counted on real tokens only, as ``bertwb.tasks.pretraining.flops.useful_flops_per_pair``):
 training = 3 × forward; forward per pair of length T with n masked tokens =
 T · L · (24·H² + 4·T·H) + n · (2·H² + 2·H·V) + 2·H² + 4·H, with L=12, H=768, V=30522, I=4H. The same
 useful FLOPs count for the Hugging Face row (its extra work on padding and unmasked tokens is waste).
@@ -52,7 +52,8 @@ from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import PairArrays  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
 from bertwb.model.hf_names import hf_config_dict  # noqa: E402
-from bertwb.tasks.pretraining import PretrainingObjective, useful_flops_per_pair  # noqa: E402
+from bertwb.tasks.pretraining.flops import useful_flops_per_pair  # noqa: E402
+from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E402
 from bertwb.train.device import resolve_device  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
 from _common import append_report, bf16_peak_tflops  # noqa: E402
@@ -82,8 +83,8 @@ def bench_bertwb(args: argparse.Namespace, config: BertConfig, pairs: PairArrays
     total = args.warmup + args.steps
     batches = Batches(pairs, args.batch, seed=0, batch_tokens=batch_tokens, bucket_batches=p.bucket_batches,
                       pad_multiple=8 if device.type == "cuda" else 1)
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, device, p.cpu_fast_paths)  # as `bertwb pretrain` (on CPU only)
+    # as `bertwb pretrain` (on CPU only)
+    objective = PretrainingObjective(fast=fast.choose(model, device, p.cpu_fast_paths))
     trainer = Trainer(p, objective, model, batches, total_steps=total)
     timed = []
     started = 0.0

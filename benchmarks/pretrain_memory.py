@@ -38,7 +38,7 @@ from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
 from bertwb.memory import TCACHE_OFF  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
-from bertwb.tasks.pretraining import PretrainingObjective  # noqa: E402
+from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E402
 from bertwb.train import trainer as trainer_module  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
 from _common import append_report  # noqa: E402
@@ -76,8 +76,8 @@ def train(pairs_dir: Path, steps: int, keep: bool) -> dict:
     batches = Batches(pairs, BATCH, seed=0, bucket_batches=cfg.pretrain.bucket_batches)
     if not keep:  # the trainer keeps freed memory on CPU; this side measures glibc as it comes
         trainer_module.keep_freed_memory = lambda: False
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as `bertwb pretrain`
+    # as `bertwb pretrain`
+    objective = PretrainingObjective(fast=fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=steps)
     readings = []
     started = time.perf_counter()

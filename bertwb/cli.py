@@ -9,13 +9,14 @@ from typing import Any, Callable, NoReturn
 
 import click
 
-from bertwb import __version__, disk, engine, environment, keys, memory, outputs, recipes, stages, ui
+from bertwb import __version__, disk, engine, environment, memory, outputs, recipes, stages, ui
 from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
 from bertwb.compare import compare as compare_runs
 from bertwb.config import Config
 from bertwb.configfile import load_config
+from bertwb.current import current_run_dir
 from bertwb.embed import pooling as embed_pooling
 from bertwb.embed import writing as embed_writing
 from bertwb.embed.run import EmbedRequest, similar as search
@@ -275,7 +276,7 @@ def _model(cfg: Config, ws: Workspace, checkpoint: str | None) -> tuple[Any, Pat
     from bertwb.model import modeldir  # torch loads only for the commands that use a model
 
     model_dir = modeldir.open_model_dir(model_choice.checkpoint_dir(
-        cfg, ws, checkpoint, lambda: keys.current_run_dir(cfg, ws, "pretrain")))
+        cfg, ws, checkpoint, lambda: current_run_dir(cfg, ws, "pretrain")))
     return model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir)
 
 

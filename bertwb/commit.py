@@ -9,6 +9,7 @@ step 4 and discards any other. ``identity`` hashes the outputs' digests: same ou
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -24,6 +25,7 @@ import duckdb
 
 from bertwb import __version__, faults, ui
 from bertwb.config import Config
+from bertwb.current import current_run_dir
 from bertwb.data import sinks
 from bertwb.stage import Build, Stage
 from bertwb.workspace import BUILD_FILE, Workspace, new_build_dir, swap_in
@@ -47,8 +49,9 @@ def build_and_commit(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckD
     committing = False
     try:
         with faults.within(name):
+            current_run = functools.partial(current_run_dir, cfg, ws, stage.reads_run) if stage.reads_run else None
             build = Build(ws, stage, con, out_dir, inputs, key=key, forced=force, runtime=runtime,
-                          executor_setting=cfg.workspace.executor)
+                          current_run=current_run, executor_setting=cfg.workspace.executor)
             try:
                 summary = stage.run(cfg, build)
                 build.close()

@@ -16,6 +16,7 @@ import duckdb
 
 from bertwb import commit, disk, environment, stages, ui
 from bertwb.config import Config
+from bertwb.current import runs
 from bertwb.data import sinks
 from bertwb.embed import store as embed_store
 from bertwb.errors import BertwbError
@@ -103,7 +104,7 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
     name = stage.name
     if inputs is None:
         try:
-            inputs = input_fingerprints(stage, cfg, ws)
+            inputs = input_fingerprints(stage, cfg, ws, runs(cfg, ws))
         except BertwbError as exc:  # an input that is gone: status shows it, the run stops on it
             return State(name, "stale" if manifest else "missing", str(exc), None, manifest)
     key, parts = stage_key(stage, cfg, ws, inputs)
@@ -200,7 +201,7 @@ def run_stage(stage: Stage, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConn
         if dep_state.state != "fresh":
             raise BertwbError(f"{name} needs {dep}, which is {dep_state.state} ({dep_state.reason}); "
                               f"run `bertwb {dep}` or `bertwb run` first")
-    inputs = input_fingerprints(stage, cfg, ws)
+    inputs = input_fingerprints(stage, cfg, ws, runs(cfg, ws))
     state = check(stage, cfg, ws, inputs=inputs, probe=probe)
     key, parts = stage_key(stage, cfg, ws, inputs)
     _detail_key(name, key, state.manifest)

@@ -1,23 +1,23 @@
 """Stage keys: a hash of a stage's settings, its upstreams' identities and its input fingerprints.
 
-`stage_key` is what `bertwb status` and `bertwb run` compare with a manifest; `current_key` and
-`current_run_dir` name the run a training stage's current config trains in (its checkpoints are
-``latest``), so a stage that reads another's weights (evaluate) keys on them without the engine.
+`stage_key` is what `bertwb status` and `bertwb run` compare with a manifest; `input_fingerprints` are the
+identities of what a stage reads from outside the workspace's stages, each path as `portable_path` names it.
+Which run a training stage's current config trains in is :mod:`bertwb.current`'s question, asked through the
+stage registry; a stage that reads such a run is handed it here (``current_run``), never looks it up.
 Nothing here writes, and nothing loads torch: `status` keys every stage.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from bertwb import stages
 from bertwb.config import Config
 from bertwb.stage import Stage
-from bertwb.train.runs import run_dir_of
 from bertwb.workspace import Workspace
 
 WORKSPACE_PREFIX = "<workspace>/"  # how a key names the workspace's own files: wherever it is, the same
@@ -37,10 +37,15 @@ def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, A
     return hashlib.sha256(canonical.encode()).hexdigest(), parts
 
 
-def input_fingerprints(stage: Stage, cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
+def input_fingerprints(stage: Stage, cfg: Config, ws: Workspace,
+                       current_run: Callable[[str], Path]) -> list[dict[str, Any]]:
     """Identities of what a stage reads from outside the workspace's stages (files, checkpoints), each path
-    named as `portable_path` names it."""
-    found = stage.fingerprint(cfg, ws) if stage.fingerprint else []
+    named as `portable_path` names it. ``current_run`` gives the run directory a training stage's current
+    config trains in (`bertwb.current.current_run_dir`), for a stage that reads one (`Stage.reads_run`)."""
+    hook = stage.fingerprint
+    if hook is not None and stage.reads_run:
+        hook = functools.partial(hook, current_run=functools.partial(current_run, stage.reads_run))
+    found = hook(cfg, ws) if hook is not None else []
     return [{**row, "path": portable_path(row["path"], ws, cfg.base_dir)} if "path" in row else row for row in found]
 
 
@@ -57,27 +62,3 @@ def portable_path(path: str | Path, ws: Workspace, base_dir: Path | None = None)
         if base is not None and absolute.is_relative_to(os.path.abspath(base)):
             return prefix + absolute.relative_to(os.path.abspath(base)).as_posix()
     return text
-
-
-def current_key(name: str, cfg: Config, ws: Workspace) -> str:
-    """The key stage ``name`` has under the current config and upstream manifests.
-
-    While an upstream's manifest is behind the config (vocab rebuilt, pairs not yet), the key is one no
-    run has: no checkpoint was trained on what that upstream is about to build, so none is "latest".
-    """
-    stage = stages.get(name, cfg)
-    key = stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]
-    behind = [dep for dep in stage.deps if not manifest_current(stages.get(dep, cfg), cfg, ws)]
-    return hashlib.sha256(f"{key} before {behind} rebuild".encode()).hexdigest() if behind else key
-
-
-def current_run_dir(cfg: Config, ws: Workspace, stage: str = "pretrain") -> Path:
-    """The run directory the current config's ``stage`` trains in (it may not exist yet): `current_key`'s."""
-    return run_dir_of(ws, stage, current_key(stage, cfg, ws))
-
-
-def manifest_current(stage: Stage, cfg: Config, ws: Workspace) -> bool:
-    """Whether the stage's manifest, and every upstream one, holds the key the config now gives it."""
-    manifest = ws.read_manifest(stage.name)
-    return manifest is not None and all(manifest_current(stages.get(dep, cfg), cfg, ws) for dep in stage.deps) \
-        and manifest.get("key") == stage_key(stage, cfg, ws, input_fingerprints(stage, cfg, ws))[0]

@@ -58,6 +58,10 @@ class Stage:
     # more key params than whole sections give, by dotted path: {"pretrain.phases.seq128": {...}}
     params: Callable[[Config], dict[str, dict[str, Any]]] | None = None
     deps: tuple[str, ...] = ()  # upstream stages whose outputs this stage reads
+    # a training stage whose current run this stage reads without depending on it (evaluate: pretrain's
+    # ``latest``): whoever keys or builds it finds that run (`bertwb.current`) and hands it over as a callable,
+    # to the fingerprint hook as the keyword ``current_run`` and to ``run`` as `Build.current_run`
+    reads_run: str | None = None
     tables: tuple[str, ...] = ()  # DuckDB tables it builds (as <table>__new, swapped in at commit)
     views: tuple[str, ...] = ()  # SQL statements run in the commit's transaction, after the tables
     has_files: bool = False  # it builds a directory (workspace/<name>/), swapped in whole at commit
@@ -117,6 +121,7 @@ class Build:
     key: str = ""  # the stage key this build will be committed under
     forced: bool = False  # --force: rebuild from nothing (a stage that resumes must not)
     runtime: Any = None  # what the command hands the stage, e.g. a training process group
+    current_run: Callable[[], Path] | None = None  # the run directory of ``stage.reads_run``, found when asked
     executor_setting: str = "local"  # workspace.executor: who runs the tasks, and so where table rows go
     sinks: dict[str, Any] = field(default_factory=dict)  # each table's sink (`rows`), which the commit asks
     _scratch: list[Any] = field(default_factory=list)

@@ -106,7 +106,7 @@ def assert_status_truthful(project: Project, expected: dict[str, Any], *args: st
 
 _ZYGOTE = r"""
 import json, os, sys
-import bertwb.cli, bertwb.engine, bertwb.stages.pairs, bertwb.tasks.pretraining  # loaded once, for every child
+import bertwb.cli, bertwb.engine, bertwb.stages.pairs, bertwb.tasks.pretraining.run  # loaded once, for every child
 for line in sys.stdin:
     job = json.loads(line)
     pid = os.fork()

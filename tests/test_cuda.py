@@ -14,7 +14,7 @@ import torch
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.model.bert import BertConfig, BertForPreTraining
-from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train.device import choose_precision
 from bertwb.train.trainer import Trainer
 from conftest import PYTHON, REPO, Project, run_metrics, stand_in_pairs

@@ -28,7 +28,7 @@ from bertwb.fast.dropout import dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks import losses
-from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train.trainer import Trainer
 from conftest import stand_in_pairs
 
@@ -215,8 +215,8 @@ def _fast_step(model, batch) -> torch.Tensor:
     cfg = Config()
     cfg.pretrain.batch_size, cfg.pretrain.lr, cfg.pretrain.warmup_steps = len(batch.nsp_labels), 1e-3, 0
     cfg.pretrain.device = "cpu"
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as pre-training does
+    # as pre-training does
+    objective = PretrainingObjective(fast=fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, Batches(_OneBatch(batch), len(batch.nsp_labels), 0),
                       total_steps=10)
     assert fast.installed(model) and objective.fast

@@ -3,7 +3,8 @@ import has a reason.
 
 `LAYERS` places every module bottom up, with why; a module imports its own layer and those below, and no
 circle of imports runs within a layer. Every import counts (module level, inside a function, under
-TYPE_CHECKING: a lazy or typing-only import still ties two modules together), read with ast, nothing run.
+TYPE_CHECKING: a lazy or typing-only import still ties two modules together), read with ast, nothing run;
+so does the stage registry's loading of every module of its package by name (`registry_loads`).
 An import inside a function is allowed only to keep a heavy library (`HEAVY`) out of light commands such
 as `bertwb status`: the module it imports loads one that the importing module does not, and a comment
 at the head of its block of imports says so. There are no exceptions.
@@ -54,10 +55,11 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
     ("stages", {
         "bertwb.stage": "the contract a stage declares and the engine reads",
         "bertwb.stages": "one module per stage: a task's training or a data step, keyed and cached",
-        "bertwb.keys": "stage keys and a training stage's current run, from the stages' declarations and manifests",
-        "bertwb.embed.source": "which model `embed` reads (pretrain, a task, a folder) and its identity, by the keys",
+        "bertwb.keys": "stage keys: a stage's declared settings, its upstreams' identities and its input fingerprints",
     }),
     ("engine", {
+        "bertwb.current": "what the current config makes of any stage (its key, its run), through the stage registry",
+        "bertwb.embed.source": "which model `embed` reads (pretrain, a task, a folder) and its identity, by the keys",
         "bertwb.engine": "keys, freshness, running, launching and status of any stage",
         "bertwb.commit": "the engine's atomic commit of a stage's tables, directory and manifest",
         "bertwb.disk": "the bytes each stage's outputs take, for status",
@@ -90,7 +92,7 @@ class Import:
     importer: str
     imported: str  # a bertwb module
     line: int
-    where: str  # "module", "function" or "typing" (under TYPE_CHECKING, at module level)
+    where: str  # "module", "function", "typing" (under TYPE_CHECKING, at module level) or "registry"
     commented: bool  # a comment on the first line of its block of imports (function-level imports)
 
 
@@ -160,7 +162,20 @@ def _imports(module: str) -> tuple[list[Import], list[str]]:
     return found, loads
 
 
-IMPORTS = {module: _imports(module) for module in MODULES}
+def registry_loads(module: str) -> list[Import]:
+    """The modules a package loads by name, all of its own (`bertwb.stages` finds its stages with pkgutil and
+    importlib): an import ast cannot see, and one that closes a circle (a stage module that imports what
+    reads the registry) as surely as a written one."""
+    path = MODULES[module]
+    text = path.read_text(encoding="utf-8")
+    if path.name != "__init__.py" or "iter_modules(__path__)" not in text or "import_module(" not in text:
+        return []
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "iter_modules(__path__)" in row)
+    return [Import(module, child, line, "registry", True) for child in MODULES
+            if child.rpartition(".")[0] == module]
+
+
+IMPORTS = {module: ((found := _imports(module))[0] + registry_loads(module), found[1]) for module in MODULES}
 
 
 def layer_of(module: str) -> int:
@@ -251,8 +266,8 @@ def test_a_function_level_import_keeps_something_heavy_out_and_says_so():
 def test_no_modules_import_each_other_lazily_typing_only_or_at_all():
     found = circles(_all())
     assert not found, (f"import circles (each the modules that import one another, by any import: module level, in "
-                       f"a function or under TYPE_CHECKING): {found}; move the shared piece down a module, or pass "
-                       "what is needed in")
+                       f"a function, under TYPE_CHECKING or by the stage registry's loading): {found}; move the "
+                       "shared piece down a module, or pass what is needed in")
 
 
 def test_the_checks_catch_what_they_look_for():
@@ -267,6 +282,11 @@ def test_the_checks_catch_what_they_look_for():
     found = {(i.importer, i.imported, i.where) for i in _all()}
     assert ("bertwb.engine", "bertwb.train.distributed", "function") in found  # function-level imports are read
     assert ("bertwb.stage", "bertwb.workspace", "typing") in found  # and TYPE_CHECKING ones
+    assert ("bertwb.stages", "bertwb.stages.evaluate", "registry") in found  # and the registry's loading by name
+    registry = [Import("bertwb.stages", "bertwb.stages.evaluate", 23, "registry", True),
+                Import("bertwb.stages.evaluate", "bertwb.keys", 18, "module", False),
+                Import("bertwb.keys", "bertwb.stages", 17, "module", False)]
+    assert circles(registry) == [["bertwb.keys", "bertwb.stages", "bertwb.stages.evaluate"]]  # as keys.py was
     lazy = [Import("bertwb.data.pairs", "bertwb.data.masking", 1, "module", False),
             Import("bertwb.data.masking", "bertwb.data.scripts", 1, "module", False),
             Import("bertwb.data.scripts", "bertwb.data.pairs", 9, "function", True)]

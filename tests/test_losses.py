@@ -27,7 +27,8 @@ from bertwb.tasks.finetune.evaluation import collect
 from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.finetune.objectives import objective_for
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, task_type
-from bertwb.tasks.pretraining import PretrainingObjective, evaluate_pairs
+from bertwb.tasks.pretraining.evaluation import evaluate_pairs
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train.device import Precision
 from bertwb.train.distributed import Dist
 from bertwb.train.trainer import Trainer

@@ -23,12 +23,12 @@ import pytest
 import torch
 import yaml
 
-from bertwb import fast, keys
+from bertwb import current, fast
 from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining
-from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train import device
 from bertwb.train.device import MatmulCheck, choose_precision, precision_rule
 from bertwb.train.trainer import Trainer
@@ -180,7 +180,7 @@ def test_the_stage_key_is_the_same_whatever_auto_decides(trainer: Project, monke
     ws = Workspace(trainer.workspace)
 
     def key(*settings: str) -> str:
-        return keys.current_key("pretrain", load_config(trainer.config, list(settings)), ws)
+        return current.current_key("pretrain", load_config(trainer.config, list(settings)), ws)
 
     plain = key()
     assert "precision" not in load_config(trainer.config, []).cache_params("pretrain")
@@ -228,8 +228,7 @@ def _train(*settings: str, steps: int = STEPS) -> tuple[list[float], list[torch.
     model = _model()
     cfg = load_config(None, ["pretrain.device=cpu", "pretrain.batch_size=8", "pretrain.lr=2e-3",
                              "pretrain.warmup_steps=0", *settings])
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, CPU, cfg.pretrain.cpu_fast_paths)  # as pre-training does
+    objective = PretrainingObjective(fast=fast.choose(model, CPU, cfg.pretrain.cpu_fast_paths))  # as pre-training does
     trainer = Trainer(cfg.pretrain, objective, model, Batches(stand_in_pairs(64), 8, seed=0), total_steps=steps)
     losses = []
     for step in range(steps):
@@ -256,8 +255,7 @@ def test_under_bf16_the_matmuls_are_bf16_and_the_residual_layernorm_loss_and_opt
     model = _model(dropout=0.1)  # dropout on: the fast attention path with its softmax
     cfg = load_config(None, ["pretrain.device=cpu", "pretrain.batch_size=8", "pretrain.warmup_steps=0",
                              "pretrain.precision=bf16", f"pretrain.cpu_fast_paths={str(fast_paths).lower()}"])
-    objective = PretrainingObjective()
-    objective.fast = fast.choose(model, CPU, cfg.pretrain.cpu_fast_paths)
+    objective = PretrainingObjective(fast=fast.choose(model, CPU, cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, Batches(stand_in_pairs(64), 8, seed=0), total_steps=2)
     seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {}
 

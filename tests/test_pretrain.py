@@ -29,7 +29,7 @@ from bertwb.data.pair_batches import PairArrays, collate
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks import losses
-from bertwb.tasks.pretraining import PretrainingObjective
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
 from bertwb.train.runs import list_checkpoints
@@ -207,8 +207,8 @@ def test_a_token_budget_step_is_the_gradient_of_its_whole_batch_however_it_is_sp
         batches = Batches(pairs, 0, seed=0, batch_tokens=budget, grad_accum=grad_accum)
         step = next(i for i in range(batches.steps_per_epoch) if batches.examples_in_batch(0, i) == 5)
         assert [len(b.nsp_labels) for b in batches.micro_batches(0, step)] == ([5] if grad_accum == 1 else [3, 2])
-        objective = PretrainingObjective()
-        objective.fast = fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths)  # as pre-training does
+        # as pre-training does
+        objective = PretrainingObjective(fast=fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths))
         trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=step + 10)
         trainer.train_step(step)
         return before, [t.detach().clone() for t in model.parameters()]

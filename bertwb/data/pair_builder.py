@@ -83,15 +83,14 @@ class PairJob:
         spans = draw_spans(shard, self.max_seq_length - 3, self.short_seq_prob,
                            self._rng(shard, dupe, PAIRS_STREAM), self.split_one_sentence, self.random_next_prob)
         input_ids, offsets = assemble(shard.tokens, spans, self.cls_id, self.sep_id)
-        built = Built(shard.plan.split, shard.plan.n_tokens, shard.doc_ids[spans.doc], shard.doc_ids[spans.b_doc],
-                      np.full(len(spans.doc), dupe, dtype=np.int16), spans.is_short, spans.is_random_next,
-                      spans.len_a.astype(np.int16), spans.len_b.astype(np.int16), input_ids, offsets)
-        if self.rules is not None:
-            masked = mask_batch(input_ids, offsets, self.rules, self._rng(shard, dupe, MASK_STREAM))
-            built.input_ids = masked.input_ids
-            built.masked_positions, built.masked_ids = masked.masked_positions, masked.masked_ids
-            built.masked_kinds, built.mask_offsets = masked.masked_kinds, masked.mask_offsets
-        return built
+        masked = None if self.rules is None else mask_batch(input_ids, offsets, self.rules,
+                                                             self._rng(shard, dupe, MASK_STREAM))
+        masks = () if masked is None else (masked.masked_positions, masked.masked_ids, masked.masked_kinds,
+                                           masked.mask_offsets)
+        return Built(shard.plan.split, shard.plan.n_tokens, shard.doc_ids[spans.doc], shard.doc_ids[spans.b_doc],
+                     np.full(len(spans.doc), dupe, dtype=np.int16), spans.is_short, spans.is_random_next,
+                     spans.len_a.astype(np.int16), spans.len_b.astype(np.int16),
+                     input_ids if masked is None else masked.input_ids, offsets, *masks)
 
     def _rng(self, shard: Shard, dupe: int, stream: int) -> np.random.Generator:
         key = [self.seed, SPLIT_CODES[shard.plan.split], shard.plan.index, dupe, stream]

@@ -45,7 +45,6 @@ class ScriptRow:
     unk_words: int = 0
     long_words: int = 0  # longer than WordPiece takes: [UNK] whole
     vocab_tokens: int = 0
-    warning: str = ""
 
 
 def script_report(tokenizer: Tokenizer, con: Any, published: bool, limit: int = REPORT_SENTENCES) -> list[dict]:
@@ -72,9 +71,7 @@ def script_report(tokenizer: Tokenizer, con: Any, published: bool, limit: int = 
     for token in tokenizer.get_vocab(with_added_tokens=False):
         if not (token.startswith("[") and token.endswith("]")):
             row(dominant_script(token.removeprefix("##"))).vocab_tokens += 1
-    for script_row in rows.values():
-        script_row.warning = _warning(script_row, published)
-    return _shares(sorted(rows.values(), key=lambda r: (-r.characters, r.script)))
+    return _shares(sorted(rows.values(), key=lambda r: (-r.characters, r.script)), published)
 
 
 def _count_characters(texts: list[str], row: Any) -> None:
@@ -162,11 +159,12 @@ def _warning(row: ScriptRow, published: bool) -> str:
     return ""
 
 
-def _shares(rows: list[ScriptRow]) -> list[dict]:
-    """The rows as dicts, with each script's share of the characters and of the vocabulary and its rates."""
+def _shares(rows: list[ScriptRow], published: bool) -> list[dict]:
+    """The rows as dicts, with each script's warning, its share of the characters and of the vocabulary and its
+    rates (``published``: as `script_report`'s)."""
     characters = sum(r.characters for r in rows)
     vocab = sum(r.vocab_tokens for r in rows)
-    return [{**asdict(r), "share": round(r.characters / max(characters, 1), 6),
+    return [{**asdict(r), "warning": _warning(r, published), "share": round(r.characters / max(characters, 1), 6),
              "tokens_per_word": round(r.tokens / max(r.words, 1), 4),
              "unk_rate": round(r.unk_tokens / max(r.tokens, 1), 6),
              "vocab_share": round(r.vocab_tokens / max(vocab, 1), 6)} for r in rows]

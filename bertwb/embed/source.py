@@ -13,6 +13,7 @@ from typing import Any
 from bertwb import keys
 from bertwb.artifacts import weights_file, weights_identity
 from bertwb.config import Config
+from bertwb.current import current_run_dir
 from bertwb.embed.pooling import Pooling
 from bertwb.errors import BertwbError
 from bertwb.train import model_choice
@@ -50,7 +51,7 @@ def find_model(cfg: Config, ws: Workspace, choice: str) -> ModelSource:
     choice = choice.strip()
     if choice == "pretrain":
         try:
-            folder = model_choice.checkpoint_dir(cfg, ws, None, lambda: keys.current_run_dir(cfg, ws, "pretrain"),
+            folder = model_choice.checkpoint_dir(cfg, ws, None, lambda: current_run_dir(cfg, ws, "pretrain"),
                                                  quiet=True)
         except BertwbError:
             raise BertwbError(f"--model pretrain: no pre-trained model of the current settings in {ws.root}; run "

@@ -9,6 +9,7 @@ else the folder the caller passes (`bertwb.train.model_choice.tokenizer_dir`). d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,8 +261,8 @@ def load_model(model_dir: ModelDir, device: torch.device | str = "cpu", kind: st
         if backbone:
             raise BertwbError(f"{model_dir.weights}: the encoder lacks {backbone[0]} (+{len(backbone) - 1} more); "
                               "the checkpoint is incomplete")
-    report.dropped = dropped + report.dropped
-    report.converted_from = None if same else model_dir.kind
+    report = dataclasses.replace(report, dropped=dropped + report.dropped,
+                                 converted_from=None if same else model_dir.kind)
     model.load_state_dict(state, strict=False)  # absent heads keep their BERT initialisation
     return model.to(device), report
 

@@ -29,7 +29,9 @@ from bertwb.data.pair_batches import PairArrays
 from bertwb.model.bert import BertForPreTraining
 from bertwb.recipes.base import Recipe
 from bertwb.recipes.corpus import BYTES_PER_TOKEN, corpus_size
-from bertwb.tasks.pretraining import PretrainingObjective, build_model_config, useful_flops_per_pair
+from bertwb.tasks.pretraining.flops import useful_flops_per_pair
+from bertwb.tasks.pretraining.model import build_model_config
+from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train.distributed import Dist
 from bertwb.train.trainer import Trainer
 
@@ -217,8 +219,7 @@ def time_step(preset: str, device: str, micro_batch: int = 32, length: int = SEQ
         model = BertForPreTraining(build_model_config(cfg, vocab_size, SEQ_LENGTH))
     dist = Dist(device=device)
     settings = TrainingConfig(batch_size=micro_batch, lr=1e-4, warmup_steps=1, device=device, bucket_batches=1)
-    objective = PretrainingObjective(nsp=False)
-    objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)
+    objective = PretrainingObjective(nsp=False, fast=fast.choose(model, dist.device, settings.cpu_fast_paths))
     trainer = Trainer(settings, objective, model, Batches(_pairs(vocab_size, micro_batch * 12, length), micro_batch, 0,
                                                           bucket_batches=1), dist=dist)
     parameters = sum(t.numel() for t in model.parameters())

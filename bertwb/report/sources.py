@@ -1,6 +1,6 @@
 """What the report reads from a workspace: only files and a read-only database connection, never the lock.
 
-A stage's curves come from the ``metrics.jsonl`` of the run its current config trains (`bertwb.keys`), else
+A stage's curves come from the ``metrics.jsonl`` of the run its current config trains (`bertwb.current`), else
 its newest run with metrics, else the stage's own copy; a torn or damaged line is skipped and counted, for
 the report to say so. The pairs histograms read the pairs arrays, so they draw while another process holds
 the database; fertility opens the ``tokens`` table read-only and briefly, and a busy database raises
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from bertwb import keys
 from bertwb.artifacts import METRICS_FILE, MetricsLog, read_metrics_log, read_results
 from bertwb.config import Config
+from bertwb.current import current_run_dir
 from bertwb.data.pairs import SPLITS, load_pairs, pair_sets
 from bertwb.errors import BertwbError
 from bertwb.train.runs import joined_metrics, phase_dirs, run_dir_of, run_logs
@@ -57,7 +57,7 @@ def training_log(cfg: Config, ws: Workspace, stage: str) -> TrainingLog | None:
     """The log of the run ``stage`` (``pretrain`` or ``finetune/<task>``) trains in now, or its newest one
     (a phased pre-training's phases one after another, `bertwb.train.runs.joined_metrics`)."""
     try:
-        current = keys.current_run_dir(cfg, ws, stage)
+        current = current_run_dir(cfg, ws, stage)
     except BertwbError:  # a task no longer in the config: its runs are still shown
         current = None
     every_run = run_dir_of(ws, stage, "*")

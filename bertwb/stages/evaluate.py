@@ -2,20 +2,20 @@
 
 The valid pairs keep fixed masks (with ``pairs.masking: dynamic``, masked once by a generator seeded with
 ``pairs.seed``), so numbers compare across runs and checkpoints. It depends on pairs, not on pretrain:
-``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks is part of the
-key (`evaluated_weights`), so ``latest`` is evaluated again after more training. `evaluate_pairs` computes the
-metrics in ``pretrain.precision`` (`choose_precision`; in no key); this module writes ``metrics.json``, the table.
+``evaluate.checkpoint`` may name any model directory, and the identity of the weights it picks (``latest``: of
+pretrain's current run, handed over as `Stage.reads_run` asks) is in the key, so more training evaluates again.
+`evaluate_pairs` computes the metrics in ``pretrain.precision`` (in no key); this writes ``metrics.json``.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from bertwb import faults, keys, ui
+from bertwb import faults, ui
 from bertwb.artifacts import RESULTS_FILE, weights_file, weights_identity, write_json
 from bertwb.config import Config
 from bertwb.data.pairs import load_pairs, pair_set
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
-    from bertwb.tasks.pretraining import evaluate_pairs
+    from bertwb.tasks.pretraining.evaluation import evaluate_pairs
     from bertwb.train.device import choose_precision, model_shapes, resolve_device
 
     started = time.perf_counter()
-    model_dir = modeldir.open_model_dir(_checkpoint(cfg, build.workspace))
+    model_dir = modeldir.open_model_dir(_checkpoint(cfg, build.workspace, build.current_run))
     modeldir.check_vocab_matches(model_dir, build.upstream_dir("vocab"))
     pairs, kinds = _valid_pairs(pair_set(build.upstream_dir("pairs")), cfg)  # with phases, the last phase's
     if len(pairs) == 0:
@@ -69,19 +69,19 @@ def _valid_pairs(pairs_dir: Path, cfg: Config) -> tuple[PairArrays, np.ndarray]:
     return pairs.masked(None, np.random.default_rng([cfg.pairs.seed, 7]))  # 7: a stream of its own, fixed
 
 
-def evaluated_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
-    """The identity of the weights ``evaluate.checkpoint`` picks; nothing when there are none yet."""
+def evaluated_weights(cfg: Config, ws: Workspace, current_run: Callable[[], Path]) -> list[dict[str, Any]]:
+    """The identity of the weights ``evaluate.checkpoint`` picks (``latest`` and steps: of ``current_run()``, the
+    run the current pretrain settings train in); nothing when there are none yet."""
     try:
-        weights = weights_file(_checkpoint(cfg, ws, quiet=True))
+        weights = weights_file(_checkpoint(cfg, ws, current_run, quiet=True))
     except BertwbError:
         return []  # `bertwb status` still works; running the stage says what is missing
     return [weights_identity(weights)] if weights is not None else []
 
 
-def _checkpoint(cfg: Config, ws: Workspace, quiet: bool = False) -> Path:
+def _checkpoint(cfg: Config, ws: Workspace, current_run: Callable[[], Path], quiet: bool = False) -> Path:
     """The model directory ``evaluate.checkpoint`` names; ``latest`` and steps are of the current pretrain run."""
-    return model_choice.checkpoint_dir(cfg, ws, cfg.evaluate.checkpoint,
-                                       lambda: keys.current_run_dir(cfg, ws, "pretrain"), quiet)
+    return model_choice.checkpoint_dir(cfg, ws, cfg.evaluate.checkpoint, current_run, quiet)
 
 
 def report(metrics: dict[str, Any]) -> None:
@@ -105,7 +105,7 @@ def _pct(value: float | None) -> str:
 
 STAGE = Stage(
     "evaluate", version=3, order=50, run=run, sections=("evaluate",), deps=("pairs",), has_files=True,
-    fingerprint=evaluated_weights, report=report,
+    reads_run="pretrain", fingerprint=evaluated_weights, report=report,
     headline=("MLM accuracy {mlm_acc:.1%}, NSP accuracy {nsp_acc:.1%}", "MLM accuracy {mlm_acc:.1%} (no NSP)"),
     help="MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached).")
 

@@ -1,6 +1,6 @@
 """pretrain: train BERT (MLM + NSP) on the pairs; resumable, checkpointed, one process or many (DDP).
 
-The stage around :func:`bertwb.tasks.pretraining.train`: its run (``pretrain-runs/<key[:16]>/``, found again
+The stage around :func:`bertwb.tasks.pretraining.run.train`: its run (``pretrain-runs/<key[:16]>/``, found again
 after an interruption: the stage directory is swapped in only on success), what leaves a matching key stale
 (`steps_behind`), the weights in its key (`init_from_weights`), the plan sent to every torchrun rank (`follow`),
 and ``pretrain.phases``, each phase in its own folder from the previous one's weights (``started_from.json``).
@@ -21,6 +21,7 @@ from bertwb.data.pairs import pair_set
 from bertwb.data.tokenizer import FILES as TOKENIZER_FILES
 from bertwb.data.tokenizer import set_model_max_length
 from bertwb.stage import Build, NothingBuilt, Stage, Training
+from bertwb.tasks.pretraining.plan import PretrainPlan
 from bertwb.train.model_choice import user_path
 from bertwb.train.runs import list_checkpoints, phase_dirs, run_dir_of, run_metrics
 from bertwb.workspace import Workspace, write_text_atomic
@@ -32,7 +33,7 @@ STARTED_FROM = "started_from.json"
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Train (or resume, or continue) on rank 0 under the engine; return the stage summary."""
-    from bertwb.tasks.pretraining import PretrainPlan, train  # torch loads only when the stage runs
+    from bertwb.tasks.pretraining.run import train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
     session = Session.of(build.runtime, cfg.pretrain.device, "pretrain.device")
@@ -64,7 +65,7 @@ def _nothing_trained(summary: dict[str, Any], key: str) -> None:
 
 def _train_phases(cfg: Config, build: Build, session: Any, run_dir: Path) -> dict[str, Any]:
     """Every phase in order, each from the one before; the last one's model is the stage output."""
-    from bertwb.tasks.pretraining import PretrainPlan, train  # torch loads only when the stage runs
+    from bertwb.tasks.pretraining.run import train  # torch loads only when the stage runs
 
     phases = cfg.pretrain_phases()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +164,7 @@ def _copy_vocabulary(build: Build, out_dir: Path) -> None:
 
 def follow(cfg: Config, plan: Any, dist: Any) -> None:
     """Train a plan that rank 0 sent, on another torchrun rank (`bertwb pretrain` under torchrun)."""
-    from bertwb.tasks.pretraining import train  # torch loads only when training
+    from bertwb.tasks.pretraining.run import train  # torch loads only when training
 
     train(cfg, plan, dist)
 

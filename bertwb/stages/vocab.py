@@ -236,7 +236,9 @@ def _train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingS
     if cfg.vocab.language_sampling:
         with ui.progress("vocab: scripts", total=n_train, unit="sentences") as bar:
             letters = sample.script_letters(con, bar)
-        sample.repeats, shares = language_sampling.repeats(letters), language_sampling.smoothed_shares(letters)
+        shares = language_sampling.smoothed_shares(letters)
+        # the same sentences, each read as often as its script's smoothed share asks
+        sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed, language_sampling.repeats(letters))
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
         alphabet, continuing, present = _alphabet(tokenizer, sample.batches(con, bar, count=True),
                                                   cfg.vocab.limit_alphabet)
@@ -331,12 +333,12 @@ class TrainingSample:
     times its square root); ``sentences`` holds the exact count once a pass has counted it.
     """
 
-    def __init__(self, wanted: int | None, n_train: int, seed: int):
+    def __init__(self, wanted: int | None, n_train: int, seed: int, repeats: np.ndarray | None = None):
         # everything when no sample is asked for, or when it would hold the whole train split anyway
         self.threshold = None if not wanted or wanted >= n_train else (wanted << 64) // n_train
         self.seed_key = np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64))
         self.sentences = n_train
-        self.repeats: np.ndarray | None = None  # per script: how often a sentence is read (language_sampling)
+        self.repeats = repeats  # per script: how often a sentence is read (language_sampling; None: once)
 
     def contains(self, doc_ids: np.ndarray, sent_idxs: np.ndarray) -> np.ndarray:
         """Whether each (doc_id, sent_idx) of the train split is in the sample."""

@@ -39,7 +39,10 @@ class Objective:
     counts: tuple[str, ...] = ()
     main_metric: str | None = None  # the validation metric that picks the best checkpoint, without "valid_"
     higher_is_better: bool = True
-    fast: bool = False  # set by whoever built the model (`bertwb.fast.choose`): it runs bertwb.fast's pieces
+
+    def __init__(self, fast: bool = False):
+        # whoever built the model chose its pieces (`bertwb.fast.choose`): True when they are bertwb.fast's
+        self.fast = fast
 
     def count(self, batch: Any) -> list[float]:
         """The host-side ``counts`` of one micro-batch."""

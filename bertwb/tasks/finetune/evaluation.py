@@ -32,10 +32,12 @@ class TaskObjective(Objective):
     model over the whole dev split, decodes one prediction per example and scores them.
     """
 
-    def __init__(self, task: TaskType, label_names: list[str] | None):
+    def __init__(self, task: TaskType, label_names: list[str] | None,
+                 dev: tuple[list[Any], Features] | None = None, fast: bool = False):
+        super().__init__(fast)
         self.task, self.label_names = task, label_names
         self.main_metric = task.main_metric
-        self.dev: tuple[list[Any], Features] | None = None  # dev examples and features, set by training
+        self.dev = dev  # dev examples and features, which `evaluate` scores (None: no dev split, no validation)
 
     def evaluate(self, validation: Validation) -> dict[str, float]:
         examples, features = self.dev

@@ -16,6 +16,7 @@ import torch
 from bertwb.tasks import losses
 from bertwb.tasks.finetune.batches import TaskBatch
 from bertwb.tasks.finetune.evaluation import TaskObjective
+from bertwb.tasks.finetune.features import Features
 from bertwb.tasks.finetune.tasktypes import TaskType
 
 
@@ -26,8 +27,9 @@ class SequenceClassification(TaskObjective):
     sums = ("loss_sum", "correct")
     counts = ("n_examples",)
 
-    def __init__(self, task: TaskType, label_names: list[str] | None):
-        super().__init__(task, label_names)
+    def __init__(self, task: TaskType, label_names: list[str] | None,
+                 dev: tuple[list[Any], Features] | None = None, fast: bool = False):
+        super().__init__(task, label_names, dev, fast)
         self.regression = label_names is not None and len(label_names) == 1
 
     def count(self, batch: TaskBatch) -> list[float]:
@@ -100,6 +102,8 @@ OBJECTIVES: dict[str, type[TaskObjective]] = {  # by model kind, a key of bertwb
 }
 
 
-def objective_for(task: TaskType, label_names: list[str] | None) -> TaskObjective:
-    """The training objective of ``task``: its model kind's loss, its own metrics."""
-    return OBJECTIVES[task.model_kind](task, label_names)
+def objective_for(task: TaskType, label_names: list[str] | None, dev: tuple[list[Any], Features] | None = None,
+                  fast: bool = False) -> TaskObjective:
+    """The training objective of ``task``: its model kind's loss, its own metrics; validation scores ``dev``
+    (examples and features), and ``fast`` says the model runs `bertwb.fast`'s pieces (`bertwb.fast.choose`)."""
+    return OBJECTIVES[task.model_kind](task, label_names, dev, fast)

@@ -175,9 +175,8 @@ def _fit(plan: FinetunePlan, settings: FinetuneTaskConfig, task: TaskType, sourc
         how = ", encoder frozen" if frozen else ""
         how += f", head on layers {', '.join(map(str, feature_layers))}" if feature_layers else ""
         ui.stage_line(f"finetune/{plan.task}", f"starting from {source.label} ({report.layout} layout{new}{how})")
-    objective = objective_for(task, data.label_names)
-    objective.fast = fast.choose(model, dist.device, settings.cpu_fast_paths)  # this task built the model
-    objective.dev = (data.dev.examples, data.dev.features) if data.dev else None
+    objective = objective_for(task, data.label_names, (data.dev.examples, data.dev.features) if data.dev else None,
+                              fast=fast.choose(model, dist.device, settings.cpu_fast_paths))  # this task built it
     trainer = Trainer(settings, objective, model, data.training.batches, valid=data.dev.batches if data.dev else None,
                       dist=dist, run_dir=Path(plan.run_dir), name=f"finetune/{plan.task}",
                       state={"task": plan.task, "label_names": data.label_names, "config": asdict(settings),
