@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -147,6 +148,13 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     return cfg, ws
 
 
+def _option_set(config_key: str, value: str | None) -> tuple[str, ...]:
+    """A command's option that stands for a config value (``--device X``) as the ``--set config_key=X`` it
+    means, quoted so the value stays a string: one path into the config, and an error about the value
+    names ``--set config_key`` (`Config.origin`). Given after every --set, so the option wins; unset, nothing."""
+    return () if value is None else (f"{config_key}={json.dumps(value)}",)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, params=_output_params())
 @click.version_option(__version__, prog_name="bertwb")
 @_config_options
@@ -171,28 +179,25 @@ for _name in ("ingest", "vocab", "pairs"):
 @cli.command()
 @_config_options
 @click.option("--force", is_flag=True, help="Train from scratch even when the stage is fresh or a run can resume.")
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides pretrain.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set pretrain.device=DEVICE).")
 def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
              device: str | None) -> None:
     """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    if device is not None:
-        cfg.pretrain.device = device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("pretrain.device", device)), workdir)
     engine.launch(cfg, ws, "pretrain", force=force)
 
 
 @cli.command()
 @_config_options
 @_checkpoint_option
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides evaluate.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set evaluate.device=DEVICE).")
 @click.option("--force", is_flag=True, help="Evaluate again even when the result is fresh.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
              device: str | None, force: bool, as_json: bool) -> None:
     """MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached)."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    cfg.evaluate.checkpoint = checkpoint or cfg.evaluate.checkpoint
-    cfg.evaluate.device = device or cfg.evaluate.device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("evaluate.checkpoint", checkpoint),
+                                  *_option_set("evaluate.device", device)), workdir)
     with ui.tables_to_stderr(as_json):
         ran = engine.run_pipeline(cfg, ws, ["evaluate"], force=force)
     metrics = ran.get("evaluate") or read_results(ws.stage_dir("evaluate"))
@@ -223,15 +228,12 @@ def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str)
 @_config_options
 @click.argument("task", required=False, shell_complete=_complete_tasks)
 @click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides finetune.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set finetune.device=DEVICE; a task "
+              "that names its own device keeps it).")
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
              device: str | None) -> None:
     """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    if device is not None:
-        cfg.finetune.device = device
-        for settings in cfg.finetune.tasks.values():
-            settings.device = device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("finetune.device", device)), workdir)
     engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 

@@ -35,7 +35,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     from bertwb.tasks.pretraining import PretrainPlan, train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
-    session = Session.of(build.runtime, cfg.pretrain.device, "pretrain.device")
+    session = Session.of(build.runtime, *command_device(cfg, None))
     run_dir = run_dir_of(build.workspace, "pretrain", build.key)
     if build.forced and run_dir.exists():  # --force trains from scratch: this run's checkpoints go
         checkpoints = sum(len(list_checkpoints(folder)) for folder in phase_dirs(run_dir).values())
@@ -51,6 +51,11 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         _nothing_trained(summary, "pretrain")
     _copy_vocabulary(build, build.out_dir)
     return summary
+
+
+def command_device(cfg: Config, _: str | None) -> tuple[str, str]:
+    """The device pre-training runs on and where it was set (the file's line, or --set and --device)."""
+    return cfg.pretrain.device, str(cfg.origin("pretrain.device"))
 
 
 def _nothing_trained(summary: dict[str, Any], key: str) -> None:
@@ -202,6 +207,6 @@ STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
     has_files=True,
     fingerprint=init_from_weights, behind=steps_behind,
-    training=Training(follow=follow, device=lambda cfg, _: (cfg.pretrain.device, "pretrain.device")),
+    training=Training(follow=follow, device=command_device),
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")
