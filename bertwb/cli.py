@@ -15,7 +15,7 @@ from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
 from bertwb.compare import compare as compare_runs
-from bertwb.config import Config
+from bertwb.config import DEFAULT_CONFIG_NAME, Config
 from bertwb.configfile import load_config
 from bertwb.embed import pooling as embed_pooling
 from bertwb.embed import writing as embed_writing
@@ -142,10 +142,24 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     group = click.get_current_context().find_root().params
     cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
                       workdir or group.get("workdir"))
-    ws = Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ws = _workspace(cfg)
     if os.environ.get("RANK", "0") == "0":  # under torchrun: one line, not one per rank
         ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
     return cfg, ws
+
+
+def _workspace(cfg: Config) -> Workspace:
+    return Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+
+
+def _project_workspace(directory: Path) -> Workspace:
+    """The workspace of the project already in ``directory`` (``init --force`` over it), where a recipe finds
+    the corpus ingested: its bertwb.yaml's workspace.dir, or the default one when it has none that loads."""
+    config = directory / DEFAULT_CONFIG_NAME
+    try:
+        return _workspace(load_config(config))
+    except BertwbError:  # none, or one init is about to replace: nothing of it to measure
+        return _workspace(Config(base_dir=directory.resolve()))
 
 
 def _option_set(config_key: str, value: str | None) -> tuple[str, ...]:
@@ -484,7 +498,8 @@ def init_command(directory: str, inputs: tuple[str, ...], force: bool, recipe: s
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
     if recipe == "list":
         return click.echo("\n".join(recipes.listing()))
-    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours)  # noqa: E731
+    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours,  # noqa: E731
+                                         _project_workspace(Path(directory)))
     for path in write_project(Path(directory), list(inputs), force, config):
         ui.info(f"wrote {path}")
 
