@@ -175,7 +175,7 @@ def test_an_explicit_fp32_is_obeyed_on_a_bf16_machine_without_measuring(trainer:
 # --- keys and reproducibility --------------------------------------------------------------------------------
 
 def test_the_stage_key_is_the_same_whatever_auto_decides(trainer: Project, monkeypatch: pytest.MonkeyPatch):
-    """precision is a how-to-compute setting (``cache=False``): no stage key holds it, so a run on an AMX
+    """precision is a how-to-compute setting (``in_key=False``): no stage key holds it, so a run on an AMX
     machine and one on a plain machine share their keys, and a model trained in bf16 is fresh on a plain one."""
     ws = Workspace(trainer.workspace)
 
