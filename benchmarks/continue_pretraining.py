@@ -199,7 +199,7 @@ def finetune(project: Path, data: Path, models: dict[str, str], seeds: list[int]
 
 def _pretrain_sets(args: argparse.Namespace) -> list[str]:
     """``--pretrain-set`` as bertwb's ``--set pretrain.KEY=VALUE`` options, for every pre-training run."""
-    return [item for setting in args.pretrain_set for item in ("--set", f"pretrain.{setting}")]
+    return [item for override in args.pretrain_set for item in ("--set", f"pretrain.{override}")]
 
 
 def _spread(values: list[float]) -> str:
@@ -368,9 +368,9 @@ def main() -> None:
         parser.error("--reuse fine-tunes an earlier budget run's models again: budget mode only")
     if args.reuse and args.pretrain_set:
         parser.error("--reuse keeps the earlier run's pre-training: --pretrain-set has nothing to change")
-    for setting in args.pretrain_set:
-        if "=" not in setting or setting.startswith("="):
-            parser.error(f"--pretrain-set {setting}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
+    for override in args.pretrain_set:
+        if "=" not in override or override.startswith("="):
+            parser.error(f"--pretrain-set {override}: give KEY=VALUE, a key of the pretrain section (heads_first=0)")
     args.hours = args.hours or (1.0 if args.mode == "continue" else 0.25)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     work = args.work.resolve() / args.mode  # bertwb runs in the projects' folders: a relative --work would move

@@ -225,7 +225,7 @@ def continued(work: Path, imported: Path, args: argparse.Namespace) -> tuple[Pat
     started = time.perf_counter()
     bertwb(project, "run", "--until", "pretrain", "--set", f"pretrain.max_hours={args.hours}",
            "--set", f"pretrain.epochs={args.epochs}",
-           *[item for setting in args.set for item in ("--set", setting)])
+           *[item for override in args.set for item in ("--set", override)])
     manifests = project / ".bertwb" / "manifests"
     manifest = json.loads((manifests / "pretrain.json").read_text())
     length = json.loads((manifests / "pairs.json").read_text())["params"]["pairs"]["max_seq_length"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from bertwb import sql as sql_module
 from bertwb.artifacts import RESULTS_FILE, read_results
 from bertwb.cli_paths import PathArg
 from bertwb.compare import compare as compare_runs
-from bertwb.config import Config
+from bertwb.config import DEFAULT_CONFIG_NAME, Config
 from bertwb.configfile import load_config
 from bertwb.current import current_run_dir
 from bertwb.embed import pooling as embed_pooling
@@ -142,10 +143,31 @@ def _load(config_path: str | None, overrides: tuple[str, ...], workdir: str | No
     group = click.get_current_context().find_root().params
     cfg = load_config(config_path or group.get("config_path"), [*group.get("overrides", ()), *overrides],
                       workdir or group.get("workdir"))
-    ws = Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+    ws = _workspace(cfg)
     if os.environ.get("RANK", "0") == "0":  # under torchrun: one line, not one per rank
         ui.detail(f"config: {cfg.path or 'none, the built-in defaults'}; workspace: {ws.root}")
     return cfg, ws
+
+
+def _workspace(cfg: Config) -> Workspace:
+    return Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)
+
+
+def _project_workspace(directory: Path) -> Workspace:
+    """The workspace of the project already in ``directory`` (``init --force`` over it), where a recipe finds
+    the corpus ingested: its bertwb.yaml's workspace.dir, or the default one when it has none that loads."""
+    config = directory / DEFAULT_CONFIG_NAME
+    try:
+        return _workspace(load_config(config))
+    except BertwbError:  # none, or one init is about to replace: nothing of it to measure
+        return _workspace(Config(base_dir=directory.resolve()))
+
+
+def _option_set(config_key: str, value: str | None) -> tuple[str, ...]:
+    """A command's option that stands for a config value (``--device X``) as the ``--set config_key=X`` it
+    means, quoted so the value stays a string: one path into the config, and an error about the value
+    names ``--set config_key`` (`Config.origin`). Given after every --set, so the option wins; unset, nothing."""
+    return () if value is None else (f"{config_key}={json.dumps(value)}",)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, params=_output_params())
@@ -172,28 +194,25 @@ for _name in ("ingest", "vocab", "pairs"):
 @cli.command()
 @_config_options
 @click.option("--force", is_flag=True, help="Train from scratch even when the stage is fresh or a run can resume.")
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides pretrain.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set pretrain.device=DEVICE).")
 def pretrain(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, force: bool,
              device: str | None) -> None:
     """Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    if device is not None:
-        cfg.pretrain.device = device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("pretrain.device", device)), workdir)
     engine.launch(cfg, ws, "pretrain", force=force)
 
 
 @cli.command()
 @_config_options
 @_checkpoint_option
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides evaluate.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set evaluate.device=DEVICE).")
 @click.option("--force", is_flag=True, help="Evaluate again even when the result is fresh.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def evaluate(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, checkpoint: str | None,
              device: str | None, force: bool, as_json: bool) -> None:
     """MLM and NSP accuracy, loss and perplexity of a checkpoint on the valid pairs (cached)."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    cfg.evaluate.checkpoint = checkpoint or cfg.evaluate.checkpoint
-    cfg.evaluate.device = device or cfg.evaluate.device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("evaluate.checkpoint", checkpoint),
+                                  *_option_set("evaluate.device", device)), workdir)
     with ui.tables_to_stderr(as_json):
         ran = engine.run_pipeline(cfg, ws, ["evaluate"], force=force)
     metrics = ran.get("evaluate") or read_results(ws.stage_dir("evaluate"))
@@ -224,15 +243,12 @@ def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str)
 @_config_options
 @click.argument("task", required=False, shell_complete=_complete_tasks)
 @click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (overrides finetune.device).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set finetune.device=DEVICE; a task "
+              "that names its own device keeps it).")
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
              device: str | None) -> None:
     """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
-    cfg, ws = _load(config_path, overrides, workdir)
-    if device is not None:
-        cfg.finetune.device = device
-        for settings in cfg.finetune.tasks.values():
-            settings.device = device
+    cfg, ws = _load(config_path, (*overrides, *_option_set("finetune.device", device)), workdir)
     engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 
@@ -483,7 +499,8 @@ def init_command(directory: str, inputs: tuple[str, ...], force: bool, recipe: s
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
     if recipe == "list":
         return click.echo("\n".join(recipes.listing()))
-    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours)  # noqa: E731
+    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours,  # noqa: E731
+                                         _project_workspace(Path(directory)))
     for path in write_project(Path(directory), list(inputs), force, config):
         ui.info(f"wrote {path}")
 

@@ -1,6 +1,6 @@
 """Typed configuration: one dataclass per section of ``bertwb.yaml``, each field with a one-line doc.
 
-A field declares its range (``min``/``max``) and whether it changes a stage's outputs: ``cache=False`` keeps
+A field declares its range (``min``/``max``) and whether it changes a stage's outputs: ``in_key=False`` keeps
 how-to-compute knobs (devices, threads) out of every stage key, and an ``added`` option enters one only off its
 default (workspaces built before it stay fresh). A ``dict[str, Section]`` field holds named sub-sections
 (``finetune.tasks.<name>``); with ``inherit=True`` each starts from its parent's values for the fields they
@@ -20,29 +20,29 @@ SEED_MAX = 2**32 - 1  # what every seed reaches (numpy, torch with a rank added,
 
 
 def option(default: Any, doc: str, *, min: float | None = None, max: float | None = None,
-           cache: bool = True, inherit: bool = False, added: bool = False) -> Any:
+           in_key: bool = True, inherit: bool = False, added: bool = False) -> Any:
     """A config field with its doc, range and whether it belongs in the stage key (``added``: only off its default)."""
-    meta = {"doc": doc, "min": min, "max": max, "cache": cache, "inherit": inherit, "added": added}
+    meta = {"doc": doc, "min": min, "max": max, "in_key": in_key, "inherit": inherit, "added": added}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
 def _redefault(section: type, name: str, default: Any) -> Any:
-    """``section``'s field ``name`` (doc, range, cache) with another default, for a section that shares it."""
+    """``section``'s field ``name`` (doc, range, in_key) with another default, for a section that shares it."""
     meta = next(f for f in dataclasses.fields(section) if f.name == name).metadata
-    return option(default, meta["doc"], min=meta["min"], max=meta["max"], cache=meta["cache"])
+    return option(default, meta["doc"], min=meta["min"], max=meta["max"], in_key=meta["in_key"])
 
 
 @dataclass
 class WorkspaceConfig:
     dir: str = option(".bertwb", "Where every artifact goes, relative to the config file.")
     memory_limit: str = option("256MB", "DuckDB's memory cap; past it, DuckDB spills to disk under the workspace.",
-                               cache=False)
+                               in_key=False)
     executor: Literal["local", "ray"] = option(
         "local", "Who runs the data stages' shards: local (this machine's processes) or ray (the Ray cluster "
         "ray.init() finds: RAY_ADDRESS, else a local one; pip install 'bertwb[ray]'); never changes the output.",
-        cache=False)
+        in_key=False)
 
 
 @dataclass
@@ -61,10 +61,10 @@ class IngestConfig:
     content_hash: bool = option(False, "Fingerprint inputs by content hash instead of modification time.")
     workers: int = option(0, "Processes reading files and byte ranges of large files (1 = in the main process; "
                           "0 = one per core, in the main process for a corpus under range_bytes); never changes "
-                          "the output.", min=0, cache=False)
+                          "the output.", min=0, in_key=False)
     range_bytes: int = option(16 * 2**20, "A plain BERT, paragraphs or JSONL file larger than this is read by several "
                               "workers, in byte ranges of about this size cut on document boundaries; never changes "
-                              "the output.", min=1, cache=False)
+                              "the output.", min=1, in_key=False)
 
 
 @dataclass
@@ -87,9 +87,9 @@ class VocabConfig:
                                   min=1, max=1024)
     from_file: str | None = option(None, "Use an existing vocab.txt or tokenizer.json instead of training.")
     max_unk_rate: float = option(0.05, "Stop when more of the corpus's tokens than this are [UNK]: the vocabulary "
-                                 "does not fit the text (1 accepts any rate).", min=0.0, max=1.0, cache=False)
+                                 "does not fit the text (1 accepts any rate).", min=0.0, max=1.0, in_key=False)
     batch_size: int = option(8192, "Sentences per tokenisation batch (DuckDB reads 16 batches at a time).",
-                             min=1, cache=False)
+                             min=1, in_key=False)
     train_sentences: int | None = option(10_000_000, "Train on a deterministic sample of about this many training "
                                          "sentences (0 or null: all of them); every sentence is still tokenised.",
                                          min=0)
@@ -119,7 +119,7 @@ class PairsConfig:
     shard_tokens: int = option(1_000_000, "Tokens per shard: memory per worker, and the window a random "
                                "next is drawn from.", min=1000)
     workers: int = option(0, "Processes building shards (1 = in the main process; 0 = all cores but the "
-                          "two that read and write); never changes the output.", min=0, cache=False)
+                          "two that read and write); never changes the output.", min=0, in_key=False)
 
 
 @dataclass
@@ -144,8 +144,8 @@ class TrainingConfig:
     """What every training stage shares: the loop, the optimizer and schedule, batching, checkpoints."""
 
     steps: int = option(300, "Optimizer steps to train; 0 = `epochs` passes over the training data. "
-                        "Raising it continues a finished run.", min=0, cache=False)
-    epochs: int = option(1, "Passes over the training data when steps is 0.", min=1, cache=False)
+                        "Raising it continues a finished run.", min=0, in_key=False)
+    epochs: int = option(1, "Passes over the training data when steps is 0.", min=1, in_key=False)
     batch_size: int = option(32, "Examples per optimizer step, over all GPUs and accumulation steps (and per "
                              "validation batch); batch_tokens, when set, sizes training steps instead.",
                              min=1, max=1_000_000)
@@ -169,23 +169,23 @@ class TrainingConfig:
     bucket_batches: int = option(50, "Length bucketing: sort this many batches' worth of examples by length, "
                                  "so each batch pads little; 1 = no bucketing.", min=1, max=100_000)
     seed: int = option(1234, "Seed of the model init, data order, dropout and dynamic masks.", min=0, max=SEED_MAX)
-    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", in_key=False)
     precision: Literal["auto", "fp32", "bf16"] = option(
         "auto", "Matmul precision: auto (bf16 autocast on CUDA, and on a CPU with bf16 matrix instructions where a "
         "quick matmul check finds bf16 faster; fp32 elsewhere), fp32, or bf16 autocast on any device. Also the "
-        "precision of evaluate, fill-mask and nsp (pretrain's) and of predict (the task's).", cache=False)
+        "precision of evaluate, fill-mask and nsp (pretrain's) and of predict (the task's).", in_key=False)
     compile: bool = option(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
-                           "slower on CPU).", cache=False)
+                           "slower on CPU).", in_key=False)
     cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
-                                  "(the same math, faster; BENCHMARKS.md); false: plain PyTorch.", cache=False)
-    log_every: int = option(10, "Steps between progress lines and metrics.jsonl lines.", min=1, cache=False)
+                                  "(the same math, faster; BENCHMARKS.md); false: plain PyTorch.", in_key=False)
+    log_every: int = option(10, "Steps between progress lines and metrics.jsonl lines.", min=1, in_key=False)
     eval_every: int = option(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
-                             min=0, cache=False)
+                             min=0, in_key=False)
     eval_batches: int = option(20, "Validation batches per pass (0 = the whole validation split).", min=0,
-                               cache=False)
+                               in_key=False)
     checkpoint_every: int = option(100, "Steps between checkpoints; one is also written at the end and "
-                                   "on Ctrl-C/SIGTERM.", min=1, cache=False)
-    keep_checkpoints: int = option(2, "How many of the newest checkpoints to keep.", min=1, cache=False)
+                                   "on Ctrl-C/SIGTERM.", min=1, in_key=False)
+    keep_checkpoints: int = option(2, "How many of the newest checkpoints to keep.", min=1, in_key=False)
     heads_first: float = option(0.0, "Share of the run (its steps, or its hours under max_hours) in which only the "
                                 "heads train, the encoder's learning rate held at 0: a head made anew fits the "
                                 "published encoder before its gradients reach it (LP-FT, Kumar et al. 2022).",
@@ -206,7 +206,7 @@ class BudgetedTraining(TrainingConfig):
     max_hours: float = option(0.0, "Stop at this many hours of training (0: no limit), at a checkpoint, with the "
                               "learning rate at its end: the schedule follows the share of the hours spent. "
                               "steps/epochs still cap the run; raising it continues a finished run.",
-                              min=0.0, max=100_000.0, cache=False)
+                              min=0.0, max=100_000.0, in_key=False)
 
 
 @dataclass
@@ -250,9 +250,9 @@ class FinetuneTraining(TrainingConfig):
                             "a checkpoint, an export, an import-hf result or a Hugging Face BERT folder.")
     max_seq_length: int = option(128, "Longest input in tokens, [CLS] and [SEP] included.", min=8, max=32767)
     keep_best: bool = option(True, "Keep the weights of the best dev evaluation (the task's main metric), "
-                             "not the last.", cache=False)
+                             "not the last.", in_key=False)
     patience: int = option(0, "Stop after this many dev evaluations without a better main metric; 0 = never.",
-                           min=0, cache=False)
+                           min=0, in_key=False)
 
 
 @dataclass
@@ -298,8 +298,8 @@ class FinetuneConfig(FinetuneTraining):
 class EvaluateConfig:
     checkpoint: str = option("latest", "latest (newest checkpoint of the current run), a step number, or a model "
                              "directory (checkpoint, export, Hugging Face folder).")
-    batch_size: int = option(64, "Pairs per evaluation batch.", min=1, max=1_000_000, cache=False)
-    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", cache=False)
+    batch_size: int = option(64, "Pairs per evaluation batch.", min=1, max=1_000_000, in_key=False)
+    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda or cuda:N.", in_key=False)
 
 
 PHASE_PAIRS_KEYS = ("max_seq_length", "max_predictions_per_seq")  # what a phase may change in its pairs
@@ -393,7 +393,7 @@ class Config:
             phases.append((name, phase, pairs))
         return phases
 
-    def cache_params(self, path: str) -> dict[str, Any]:
+    def key_params(self, path: str) -> dict[str, Any]:
         """The values of the section at ``path`` that change a stage's outputs, for the stage key.
 
         Named sub-sections are left out: each is the key of a stage instance of its own, and so is an
@@ -402,7 +402,7 @@ class Config:
         sec = self.section(path)
         hints = typing.get_type_hints(type(sec))
         return {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
-                if f.metadata.get("cache", True) and not is_subsections(hints[f.name])
+                if f.metadata.get("in_key", True) and not is_subsections(hints[f.name])
                 and not (f.metadata.get("added") and getattr(sec, f.name) == f.default)}
 
 

@@ -145,7 +145,7 @@ def _range(hint: Any, meta: dict[str, Any]) -> str:
 def _in_key(hint: Any, meta: dict[str, Any]) -> str:
     if is_subsections(hint):
         return "each its own"
-    if not meta["cache"]:
+    if not meta["in_key"]:
         return "no"
     return "off its default" if meta["added"] else "yes"
 

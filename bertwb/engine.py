@@ -122,9 +122,9 @@ def _check_own(stage: Stage, cfg: Config, ws: Workspace, manifest: dict[str, Any
     broken = _inconsistent(name, manifest, ws, probe)
     if broken:
         return State(name, "stale", broken, key, manifest)
-    behind = stage.behind(cfg, manifest) if stage.behind else None
-    if behind:
-        return State(name, "stale", behind, key, manifest)
+    unfinished = stage.unfinished(cfg, manifest) if stage.unfinished else None
+    if unfinished:
+        return State(name, "stale", unfinished, key, manifest)
     unchecked = " (tables not checked: the database is in use)" if manifest.get("outputs", {}).get("tables") \
         and probe.tables() is None else ""
     return State(name, "fresh", f"key {key[:8]}{unchecked}", key, manifest)
@@ -282,9 +282,9 @@ def launch(cfg: Config, ws: Workspace, name: str, force: bool = False) -> dict[s
     training = stages.template(base).training
     if training is None:
         raise ValueError(f"{base} is not a training stage: run it with run_pipeline")
-    device, setting = training.device(cfg, instance or None)
+    device, origin = training.device(cfg, instance or None)
     return on_every_rank(lambda session: run_pipeline(cfg, ws, [name], force, runtime=session),
-                         lambda plan, dist: training.follow(cfg, plan, dist), device, setting)
+                         lambda plan, dist: training.train_received_plan(cfg, plan, dist), device, origin)
 
 
 def _run_named(stage: Stage, index: int, total: int, cfg: Config, ws: Workspace, con: duckdb.DuckDBPyConnection,

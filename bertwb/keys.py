@@ -28,7 +28,7 @@ def stage_key(stage: Stage, cfg: Config, ws: Workspace, inputs: list[dict[str, A
     parts = {
         "stage": stage.name,
         "version": stage.version,
-        "params": {**{section: cfg.cache_params(section) for section in stage.sections},
+        "params": {**{section: cfg.key_params(section) for section in stage.sections},
                    **(stage.params(cfg) if stage.params else {})},
         "deps": {dep: (ws.read_manifest(dep) or {}).get("identity") for dep in stage.deps},
         "inputs": inputs,

@@ -36,11 +36,11 @@ class NothingBuilt(Exception):  # noqa: N818 - not an error: the stage stands as
 @dataclass(frozen=True)
 class Training:
     """How `bertwb <stage>` trains on every process: rank 0 runs the stage under the engine, which sends
-    each run's plan to the other ranks; they train it with ``follow`` and never touch the workspace."""
+    each run's plan to the other ranks; they train it with ``train_received_plan`` and never touch the workspace."""
 
-    follow: Callable[[Config, Any, Any], Any]  # (cfg, plan, dist): train one plan on a rank other than 0
-    # (cfg, instance or None): the device the command trains on and the setting that gave it, named in its
-    # errors ("bertwb.yaml line 9: finetune.device"); a one-line error when it names nothing to train
+    train_received_plan: Callable[[Config, Any, Any], Any]  # (cfg, plan, dist): train it on a rank other than 0
+    # (cfg, instance or None): the device the command trains on and where it was given (`Config.origin`), named
+    # in its errors ("bertwb.yaml line 9: finetune.device"); a one-line error when it names nothing to train
     device: Callable[[Config, str | None], tuple[str, str]]
 
 
@@ -66,10 +66,10 @@ class Stage:
     views: tuple[str, ...] = ()  # SQL statements run in the commit's transaction, after the tables
     has_files: bool = False  # it builds a directory (workspace/<name>/), swapped in whole at commit
     # Freshness hooks, called for every `bertwb status`: identities of what the stage reads from
-    # outside the workspace's stages (input files, weights), and why a stage whose key matches is still
-    # stale (pretrain: fewer steps done than now asked).
+    # outside the workspace's stages (input files, weights), and why a stage whose key matches is unfinished,
+    # so still stale (pretrain: fewer steps done than now asked); None when it is not.
     fingerprint: Callable[[Config, Workspace], list[dict[str, Any]]] | None = None
-    behind: Callable[[Config, dict[str, Any]], str | None] | None = None
+    unfinished: Callable[[Config, dict[str, Any]], str | None] | None = None
     report: Callable[[dict[str, Any]], None] | None = None  # prints the summary its own way (default: a table)
     # the summary in one line for `bertwb run`'s table: a format string over its keys, or several, tried in
     # order (a summary may lack a metric that a setting turned off)
@@ -99,7 +99,7 @@ class Stage:
         return dataclasses.replace(
             self, name=f"{self.name}/{instance}", instance=instance, instances=None,
             sections=tuple(section.format(instance=instance) for section in self.sections),
-            fingerprint=bind(self.fingerprint), behind=bind(self.behind))
+            fingerprint=bind(self.fingerprint), unfinished=bind(self.unfinished))
 
     @property
     def template(self) -> str:

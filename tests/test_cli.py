@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertwb.cli import cli
-from conftest import PYTHON, REPO, Project, assert_one_line_error, is_usage_line
+from conftest import DEFAULT_TEST_CONFIG, PYTHON, REPO, Project, assert_one_line_error, is_usage_line
 
 
 def test_every_command_has_help_text():
@@ -55,6 +55,18 @@ def test_config_options_go_before_the_command_as_well_as_after_it(project: Proje
     elsewhere = CliRunner().invoke(cli, ["--workdir", str(project.root / "other"), "--config", str(project.config),
                                          "status", "--json"])
     assert {row["state"] for row in json.loads(elsewhere.stdout)} == {"missing"}
+
+
+def test_device_option_is_a_set_of_the_commands_device_key(project: Project):
+    """``bertwb pretrain --device X`` is ``--set pretrain.device=X``, given last: it wins over the file and over
+    --set, and a bad device is blamed on the command line, not on the file's line that it replaced."""
+    project.write_config(DEFAULT_TEST_CONFIG + "pretrain:\n  device: cpu\n")
+    assert_one_line_error(project.run("pretrain", "--device", "gpu", expect=None),
+                          "--set pretrain.device 'gpu' is not a device")
+    assert_one_line_error(project.run("pretrain", "--set", "pretrain.device=cpu", "--device", "gpu", expect=None),
+                          "--set pretrain.device 'gpu'")
+    project.write_config(DEFAULT_TEST_CONFIG + "pretrain:\n  device: gpu\n")
+    assert_one_line_error(project.run("pretrain", expect=None), "bertwb.yaml line 9: pretrain.device 'gpu'")
 
 
 def test_run_builds_tables_files_and_manifests(project: Project):

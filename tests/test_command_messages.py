@@ -149,13 +149,13 @@ PHASES = ["--set", "pretrain.phases.short.max_seq_length=16", "--set", "pretrain
           "--set", "pretrain.phases.long.steps=2", "--set", "pretrain.log_every=1"]
 
 
-@pytest.mark.parametrize("setting, line", [
+@pytest.mark.parametrize("override, line", [
     ("pretrain.phases.short.batch_size=100000", "pretrain.phases.short.batch_size 100000 is more than the "),
     ("pretrain.batch_size=100000", "pretrain: pretrain.batch_size 100000 is more than the "),  # every phase's
 ])
-def test_a_phases_batch_size_is_blamed_where_it_is_set(trainer: Project, setting: str, line: str):
+def test_a_phases_batch_size_is_blamed_where_it_is_set(trainer: Project, override: str, line: str):
     """It said "pretrain.batch_size" for a phase's own batch_size, which the user had not touched."""
-    result = trainer.run("run", "--until", "pretrain", *PHASES, "--set", setting, expect=None)
+    result = trainer.run("run", "--until", "pretrain", *PHASES, "--set", override, expect=None)
     assert_one_line_error(result, line)
     assert not list(trainer.workspace.glob("pretrain-runs/*/*/checkpoints/*"))
 
@@ -202,6 +202,7 @@ finetune:
      "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),
     ("device: gpu", "", [], "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),  # as launched
     ("device: cpu", "device: gpu", [], "bertwb.yaml line 9: finetune.tasks.topic.device 'gpu' is not a device"),
+    ("device: cpu", "", ["--device", "gpu"], "--set finetune.device 'gpu' is not a device"),  # --device is a --set
     ("", "init_from: pretrain", [], "bertwb.yaml line 9: finetune.tasks.topic.init_from is pretrain, but pretrain"),
 ])
 def test_a_tasks_setting_is_blamed_where_it_was_given(tmp_path: Path, section: str, task: str, args: list[str],

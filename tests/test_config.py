@@ -66,9 +66,9 @@ def test_named_sub_sections_start_from_their_section_and_override_it(tmp_path):
     assert (ner.lr, ner.epochs) == (3e-5, 5)  # the section's lr, its --set epochs
     assert (qa.type, qa.lr, qa.epochs, qa.warmup_fraction) == ("qa", 3e-5, 2, 0.1)  # a task made by --set alone
     assert cfg.section("finetune.tasks.sst") is sst
-    params = cfg.cache_params("finetune.tasks.sst")
+    params = cfg.key_params("finetune.tasks.sst")
     assert params["lr"] == 1e-4 and params["train"] == "sst.csv" and "device" not in params  # device: not in keys
-    assert "tasks" not in cfg.cache_params("finetune")  # each task is keyed on its own
+    assert "tasks" not in cfg.key_params("finetune")  # each task is keyed on its own
 
 
 def test_a_task_is_its_types_settings_with_its_own_options_only(tmp_path):
@@ -82,7 +82,7 @@ def test_a_task_is_its_types_settings_with_its_own_options_only(tmp_path):
     sst, ner, untyped = (cfg.finetune.tasks[name] for name in ("sst", "ner", "untyped"))
     assert type(sst) is ClassifySettings and type(ner) is TagSettings and untyped.type is None
     assert (ner.tag_column, ner.token_column, ner.lr, sst.text_column) == (2, 0, 3e-5, "text")
-    sst_key, ner_key = cfg.cache_params("finetune.tasks.sst"), cfg.cache_params("finetune.tasks.ner")
+    sst_key, ner_key = cfg.key_params("finetune.tasks.sst"), cfg.key_params("finetune.tasks.ner")
     assert {"text_column", "regression", "format", "lr"} <= set(sst_key) and "tag_column" not in sst_key
     assert {"tag_column", "format", "lr"} <= set(ner_key) and not {"text_column", "doc_stride"} & set(ner_key)
 

@@ -109,6 +109,15 @@ def test_evaluate_is_cached_per_checkpoint(copy: Project):
     assert "running" in later.output and _json(later)["step"] == 14
 
 
+def test_device_option_is_a_set_of_evaluate_device_outside_the_key(copy: Project):
+    """``--device X`` is ``--set evaluate.device=X``: the key stays, and a bad device is blamed on the command line."""
+    first = _json(copy.run("evaluate", "--json"))
+    again = copy.run("evaluate", "--device", "cpu", "--json")
+    assert "evaluate: fresh" in again.output and _json(again) == first
+    assert_one_line_error(copy.run("evaluate", "--device", "gpu", "--force", expect=None),
+                          "--set evaluate.device 'gpu' is not a device")
+
+
 def test_evaluate_json_keeps_stdout_clean(copy: Project):
     result = copy.run("evaluate", "--json")
     assert "MLM accuracy" in result.stderr  # the table still shows, on stderr

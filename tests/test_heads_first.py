@@ -91,10 +91,10 @@ def test_under_a_time_budget_the_heads_first_share_is_of_the_hours(trainer: Proj
 
 def test_the_options_enter_the_key_only_off_their_defaults(trainer: Project):
     cfg = load_config(trainer.config)
-    assert "heads_first" not in cfg.cache_params("pretrain") and "heads_lr_scale" not in cfg.cache_params("pretrain")
+    assert "heads_first" not in cfg.key_params("pretrain") and "heads_lr_scale" not in cfg.key_params("pretrain")
     trainer.run("pretrain")
     assert "pretrain: fresh" in trainer.run("pretrain", "--set", "pretrain.heads_lr_scale=1.0").output
     result = trainer.run("pretrain", "--set", "pretrain.steps=1", "--set", "pretrain.heads_first=0.5")
     assert "stale: pretrain.heads_first default → 0.5" in result.output
     cfg = load_config(trainer.config, ["pretrain.heads_first=0.5"])
-    assert cfg.cache_params("pretrain")["heads_first"] == 0.5
+    assert cfg.key_params("pretrain")["heads_first"] == 0.5

@@ -175,7 +175,7 @@ def test_an_explicit_fp32_is_obeyed_on_a_bf16_machine_without_measuring(trainer:
 # --- keys and reproducibility --------------------------------------------------------------------------------
 
 def test_the_stage_key_is_the_same_whatever_auto_decides(trainer: Project, monkeypatch: pytest.MonkeyPatch):
-    """precision is a how-to-compute setting (``cache=False``): no stage key holds it, so a run on an AMX
+    """precision is a how-to-compute setting (``in_key=False``): no stage key holds it, so a run on an AMX
     machine and one on a plain machine share their keys, and a model trained in bf16 is fresh on a plain one."""
     ws = Workspace(trainer.workspace)
 
@@ -183,7 +183,7 @@ def test_the_stage_key_is_the_same_whatever_auto_decides(trainer: Project, monke
         return current.current_key("pretrain", load_config(trainer.config, list(settings)), ws)
 
     plain = key()
-    assert "precision" not in load_config(trainer.config, []).cache_params("pretrain")
+    assert "precision" not in load_config(trainer.config, []).key_params("pretrain")
     assert key("pretrain.precision=fp32") == key("pretrain.precision=bf16") == plain
     bf16_cpu(monkeypatch)
     trainer.run("pretrain", "--set", "pretrain.steps=3")

@@ -106,9 +106,11 @@ def test_budget_batch_accumulates_to_cramming_s_large_batch_on_a_gpu_only():
     assert _batch(64, 10**12, "cuda")[0] == MAX_BATCH and _batch(64, 1_000, "cuda")[0] == 64  # capped both ways
 
 
-def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_path: Path):
+@pytest.mark.parametrize("workspace", [".bertwb", "runs/short-notes"])
+def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_path: Path, workspace: str):
     """Documents of 100 characters (25 tokens by the recipe's 4 a token) fill one pair of 28 tokens each: once
-    ingest has run, init times pairs of 32 (28 padded to 8), not 128, so the steps it counts are these."""
+    ingest has run, init times pairs of 32 (28 padded to 8), not 128, so the steps it counts are these. It
+    finds them in the workspace the project's bertwb.yaml names, the default one or another."""
     root = tmp_path / "p"
     documents = [[f"Note {i:05d} is one of many short ones in a file.",
                   f"It has a twin, {i:05d}, which ends this page right now."] for i in range(400)]
@@ -117,10 +119,15 @@ def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_pa
     assert _init(str(root), "--recipe", "budget", "--hours", "0.005").exit_code == 0
     assert "pairs of 128 tokens:" in (root / "bertwb.yaml").read_text()  # no ingest yet: full pairs
     project = Project(root)
+    project.write_config(project.config.read_text().replace("dir: .bertwb ", f"dir: {workspace} ", 1))
     project.run("ingest")
+    assert (root / workspace / "manifests" / "ingest.json").is_file()
+    assert (root / ".bertwb").is_dir() == (workspace == ".bertwb")
     result = _init(str(root), "--recipe", "budget", "--hours", "0.005", "--force")
     assert result.exit_code == 0, result.output
-    assert "pairs of 32 tokens (the mean pair of the ingested documents):" in project.config.read_text()
+    text = project.config.read_text()
+    assert "pairs of 32 tokens (the mean pair of the ingested documents):" in text
+    assert f"#   corpus: {400 * 100:,} characters after ingest" in text
 
 
 def _state(folder: Path) -> dict[str, torch.Tensor]:

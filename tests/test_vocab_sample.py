@@ -88,9 +88,9 @@ def test_the_summary_reports_the_unk_rate_of_the_sentences_outside_the_sample(co
 def test_changing_the_sample_size_or_its_seed_makes_vocab_stale(corpus: Project):
     corpus.run("vocab")
     assert status_rows(corpus)["vocab"]["state"] == "fresh"
-    for setting, why in (("vocab.train_sentences=600", "vocab.train_sentences 500 → 600"),
-                         ("vocab.seed=7", "vocab.seed 12345 → 7")):
-        row = status_rows(corpus, "--set", setting)["vocab"]
+    for override, why in (("vocab.train_sentences=600", "vocab.train_sentences 500 → 600"),
+                          ("vocab.seed=7", "vocab.seed 12345 → 7")):
+        row = status_rows(corpus, "--set", override)["vocab"]
         assert row["state"] == "stale" and why in row["reason"], row
 
 

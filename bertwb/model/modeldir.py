@@ -83,12 +83,12 @@ class LoadReport:
         return named
 
 
-def open_model_dir(path: Path, setting: str | None = None) -> ModelDir:
+def open_model_dir(path: Path, origin: str | None = None) -> ModelDir:
     """Check that ``path`` holds weights and an architecture; raise a one-line error naming what is missing
-    (and ``setting``, the key or option that named the folder, when it is no folder)."""
+    (and ``origin``, where the key or option that named the folder was given, when it is no folder)."""
     if not path.is_dir():
         what = "is a file, not a model directory" if path.exists() else "no such model directory"
-        raise BertwbError(f"{setting + ': ' if setting else ''}{path}: {what}; pass a checkpoint, an export or a "
+        raise BertwbError(f"{origin + ': ' if origin else ''}{path}: {what}; pass a checkpoint, an export or a "
                           "Hugging Face model folder")
     weights = weights_file(path)
     if weights is None:
@@ -338,11 +338,12 @@ def max_length(model_dir: ModelDir) -> tuple[int, str]:
     return limit, where
 
 
-def check_length(model_dir: ModelDir, length: int, setting: str) -> None:
-    """A config's sequence length (``setting``) must fit what the model declares (`max_length`)."""
+def check_length(model_dir: ModelDir, length: int, origin: str) -> None:
+    """A config's sequence length (given at ``origin``, as an error names it) must fit what the model declares
+    (`max_length`)."""
     limit, where = max_length(model_dir)
     if length > limit:
-        raise BertwbError(f"{setting} {length} is more than the {limit} {where}; lower it")
+        raise BertwbError(f"{origin} {length} is more than the {limit} {where}; lower it")
 
 
 def check_vocab_matches(model_dir: ModelDir, vocab_dir: Path) -> None:

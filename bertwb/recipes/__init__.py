@@ -16,29 +16,30 @@ from bertwb.errors import BertwbError
 from bertwb.recipes.base import Recipe
 from bertwb.recipes.paper import paper_recipe
 from bertwb.scaffold import render_config
+from bertwb.workspace import Workspace
 
 
 @dataclass(frozen=True)
 class RecipeKind:
     purpose: str  # one line for `--recipe list`
     option: str | None  # the option it needs: "--from", "--hours" or None
-    build: Callable[..., Recipe]  # (directory, inputs, option's value) -> Recipe
+    build: Callable[..., Recipe]  # (directory, inputs, option's value, the project's workspace) -> Recipe
 
 
-def _continue(directory: Path, inputs: list[str], source: str) -> Recipe:
+def _continue(directory: Path, inputs: list[str], source: str, workspace: Workspace) -> Recipe:
     from bertwb.recipes.continued import continue_recipe  # torch loads for this recipe only
 
-    return continue_recipe(directory, Path(source), inputs)
+    return continue_recipe(directory, Path(source), inputs, workspace)
 
 
-def _budget(directory: Path, inputs: list[str], hours: float) -> Recipe:
+def _budget(directory: Path, inputs: list[str], hours: float, workspace: Workspace) -> Recipe:
     from bertwb.recipes.budget import budget_recipe  # torch loads for this recipe only
 
-    return budget_recipe(directory, inputs, hours)
+    return budget_recipe(directory, inputs, hours, workspace)
 
 
 def _paper(size: str) -> Callable[..., Recipe]:
-    def build(directory: Path, inputs: list[str], _: Any) -> Recipe:
+    def build(directory: Path, inputs: list[str], _: Any, workspace: Workspace) -> Recipe:
         return paper_recipe(size)
     return build
 
@@ -65,8 +66,9 @@ def listing() -> list[str]:
 
 
 def config_text(recipe: str | None, directory: Path, inputs: list[str], source: str | None,
-                hours: str | None) -> str | None:
-    """The recipe's bertwb.yaml text, or None for the default config; a one-line error for a wrong option."""
+                hours: str | None, workspace: Workspace) -> str | None:
+    """The recipe's bertwb.yaml text, or None for the default config; a one-line error for a wrong option.
+    ``workspace`` is the project's, where a corpus already ingested is measured."""
     given = {"--from": source, "--hours": hours}
     if recipe is None:
         for option, value in given.items():
@@ -87,7 +89,7 @@ def config_text(recipe: str | None, directory: Path, inputs: list[str], source: 
         raise BertwbError(f"--recipe {recipe} needs {kind.option} {OPTION_METAVAR[kind.option]}: "
                           f"`bertwb init --recipe {recipe} {kind.option} {OPTION_METAVAR[kind.option]}`")
     value = _hours(hours) if kind.option == "--hours" else source
-    built = kind.build(directory, inputs, value)
+    built = kind.build(directory, inputs, value, workspace)
     return render_config(inputs, [f"# Recipe {recipe}: {kind.purpose}.", *built.about], built.values, built.notes)
 
 

@@ -1,11 +1,11 @@
 """``budget --hours H``: from-scratch pre-training sized to this machine, this corpus and the hours.
 
 The machine is measured with torch (the GPU and its memory, else the CPU threads), the corpus by `corpus_size`
-(an empty one sizes nothing and is refused). Presets are timed smallest first on a real training step, with
-progress shown (synthetic pairs as long as the ingested documents' will be, else 128 tokens; a second or so
-each); the largest that the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most
-4 passes over the corpus (Muennighoff et al. 2023), wins, and a size the corpus cannot feed is never timed.
-Training is Cramming's (Geiping & Goldstein 2022) to max_hours but for a CPU's batch (see `_batch`)."""
+(an empty one sizes nothing and is refused). Presets are timed smallest first on a real training step (`step_timing`;
+pairs as long as the documents ingested into the project's workspace will give, else 128 tokens); the largest that
+the hours can train on 20 tokens per parameter (Hoffmann et al. 2022), counting at most 4 passes over the corpus
+(Muennighoff et al. 2023), wins, and a size the corpus cannot feed is never timed. Training is Cramming's (Geiping
+& Goldstein 2022) to max_hours but for a CPU's batch (see `_batch`)."""
 
 from __future__ import annotations
 
@@ -13,27 +13,22 @@ import itertools
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import duckdb
-import numpy as np
 import torch
 
-from bertwb import fast, ui
-from bertwb.config import Config, TrainingConfig
-from bertwb.data.batching import Batches
+from bertwb import ui
+from bertwb.config import Config
 from bertwb.errors import BertwbError
-from bertwb.data.masking import FLAG_MASKABLE, FLAG_REPLACEMENT, rules_from_flags
-from bertwb.data.pair_batches import PairArrays
 from bertwb.model.bert import BertForPreTraining
 from bertwb.recipes.base import Recipe
 from bertwb.recipes.corpus import BYTES_PER_TOKEN, corpus_size
+from bertwb.recipes.step_timing import TimedShape, Timing, time_training_step
 from bertwb.tasks.pretraining.flops import useful_flops_per_pair
 from bertwb.tasks.pretraining.model import build_model_config
-from bertwb.tasks.pretraining.objective import PretrainingObjective
-from bertwb.train.distributed import Dist
-from bertwb.train.trainer import Trainer
+from bertwb.workspace import Workspace
 
 CANDIDATES = ("tiny", "mini", "small", "medium", "base", "large")
 SEQ_LENGTH = 128  # Cramming trains at 128 tokens only
@@ -45,60 +40,24 @@ MIN_STEPS = 2000  # a batch no larger than leaves this many optimizer steps in t
 MAX_BATCH = 8192  # Cramming's batch
 
 
-@dataclass
-class Timing:
-    preset: str
-    vocab_size: int
-    parameters: int
-    micro_batch: int
-    step_seconds: float  # one micro-batch's forward, backward and optimizer step
-    peak_bytes: int  # GPU memory at its peak; 0 on a CPU
-    length: int = SEQ_LENGTH  # tokens in each timed pair
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.micro_batch * self.length / self.step_seconds
-
-
-def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
-    """The recipe for ``hours`` of pre-training on this machine, sized to the corpus under ``inputs``; one line
-    when there is no corpus to size to."""
-    corpus = corpus_size(directory, inputs)
+def budget_recipe(directory: Path, inputs: list[str], hours: float, workspace: Workspace) -> Recipe:
+    """The recipe for ``hours`` of pre-training on this machine, sized to the corpus under ``inputs`` (or as
+    ingested into ``workspace``); one line when there is no corpus to size to."""
+    corpus = corpus_size(workspace, directory, inputs)
     if corpus.size == 0:
         raise BertwbError(f"--recipe budget: no text in {', '.join(inputs)} (under {directory}), and the recipe sizes "
                           "the model to the corpus; put the text there first, then run init again")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     machine = _machine(device)
     usable = USEFUL_PASSES * corpus.tokens
-    length = pair_length(directory)
+    shape = TimedShape(positions=SEQ_LENGTH, length=pair_length(workspace), mask_rate=MASK_RATE)
+    length = shape.length
     seconds = hours * 3600 * TRAINING_SHARE
 
     def fits(parameters: int, tokens_per_s: float) -> bool:
         return TOKENS_PER_PARAMETER * parameters <= min(tokens_per_s * seconds, usable)
 
-    # a size the corpus cannot feed its tokens per parameter is never timed, however many hours there are
-    candidates = list(itertools.takewhile(lambda p: p == CANDIDATES[0] or TOKENS_PER_PARAMETER * _size(p)[0] <= usable,
-                                          CANDIDATES))
-    ui.info(f"init: timing a training step of {', '.join(candidates)} on this {device.upper()}, a second or so "
-            f"each, the larger ones only while the {hours:g} h can train them")
-    with ui.progress("init: timing", total=len(candidates), unit="presets") as bar:
-        chosen = time_step(candidates[0], device, length=length)  # the smallest, whatever the hours
-        bar.advance()
-        timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
-        for preset in candidates[1:]:
-            # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
-            parameters, flops = _size(preset)
-            if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
-                break
-            try:
-                timing = time_step(preset, device, length=length)
-            except torch.cuda.OutOfMemoryError:
-                break
-            bar.advance()
-            timings.append(timing)
-            if not fits(timing.parameters, timing.tokens_per_s):
-                break
-            chosen = timing
+    timings, chosen, smallest_fits = _time_presets(device, hours, shape, fits, usable)
     micro = _micro_batch(chosen, device)
     sequences = chosen.tokens_per_s * seconds / length
     batch, batch_why = _batch(micro, sequences, device)
@@ -111,6 +70,37 @@ def budget_recipe(directory: Path, inputs: list[str], hours: float) -> Recipe:
     else:
         why = f"the smallest: the {hours:g} h buy fewer than {TOKENS_PER_PARAMETER} tokens per parameter of any"
     return _recipe(hours, machine, (corpus.size, corpus.what), timings, chosen, micro, (batch, batch_why), steps, why)
+
+
+def _time_presets(device: str, hours: float, shape: TimedShape, fits: Callable[[int, float], bool],
+                  usable: float) -> tuple[list[Timing], Timing, bool]:
+    """Time presets' training steps smallest first, with progress: the smallest whatever the hours, each larger
+    one only while its speed, predicted from the last one's by their FLOPs, may fit, and never a size the
+    ``usable`` tokens cannot feed. The timings, the largest that fits (else the smallest), whether that fits."""
+    # a size the corpus cannot feed its tokens per parameter is never timed, however many hours there are
+    candidates = list(itertools.takewhile(lambda p: p == CANDIDATES[0] or TOKENS_PER_PARAMETER * _size(p)[0] <= usable,
+                                          CANDIDATES))
+    ui.info(f"init: timing a training step of {', '.join(candidates)} on this {device.upper()}, a second or so "
+            f"each, the larger ones only while the {hours:g} h can train them")
+    with ui.progress("init: timing", total=len(candidates), unit="presets") as bar:
+        chosen = time_training_step(candidates[0], _vocab_size(candidates[0]), device, shape)  # whatever the hours
+        bar.advance()
+        timings, smallest_fits = [chosen], fits(chosen.parameters, chosen.tokens_per_s)
+        for preset in candidates[1:]:
+            # the next size's speed predicted from this one's by their FLOPs: timed only when it may fit
+            parameters, flops = _size(preset)
+            if not fits(parameters, chosen.tokens_per_s * _size(chosen.preset)[1] / flops):
+                break
+            try:
+                timing = time_training_step(preset, _vocab_size(preset), device, shape)
+            except torch.cuda.OutOfMemoryError:
+                break
+            bar.advance()
+            timings.append(timing)
+            if not fits(timing.parameters, timing.tokens_per_s):
+                break
+            chosen = timing
+    return timings, chosen, smallest_fits
 
 
 def _batch(micro: int, sequences: float, device: str) -> tuple[int, str]:
@@ -187,17 +177,16 @@ def _size(preset: str) -> tuple[int, float]:
     return parameters, useful_flops_per_pair(config, SEQ_LENGTH, round(MASK_RATE * SEQ_LENGTH))
 
 
-def pair_length(directory: Path) -> int:
-    """The tokens of the mean pair that the corpus ingested in ``directory``'s default workspace will give, as
-    the pair builder fills them: a train document of T tokens (its characters / `BYTES_PER_TOKEN`) makes
-    ceil(T / 125) pairs of at most 128 with their [CLS] and two [SEP]s. Short documents make short pairs and
-    fast steps (2.3× as many as 128-token pairs on the Debian manuals). 128 when ingest has not run."""
-    database = directory / ".bertwb" / "bertwb.duckdb"
-    if not (directory / ".bertwb" / "manifests" / "ingest.json").is_file() or not database.is_file():
+def pair_length(workspace: Workspace) -> int:
+    """The tokens of the mean pair that the corpus ingested into ``workspace`` will give, as the pair builder
+    fills them: a train document of T tokens (its characters / `BYTES_PER_TOKEN`) makes ceil(T / 125) pairs
+    of at most 128 with their [CLS] and two [SEP]s. Short documents make short pairs and fast steps (2.3× as
+    many as 128-token pairs on the Debian manuals). 128 when ingest has not run there."""
+    if workspace.read_manifest("ingest") is None or not workspace.db_path.is_file():
         return SEQ_LENGTH
     room = SEQ_LENGTH - 3
     try:
-        with duckdb.connect(str(database), read_only=True) as con:
+        with duckdb.connect(str(workspace.db_path), read_only=True) as con:
             pairs, tokens = con.execute(
                 f"select sum(ceil(t / {room})), sum(t) from (select greatest(1, n_chars / {BYTES_PER_TOKEN}) as t "
                 "from documents where split = 'train')").fetchone()
@@ -206,49 +195,6 @@ def pair_length(directory: Path) -> int:
     if not pairs:
         return SEQ_LENGTH
     return int(min(SEQ_LENGTH, max(16, 8 * math.ceil((tokens / pairs + 3) / 8))))
-
-
-def time_step(preset: str, device: str, micro_batch: int = 32, length: int = SEQ_LENGTH) -> Timing:
-    """Time a real training step of ``preset`` (MLM only, no dropout, pairs of ``length`` tokens) on
-    ``device``: one step to warm up, then steps until a second has passed (at least 2, at most 10)."""
-    vocab_size = _vocab_size(preset)
-    cfg = Config()
-    cfg.model.preset, cfg.model.hidden_dropout, cfg.model.attention_dropout = preset, 0.0, 0.0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = BertForPreTraining(build_model_config(cfg, vocab_size, SEQ_LENGTH))
-    dist = Dist(device=device)
-    settings = TrainingConfig(batch_size=micro_batch, lr=1e-4, warmup_steps=1, device=device, bucket_batches=1)
-    objective = PretrainingObjective(nsp=False, fast=fast.choose(model, dist.device, settings.cpu_fast_paths))
-    trainer = Trainer(settings, objective, model, Batches(_pairs(vocab_size, micro_batch * 12, length), micro_batch, 0,
-                                                          bucket_batches=1), dist=dist)
-    parameters = sum(t.numel() for t in model.parameters())
-    trainer.train_step(0)
-    _sync(device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    started, steps = time.perf_counter(), 0
-    while steps < 2 or (time.perf_counter() - started < 1.0 and steps < 10):
-        trainer.train_step(steps + 1)
-        _sync(device)
-        steps += 1
-    seconds = (time.perf_counter() - started) / steps
-    peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
-    del trainer, model
-    return Timing(preset, vocab_size, parameters, micro_batch, seconds, peak, length)
-
-
-def _pairs(vocab_size: int, n: int, length: int) -> PairArrays:
-    """``n`` synthetic pairs of ``length`` random pieces, masked as the recipe masks (the step's real shapes)."""
-    rng = np.random.default_rng(0)
-    flags = np.full(vocab_size, FLAG_MASKABLE | FLAG_REPLACEMENT, dtype=np.uint8)
-    flags[:5] = 0  # the special tokens
-    rules = rules_from_flags(flags, 4, masked_lm_prob=MASK_RATE, max_predictions_per_seq=round(MASK_RATE * SEQ_LENGTH),
-                             whole_word_mask=False)
-    return PairArrays(tokens=rng.integers(5, vocab_size, n * length).astype(np.int32),
-                      offsets=np.arange(n + 1, dtype=np.int64) * length,
-                      segment_a_len=np.full(n, length // 2, dtype=np.int64),
-                      is_random_next=np.zeros(n, dtype=np.int64), masking_rules=rules)
 
 
 def _micro_batch(timing: Timing, device: str) -> int:
@@ -271,7 +217,3 @@ def _machine(device: str) -> str:
     cores = len(os.sched_getaffinity(0))
     return f"CPU, {cores} cores, {torch.get_num_threads()} torch threads, {memory:.1f} GiB memory"
 
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()

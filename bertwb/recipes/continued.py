@@ -19,6 +19,7 @@ from bertwb.errors import BertwbError
 from bertwb.model import modeldir
 from bertwb.recipes.base import Recipe
 from bertwb.recipes.corpus import CorpusSize, corpus_size
+from bertwb.workspace import Workspace
 
 _HEADS = {"MLM head": ("cls.predictions.", "mlm_head."), "NSP head": ("cls.seq_relationship.", "nsp_head.")}
 SEQ_LENGTH = 128
@@ -30,8 +31,9 @@ HEADS_FIRST = 0.2  # of the run: the new MLM head alone, then everything
 HEADS_LR_SCALE = 10.0  # the new head's rate over the encoder's 5e-5: 5e-4, a from-scratch BERT's order
 
 
-def continue_recipe(directory: Path, source: Path, inputs: list[str]) -> Recipe:
-    """The recipe for continuing the pre-training of the model in ``source`` on the corpus under ``inputs``."""
+def continue_recipe(directory: Path, source: Path, inputs: list[str], workspace: Workspace) -> Recipe:
+    """The recipe for continuing the pre-training of the model in ``source`` on the corpus under ``inputs`` (or
+    as ingested into ``workspace``)."""
     if not source.is_dir():
         raise BertwbError(f"--from {source}: no such folder; give an import-hf folder or a Hugging Face BERT folder")
     model = modeldir.open_model_dir(source, "--from")
@@ -56,7 +58,7 @@ def continue_recipe(directory: Path, source: Path, inputs: list[str]) -> Recipe:
         "# text from the published weights; then fine-tune from this workspace's model (finetune.init_from: pretrain).",
         "#   bertwb run            # ingest, tokenise with the model's vocabulary, pairs, continue pre-training",
     ])
-    epochs, steps, why = passes(corpus_size(directory, inputs), length)
+    epochs, steps, why = passes(corpus_size(workspace, directory, inputs), length)
     recipe.about.append(f"# Passes: {why}.")
     recipe.set("vocab.from_file", _as_written(vocab_file, directory), "the model's own vocabulary: its weights "
                "know these ids")

@@ -1,6 +1,6 @@
 """The corpus a recipe sizes its run to, measured at ``init`` time, before any stage ran (no torch).
 
-Ingest's own counts when it ran in the project's default workspace (characters and sentences), else the files
+Ingest's own counts when it ran in the project's workspace (characters and sentences), else the files
 ``ingest.inputs`` names (bytes and lines; init's corpus/README.md is not corpus). Tokens are estimated at
 `BYTES_PER_TOKEN`: `budget` times steps against them, `continue` sizes its passes by them.
 """
@@ -8,10 +8,11 @@ Ingest's own counts when it ran in the project's default workspace (characters a
 from __future__ import annotations
 
 import glob
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from bertwb.workspace import Workspace
 
 BYTES_PER_TOKEN = 4.0  # English text in WordPiece pieces, about
 _EXACT_LINES = 64 << 20  # files read whole for their lines up to this much; past it, lines are extrapolated
@@ -29,15 +30,14 @@ class CorpusSize:
         return self.size / BYTES_PER_TOKEN
 
 
-def corpus_size(directory: Path, inputs: list[str]) -> CorpusSize:
-    """The corpus's size and what was counted: ingest's characters and sentences if it ran in ``directory``'s
-    default workspace, else the bytes and lines of the files ``inputs`` name."""
-    manifest = directory / ".bertwb" / "manifests" / "ingest.json"
+def corpus_size(workspace: Workspace, directory: Path, inputs: list[str]) -> CorpusSize:
+    """The corpus's size and what was counted: ingest's characters and sentences if it ran in ``workspace``,
+    else the bytes and lines of the files ``inputs`` (relative to ``directory``) name."""
     try:
-        summary = json.loads(manifest.read_text())["summary"]
+        summary = (workspace.read_manifest("ingest") or {})["summary"]
         return CorpusSize(int(summary["characters"]), "characters after ingest", int(summary["sentences"]),
                           "sentences")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         pass
     files = _files(directory, inputs)
     total = sum(path.stat().st_size for path in files)

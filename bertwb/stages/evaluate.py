@@ -40,7 +40,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     pairs, kinds = _valid_pairs(pair_set(build.upstream_dir("pairs")), cfg)  # with phases, the last phase's
     if len(pairs) == 0:
         raise BertwbError("the valid split has no pairs; raise ingest.valid_fraction so some documents are held out")
-    device = resolve_device(cfg.evaluate.device, "evaluate.device")
+    device = resolve_device(cfg.evaluate.device, str(cfg.origin("evaluate.device")))
     model, _ = modeldir.load_model(model_dir, device, kind="pretraining")
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "

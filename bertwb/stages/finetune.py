@@ -53,7 +53,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     return train(cfg, plan, session.dist, out_dir=build.out_dir)
 
 
-def follow(cfg: Config, plan: Any, dist: Any) -> None:
+def train_received_plan(cfg: Config, plan: Any, dist: Any) -> None:
     """Train a task's plan that rank 0 sent, on another torchrun rank (`bertwb finetune` under torchrun)."""
     from bertwb.tasks.finetune.training import train  # torch loads only when training
 
@@ -98,7 +98,7 @@ def fingerprint(cfg: Config, ws: Workspace, instance: str) -> list[dict[str, Any
             for path in paths] + tokenizer
 
 
-def steps_behind(cfg: Config, manifest: dict[str, Any], instance: str) -> str | None:
+def why_unfinished(cfg: Config, manifest: dict[str, Any], instance: str) -> str | None:
     """Why a task whose key matches is still stale: it ran fewer steps than now asked."""
     settings = task_settings(cfg, instance)
     summary = manifest.get("summary") or {}
@@ -120,8 +120,8 @@ def report(summary: dict[str, Any]) -> None:
 
 STAGE = Stage(
     "finetune", version=4, order=60, run=run, sections=("finetune.tasks.{instance}",), views=VIEWS,
-    has_files=True, fingerprint=fingerprint, behind=steps_behind, report=report,
+    has_files=True, fingerprint=fingerprint, unfinished=why_unfinished, report=report,
     headline="dev {main_metric} {main_value:.4g} ({weights} weights)",
     instances=lambda cfg: list(cfg.finetune.tasks),
-    training=Training(follow=follow, device=command_device),
+    training=Training(train_received_plan=train_received_plan, device=command_device),
     help="Fine-tune a model for each task in finetune.tasks (classify, tag, qa); resumes after Ctrl-C.")

@@ -2,8 +2,8 @@
 
 The stage around :func:`bertwb.tasks.pretraining.run.train`: its run (``pretrain-runs/<key[:16]>/``, found again
 after an interruption: the stage directory is swapped in only on success), what leaves a matching key stale
-(`steps_behind`), the weights in its key (`init_from_weights`), the plan sent to every torchrun rank (`follow`),
-and ``pretrain.phases``, each phase in its own folder from the previous one's weights (``started_from.json``).
+(`why_unfinished`), the weights in its key (`init_from_weights`), the plan trained on every other torchrun rank
+(`train_received_plan`), and ``pretrain.phases``, each in its own folder from the previous one's weights.
 docs/pretraining.md: "Resuming and continuing training", "Pre-training in phases".
 """
 
@@ -36,7 +36,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     from bertwb.tasks.pretraining.run import train  # torch loads only when the stage runs
     from bertwb.train.distributed import Session
 
-    session = Session.of(build.runtime, cfg.pretrain.device, "pretrain.device")
+    session = Session.of(build.runtime, *command_device(cfg, None))
     run_dir = run_dir_of(build.workspace, "pretrain", build.key)
     if build.forced and run_dir.exists():  # --force trains from scratch: this run's checkpoints go
         checkpoints = sum(len(list_checkpoints(folder)) for folder in phase_dirs(run_dir).values())
@@ -52,6 +52,11 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         _nothing_trained(summary, "pretrain")
     _copy_vocabulary(build, build.out_dir)
     return summary
+
+
+def command_device(cfg: Config, _: str | None) -> tuple[str, str]:
+    """The device pre-training runs on and where it was set (the file's line, or --set and --device)."""
+    return cfg.pretrain.device, str(cfg.origin("pretrain.device"))
 
 
 def _nothing_trained(summary: dict[str, Any], key: str) -> None:
@@ -130,12 +135,12 @@ def _finished(model_dir: Path, settings: Any) -> dict[str, Any] | None:
         summary = json.loads((model_dir / "training.json").read_text())
     except (OSError, ValueError):
         return None
-    if weights_file(model_dir) is None or _behind(summary, settings) is not None:
+    if weights_file(model_dir) is None or _unfinished(summary, settings) is not None:
         return None
     return summary
 
 
-def _behind(summary: dict[str, Any], settings: Any) -> str | None:
+def _unfinished(summary: dict[str, Any], settings: Any) -> str | None:
     """What a run (or phase) whose ``summary`` this is has not done of what ``settings`` now ask, or None.
 
     Under a time budget a run that stopped at its hours is done, unless max_hours grew since, and so is one that
@@ -162,7 +167,7 @@ def _copy_vocabulary(build: Build, out_dir: Path) -> None:
         set_model_max_length(out_dir, json.loads((out_dir / "config.json").read_text())["max_position_embeddings"])
 
 
-def follow(cfg: Config, plan: Any, dist: Any) -> None:
+def train_received_plan(cfg: Config, plan: Any, dist: Any) -> None:
     """Train a plan that rank 0 sent, on another torchrun rank (`bertwb pretrain` under torchrun)."""
     from bertwb.tasks.pretraining.run import train  # torch loads only when training
 
@@ -180,14 +185,14 @@ def init_from_weights(cfg: Config, ws: Workspace) -> list[dict[str, Any]]:
     return [weights_identity(weights)]
 
 
-def steps_behind(cfg: Config, manifest: dict[str, Any]) -> str | None:
+def why_unfinished(cfg: Config, manifest: dict[str, Any]) -> str | None:
     """Why a stage whose key matches is still stale: it (or one of its phases) ran fewer steps than now asked."""
     summary = manifest.get("summary") or {}
     for name, settings, _ in cfg.pretrain_phases():
         done_by = (summary.get("phases") or {}).get(name, {}) if name else summary
-        behind = _behind(done_by, settings)
-        if behind is not None:
-            return f"pretrain.phases.{name}.{behind}" if name else f"pretrain.{behind}"
+        unfinished = _unfinished(done_by, settings)
+        if unfinished is not None:
+            return f"pretrain.phases.{name}.{unfinished}" if name else f"pretrain.{unfinished}"
     return None
 
 
@@ -196,13 +201,13 @@ def phase_params(cfg: Config) -> dict[str, dict[str, Any]]:
     if not cfg.pretrain.phases:
         return {}
     return {"pretrain.phases": {"order": list(cfg.pretrain.phases)},
-            **{f"pretrain.phases.{name}": cfg.cache_params(f"pretrain.phases.{name}") for name in cfg.pretrain.phases}}
+            **{f"pretrain.phases.{name}": cfg.key_params(f"pretrain.phases.{name}") for name in cfg.pretrain.phases}}
 
 
 STAGE = Stage(
     "pretrain", version=2, order=40, run=run, sections=("model", "pretrain"), params=phase_params, deps=("pairs",),
     has_files=True,
-    fingerprint=init_from_weights, behind=steps_behind,
-    training=Training(follow=follow, device=lambda cfg, _: (cfg.pretrain.device, "pretrain.device")),
+    fingerprint=init_from_weights, unfinished=why_unfinished,
+    training=Training(train_received_plan=train_received_plan, device=command_device),
     headline="{steps_done:,} steps, loss {loss:.3f}, valid MLM accuracy {valid_mlm_acc:.1%}",
     help="Pre-train BERT on the pairs (MLM + NSP); resumes after Ctrl-C; works under torchrun.")

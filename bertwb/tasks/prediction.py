@@ -40,8 +40,8 @@ class TaskPredictor:
     """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
 
     def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
-                 batch_size: int = 64, recorded: dict[str, Any] | None = None, setting: str = "task"):
-        self.task, self.name = task_type(settings, setting, recorded), setting.rsplit(".", 1)[-1]
+                 batch_size: int = 64, recorded: dict[str, Any] | None = None, config_key: str = "task"):
+        self.task, self.name = task_type(settings, config_key, recorded), config_key.rsplit(".", 1)[-1]
         self.source = model_dir
         self.tokenizer = modeldir.load_tokenizer(model_dir)
         self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)

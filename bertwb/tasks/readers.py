@@ -35,13 +35,13 @@ class FormatError(BertwbError):
     """A file whose format (named or guessed from its extension) is not one the task reads."""
 
 
-def format_of(path: Path, fmt: str, allowed: tuple[str, ...], setting: str) -> str:
+def format_of(path: Path, fmt: str, allowed: tuple[str, ...], config_key: str) -> str:
     """``fmt``, or the format the extension names when ``fmt`` is auto; one of ``allowed`` (else `FormatError`)."""
     if fmt == "auto":
         fmt = {**TABLE_FORMATS, ".conll": "conll", ".txt": "conll", ".json": "squad"}.get(path.suffix.lower(), "")
     if fmt not in allowed:
         raise FormatError(f"{path}: {'format ' + repr(fmt) if fmt else 'the extension'} is not one this task "
-                          f"reads ({', '.join(allowed)}); set {setting}.format or rename the file")
+                          f"reads ({', '.join(allowed)}); set {config_key}.format or rename the file")
     return fmt
 
 
@@ -137,14 +137,14 @@ def _read_parquet(path: Path) -> tuple[list[str], list[Row]]:
     return table.column_names, [Row(number, values) for number, values in enumerate(table.to_pylist(), 1)]
 
 
-def column(rows: list[Row], columns: list[str], name: str, path: Path, setting: str) -> list[Any]:
+def column(rows: list[Row], columns: list[str], name: str, path: Path, config_key: str) -> list[Any]:
     """Every row's value of column ``name``; one line naming the columns found when it is missing or empty."""
     if name not in columns:
         one = str(columns[0]) if len(columns) == 1 else ""
         other = next((sep for sep in (";", "\t", "|", ",") if sep in one), None)
         hint = (f" (the header looks separated by {other!r}: bertwb reads .csv with commas and .tsv with tabs)"
                 if other else "")
-        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}){hint}; set {setting}")
+        raise BertwbError(f"{path}: no column {name!r} (has: {', '.join(map(str, columns))}){hint}; set {config_key}")
     values = []
     for row in rows:
         value = row.values.get(name)
@@ -170,7 +170,7 @@ class Sentence:
     tags: list[str] | None = None
 
 
-def read_conll(path: Path, token_column: int, tag_column: int | None, setting: str,
+def read_conll(path: Path, token_column: int, tag_column: int | None, config_key: str,
                text: str | None = None) -> list[Sentence]:
     """Sentences of a CoNLL file (``text``: its content, when the caller has read it): one token per line in
     whitespace-separated columns, a blank line between sentences, ``-DOCSTART-`` lines skipped. Every line
@@ -187,12 +187,12 @@ def read_conll(path: Path, token_column: int, tag_column: int | None, setting: s
             width = len(fields)
             needed = max(_position(token_column), _position(tag_column) if tag_column is not None else 0) + 1
             if width < needed:
-                raise BertwbError(f"{path}:{number}: {width} column(s), but {setting}.token_column/tag_column need "
+                raise BertwbError(f"{path}:{number}: {width} column(s), but {config_key}.token_column/tag_column need "
                                   f"{needed}; one token and its tag per line, separated by whitespace")
         elif len(fields) != width:
             raise BertwbError(f"{path}:{number}: {len(fields)} column(s) where the file has {width}; "
                               f"every token line needs the same columns (raw text to predict on, one input per "
-                              f"line, is {setting}.format: text)")
+                              f"line, is {config_key}.format: text)")
         if current is None:
             current = Sentence(number, [], [] if tag_column is not None else None)
             sentences.append(current)

@@ -3,7 +3,7 @@ that uses a model.
 
 `precision_rule` decides ``auto``: bf16 autocast on CUDA, and on a CPU where its flags name bf16 matrix
 instructions (AMX-BF16, AVX512-BF16) and a short matmul check at the model's shapes finds bf16 faster; fp32
-elsewhere. The choice is never part of a stage's key (``precision`` is a speed setting, ``cache=False``): a
+elsewhere. The choice is never part of a stage's key (``precision`` is a speed setting, ``in_key=False``): a
 run on an AMX machine and one on a plain machine share their keys. docs/commands.md: "Configuration", precision.
 """
 
@@ -22,19 +22,20 @@ from bertwb import ui
 from bertwb.errors import BertwbError
 
 
-def resolve_device(name: str, setting: str = "--device", local_rank: int = 0) -> torch.device:
+def resolve_device(name: str, origin: str = "--device", local_rank: int = 0) -> torch.device:
     """``auto`` is CUDA when a GPU is visible, else CPU; ``cuda`` means this rank's GPU.
 
-    ``setting`` names where the choice came from (``pretrain.device``, ``--device``) for the error.
+    ``origin`` names where the choice came from (``--set pretrain.device``, ``bertwb.yaml line 4:
+    finetune.device``, ``--device``) for the error.
     """
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise BertwbError(f"{setting} is {name} but no CUDA GPU is visible; use --device cpu")
+            raise BertwbError(f"{origin} is {name} but no CUDA GPU is visible; use --device cpu")
         return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
     if name != "cpu":
-        raise BertwbError(f"{setting} {name!r} is not a device; use auto, cpu, cuda or cuda:N")
+        raise BertwbError(f"{origin} {name!r} is not a device; use auto, cpu, cuda or cuda:N")
     return torch.device("cpu")
 
 

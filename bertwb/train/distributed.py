@@ -23,19 +23,19 @@ class Dist:
     """This process's place in the process group; every collective is a no-op when alone."""
 
     def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, device: str = "auto",
-                 setting: str = "--device"):
+                 origin: str = "--device"):
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self.device = resolve_device(device, setting, local_rank)
+        self.device = resolve_device(device, origin, local_rank)
         self.control: Any = None  # the process group for host-side agreement; None: the default (gloo) group
 
     @classmethod
-    def from_environment(cls, device: str, setting: str = "--device") -> Dist:
+    def from_environment(cls, device: str, origin: str = "--device") -> Dist:
         """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on CUDA, gloo on CPU)."""
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size == 1:
-            return cls(device=device, setting=setting)
+            return cls(device=device, origin=origin)
         rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-        dist = cls(rank, world_size, local_rank, device, setting)
+        dist = cls(rank, world_size, local_rank, device, origin)
         if dist.device.type == "cuda":
             torch.cuda.set_device(dist.device)
         backend = "nccl" if dist.device.type == "cuda" else "gloo"
@@ -101,25 +101,25 @@ class Session:
         self.dist = dist
 
     @classmethod
-    def of(cls, runtime: Any, device: str, setting: str) -> Session:
+    def of(cls, runtime: Any, device: str, origin: str) -> Session:
         """The session a stage was launched with, or a single process's when it runs inside `bertwb run`."""
         if isinstance(runtime, Session):
             return runtime
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise BertwbError("under torchrun only the training commands run (`bertwb pretrain`, "
                               "`bertwb finetune`); build their data first with `bertwb run --until ...`")
-        return cls(Dist(device=device, setting=setting))
+        return cls(Dist(device=device, origin=origin))
 
     def send_plan(self, plan: Any) -> None:
         """Every rank trains with ``plan`` (rank 0 calls this when a stage starts training)."""
         self.dist.broadcast(plan)
 
 
-def launch(run_stages: Callable[[Session], Any], follow: Callable[[Any, Dist], None], device: str,
-           setting: str) -> Any:
+def launch(run_stages: Callable[[Session], Any], train_received_plan: Callable[[Any, Dist], None], device: str,
+           origin: str) -> Any:
     """Run training stages on every rank: ``run_stages(session)`` (the engine) on rank 0, whose result is
-    returned; ``follow(plan, dist)`` (training only) on the others, for every plan rank 0 sends."""
-    dist = Dist.from_environment(device, setting)
+    returned; ``train_received_plan(plan, dist)`` on the others, for every plan rank 0 sends."""
+    dist = Dist.from_environment(device, origin)
     try:
         if dist.rank == 0:
             try:
@@ -127,7 +127,7 @@ def launch(run_stages: Callable[[Session], Any], follow: Callable[[Any, Dist], N
             finally:
                 dist.broadcast(None)  # no more plans: the other ranks stop waiting
         while (plan := dist.broadcast(None)) is not None:
-            follow(plan, dist)
+            train_received_plan(plan, dist)
         return None
     finally:
         dist.close()

@@ -58,13 +58,13 @@ def checkpoint_dir(cfg: Config, ws: Workspace, choice: str | None, current_run: 
                       "--checkpoint DIR (a checkpoint, an export or a Hugging Face model folder)" + hint)
 
 
-def start_dir(cfg: Config, ws: Workspace, choice: str, setting: str) -> Path:
+def start_dir(cfg: Config, ws: Workspace, choice: str, origin: str) -> Path:
     """The model directory a fine-tuning starts from: ``pretrain`` (this workspace's pre-trained model)
-    or a path; ``setting`` names the key that chose it."""
+    or a path; ``origin`` names where the key that chose it was given."""
     if choice != "pretrain":
         return user_path(cfg, choice)
     if not ws.has_run("pretrain"):
-        raise BertwbError(f"{setting} is pretrain, but pretrain has not run in {ws.root}; "
+        raise BertwbError(f"{origin} is pretrain, but pretrain has not run in {ws.root}; "
                           "run `bertwb pretrain`, or set init_from to a model directory")
     return ws.stage_dir("pretrain")
 

@@ -55,18 +55,19 @@ class ClassifyTask:
     settings_class = ClassifySettings
     model_kind = "sequence_classification"
 
-    def __init__(self, settings: ClassifySettings, setting: str, recorded: dict[str, Any]):
-        self.settings, self.setting = settings, setting
+    def __init__(self, settings: ClassifySettings, config_key: str, recorded: dict[str, Any]):
+        self.settings, self.config_key = settings, config_key
         self.main_metric = "pearson" if settings.regression else "accuracy"
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:
-        settings, setting = self.settings, self.setting
-        columns, rows = read_table(path, format_of(path, settings.format, ("csv", "tsv", "jsonl", "parquet"), setting))
-        texts = column(rows, columns, settings.text_column, path, f"{setting}.text_column")
-        pairs = column(rows, columns, settings.text_pair_column, path, f"{setting}.text_pair_column") \
+        settings, config_key = self.settings, self.config_key
+        columns, rows = read_table(path, format_of(path, settings.format, ("csv", "tsv", "jsonl", "parquet"),
+                                                   config_key))
+        texts = column(rows, columns, settings.text_column, path, f"{config_key}.text_column")
+        pairs = column(rows, columns, settings.text_pair_column, path, f"{config_key}.text_pair_column") \
             if settings.text_pair_column else [None] * len(rows)
         has_labels = labelled or settings.label_column in columns
-        labels = column(rows, columns, settings.label_column, path, f"{setting}.label_column") if has_labels \
+        labels = column(rows, columns, settings.label_column, path, f"{config_key}.label_column") if has_labels \
             else [None] * len(rows)
         examples = []
         for row, text, pair, label in zip(rows, texts, pairs, labels, strict=True):
@@ -81,7 +82,7 @@ class ClassifyTask:
         except (TypeError, ValueError):
             number = float("nan")
         if isinstance(value, bool) or not np.isfinite(number):
-            raise BertwbError(f"{path}:{line}: label {value!r} is not a number; {self.setting}.regression needs "
+            raise BertwbError(f"{path}:{line}: label {value!r} is not a number; {self.config_key}.regression needs "
                               "numeric labels (or set it to false)")
         return number
 
@@ -93,7 +94,7 @@ class ClassifyTask:
             names.sort(key=int)
         if len(names) < 2:
             raise BertwbError(f"{path}: every example has the label {names[0]!r}; a classifier needs at least two "
-                              f"labels (or set {self.setting}.regression for numbers)")
+                              f"labels (or set {self.config_key}.regression for numbers)")
         return names
 
     def check_labels(self, examples: list[Example], label_names: list[str] | None, path: Path) -> None:

@@ -72,15 +72,15 @@ class QATask:
     model_kind = "question_answering"
     main_metric = "f1"
 
-    def __init__(self, settings: QASettings, setting: str, recorded: dict[str, Any]):
-        self.settings, self.setting = settings, setting
+    def __init__(self, settings: QASettings, config_key: str, recorded: dict[str, Any]):
+        self.settings, self.config_key = settings, config_key
         self.version_2 = bool(recorded.get("version_2", False))
         # A model folder without bertwb's record (a Hugging Face export, a model trained elsewhere) says nothing
         # of its SQuAD version: the input's own declaration decides, so v2.0 data is decoded with null answers.
         self.version_unknown = "version_2" not in recorded
 
     def read(self, path: Path, labelled: bool = True) -> list[Question]:
-        format_of(path, self.settings.format, ("squad",), self.setting)
+        format_of(path, self.settings.format, ("squad",), self.config_key)
         questions = read_squad(path, require_answers=labelled)
         if self.version_unknown and not self.version_2 and declares_v2(questions):
             self.version_2 = True
@@ -107,7 +107,7 @@ class QATask:
             query = question.ids[:settings.max_query_length]
             room = settings.max_seq_length - len(query) - 3
             if room < 1:
-                raise BertwbError(f"{self.setting}.max_query_length {settings.max_query_length} leaves no room for "
+                raise BertwbError(f"{self.config_key}.max_query_length {settings.max_query_length} leaves no room for "
                                   f"context in max_seq_length {settings.max_seq_length}; lower one or raise the other")
             answer = _token_span(example, context.offsets)
             for first in _window_starts(len(context.ids), room, settings.doc_stride, settings.max_answer_length):

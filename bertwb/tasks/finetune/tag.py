@@ -57,19 +57,19 @@ class TagTask:
     model_kind = "token_classification"
     main_metric = "f1"
 
-    def __init__(self, settings: TagSettings, setting: str, recorded: dict[str, Any]):
-        self.settings, self.setting = settings, setting
+    def __init__(self, settings: TagSettings, config_key: str, recorded: dict[str, Any]):
+        self.settings, self.config_key = settings, config_key
 
     word_labels = False  # predict --words: rows on raw text also give each word with its tag and score
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:
         """Training (``labelled``): CoNLL sentences with their tags. Predicting: CoNLL sentences, with their
         tags as gold when the file has a tag column, or raw text lines (``format: text``, or what auto finds)."""
-        settings, setting = self.settings, self.setting
+        settings, config_key = self.settings, self.config_key
         suffix = path.suffix.lower()
         if settings.format == "auto" and suffix in _OTHER_FORMATS:
             raise FormatError(f"{path}: a {_OTHER_FORMATS[suffix]} file, which a tag task does not read; give CoNLL "
-                              f"(or raw text to predict on), or set {setting}.format if the extension misleads")
+                              f"(or raw text to predict on), or set {config_key}.format if the extension misleads")
         text = read_text(path)
         fmt, why = settings.format, ""
         if fmt == "auto":
@@ -78,10 +78,10 @@ class TagTask:
             if labelled:
                 raise FormatError(f"{path}: not CoNLL ({why or 'format: text'}); a tag task trains on one token and "
                                   f"its tag per line, a blank line between sentences; fix the file, or set "
-                                  f"{setting}.format: conll to read it as CoNLL")
+                                  f"{config_key}.format: conll to read it as CoNLL")
             return [Example(number, None, None, text=line) for number, line in numbered_lines(text)]
         tag_column = settings.tag_column if labelled or _has_tags(text, settings.tag_column) else None
-        sentences = read_conll(path, settings.token_column, tag_column, setting, text)
+        sentences = read_conll(path, settings.token_column, tag_column, config_key, text)
         return [Example(sentence.line, sentence.words, sentence.tags) for sentence in sentences]
 
     def label_names(self, train: list[Example], path: Path) -> list[str]:
@@ -90,7 +90,7 @@ class TagTask:
                 if not _BIO.fullmatch(tag):
                     scheme = " (BIOES/BILOU: convert it to BIO)" if _ANY_TAG.fullmatch(tag) else ""
                     raise BertwbError(f"{path}:{example.line + offset}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE)"
-                                      f"{scheme}; check {self.setting}.tag_column")
+                                      f"{scheme}; check {self.config_key}.tag_column")
         _warn_if_iob1(train, path)
         return sorted({tag for example in train for tag in example.tags})
 

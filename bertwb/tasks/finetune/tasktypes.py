@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 
 class TaskType(Protocol):
-    """What a task type provides. It is made with the task's settings, their dotted name for messages
-    (``finetune.tasks.sst``) and what training recorded about its data (`recorded`, empty when training).
+    """What a task type provides. It is made with the task's settings, their dotted key in the config for
+    messages (``config_key``: ``finetune.tasks.sst``) and what training recorded about its data (`recorded`,
+    empty when training).
 
     Examples are whatever the type reads; a feature is one model input (`Features`), and an example
     has one or more. Training reads, featurizes and scores; predicting reads (a file or stdin lines),
@@ -38,7 +39,7 @@ class TaskType(Protocol):
     model_kind: str  # a key of bertwb.model.heads.MODEL_KINDS: the head, and with it the loss
     main_metric: str  # the dev metric that picks the best checkpoint (higher is better)
 
-    def __init__(self, settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any]) -> None: ...
+    def __init__(self, settings: FinetuneTaskConfig, config_key: str, recorded: dict[str, Any]) -> None: ...
 
     def read(self, path: Path, labelled: bool = True) -> list[Any]:
         """The examples of a file in the task's format; ``labelled=False`` when labels are optional."""
@@ -83,13 +84,13 @@ TASK_TYPES: dict[str, type[TaskType]] = {
 }
 
 
-def task_type(settings: FinetuneTaskConfig, setting: str, recorded: dict[str, Any] | None = None) -> TaskType:
+def task_type(settings: FinetuneTaskConfig, config_key: str, recorded: dict[str, Any] | None = None) -> TaskType:
     """The task type a task's ``type`` names, set up with its settings (and what training recorded about its data,
     ``TaskType.recorded``, when predicting)."""
     if settings.type is None:
         *others, last = TASK_TYPES
-        raise BertwbError(f"{setting}.type is not set; give {', '.join(others)} or {last}")
-    return TASK_TYPES[settings.type](settings, setting, recorded or {})
+        raise BertwbError(f"{config_key}.type is not set; give {', '.join(others)} or {last}")
+    return TASK_TYPES[settings.type](settings, config_key, recorded or {})
 
 
 def settings_class(type_name: str | None) -> type[FinetuneTaskConfig]:

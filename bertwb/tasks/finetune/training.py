@@ -69,15 +69,15 @@ class _Data:
 def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = None) -> dict[str, Any]:
     """Fine-tune the task from its starting model to the requested step; rank 0 writes ``out_dir``."""
     started = time.perf_counter()
-    setting = f"finetune.tasks.{plan.task}"
+    config_key = f"finetune.tasks.{plan.task}"
     settings = cfg.finetune.tasks[plan.task]
-    task = task_type(settings, setting)
+    task = task_type(settings, config_key)
     check_paths(cfg, plan.task)
     source = modeldir.open_model_dir(Path(plan.model_dir))
     tokenizer = modeldir.load_tokenizer(source, folder=Path(plan.tokenizer_dir))
-    modeldir.check_length(source, settings.max_seq_length, str(cfg.origin(f"{setting}.max_seq_length")))
-    layers = _feature_layers(cfg, settings, setting, source.config.num_layers)
-    data = _read_data(cfg, task, settings, setting, tokenizer, dist)
+    modeldir.check_length(source, settings.max_seq_length, str(cfg.origin(f"{config_key}.max_seq_length")))
+    layers = _feature_layers(cfg, settings, config_key, source.config.num_layers)
+    data = _read_data(cfg, task, settings, config_key, tokenizer, dist)
     trainer = _fit(plan, settings, task, source, data, dist, layers)
     final = _kept_weights(trainer, plan, dist)
     results = {name: score_split(trainer.objective, trainer.model, part.batches, part.examples, part.features,
@@ -106,22 +106,22 @@ def train(cfg: Config, plan: FinetunePlan, dist: Dist, out_dir: Path | None = No
 def check_paths(cfg: Config, task: str) -> None:
     """One line naming the key when a task's train, dev or test file is missing or a folder, before
     anything is read (the readers name only the file)."""
-    setting = f"finetune.tasks.{task}"
+    config_key = f"finetune.tasks.{task}"
     settings = cfg.finetune.tasks[task]
     for role in ("train", "dev", "test"):
         value = getattr(settings, role)
         path = cfg.resolve(value) if value else None
         if path is not None and not path.is_file():
             what = "is a folder, not a file" if path.is_dir() else "no such file"
-            raise BertwbError(f"{setting}.{role}: {path}: {what}; give the task's {role} file "
+            raise BertwbError(f"{config_key}.{role}: {path}: {what}; give the task's {role} file "
                               f"({'CSV, TSV, JSONL, Parquet, CoNLL or SQuAD JSON'})")
 
 
-def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, setting: str, tokenizer: Any,
+def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, config_key: str, tokenizer: Any,
                dist: Dist) -> _Data:
     """The train, dev and test splits as features and batches; the labels come from the train split."""
     if not settings.train:
-        raise BertwbError(f"{setting}.train is not set; give the task's training file")
+        raise BertwbError(f"{config_key}.train is not set; give the task's training file")
     train_examples = task.read(cfg.resolve(settings.train))
     label_names = task.label_names(train_examples, cfg.resolve(settings.train))
     pad_multiple = 8 if dist.device.type == "cuda" else 1
@@ -134,28 +134,28 @@ def _read_data(cfg: Config, task: TaskType, settings: FinetuneTaskConfig, settin
         batches = Batches(TaskExamples(features), settings.batch_size, settings.seed,
                           bucket_batches=settings.bucket_batches, world_size=dist.world_size, rank=dist.rank,
                           pad_multiple=pad_multiple, drop_last=drop_last,
-                          origin=lambda name: cfg.origin(f"{setting}.{name}"), **training)
+                          origin=lambda name: cfg.origin(f"{config_key}.{name}"), **training)
         return _Split(examples, features, batches)
 
     training = split(settings.train, drop_last=True)
     if training.batches.steps_per_epoch == 0:
-        raise BertwbError(f"{cfg.origin(f'{setting}.batch_size')} {settings.batch_size} is more than the "
+        raise BertwbError(f"{cfg.origin(f'{config_key}.batch_size')} {settings.batch_size} is more than the "
                           f"{len(training.features)} training features of {settings.train}; lower it")
     dev = split(settings.dev, drop_last=False) if settings.dev else None
     test = split(settings.test, drop_last=False) if settings.test else None
     return _Data(label_names, training, dev, test)
 
 
-def _feature_layers(cfg: Config, settings: FinetuneTaskConfig, setting: str, num_layers: int) -> tuple[int, ...]:
+def _feature_layers(cfg: Config, settings: FinetuneTaskConfig, config_key: str, num_layers: int) -> tuple[int, ...]:
     """The hidden states a feature-based head reads (empty: the usual head), each one the model has, once."""
     layers = tuple(getattr(settings, "feature_layers", None) or ())
     wrong = [i for i in layers if not -(num_layers + 1) <= i <= num_layers]
     if wrong:
-        raise BertwbError(f"{cfg.origin(f'{setting}.feature_layers')} has layer {wrong[0]}, but the model it starts "
+        raise BertwbError(f"{cfg.origin(f'{config_key}.feature_layers')} has layer {wrong[0]}, but the model it starts "
                           f"from has {num_layers} layers; give -{num_layers + 1} to {num_layers} (0 is the "
                           "embeddings, -1 the last layer)")
     if len({i % (num_layers + 1) for i in layers}) != len(layers):
-        raise BertwbError(f"{cfg.origin(f'{setting}.feature_layers')} {list(layers)} names a layer twice; name "
+        raise BertwbError(f"{cfg.origin(f'{config_key}.feature_layers')} {list(layers)} names a layer twice; name "
                           "each once")
     return layers
 

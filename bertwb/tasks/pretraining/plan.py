@@ -1,7 +1,7 @@
 """What one pre-training run trains: its folders, its phase, and the config as that phase sees it.
 
 Rank 0 decides a `PretrainPlan` and sends it to every torchrun rank, so it is plain data; `phase_config`,
-`longest_phase` and `phase_setting_key` read ``pretrain.phases`` so that a phase's errors name the setting
+`longest_phase` and `phase_config_key` read ``pretrain.phases`` so that a phase's errors name the setting
 that gave them. No torch: the stage module builds plans before training loads it.
 """
 
@@ -43,7 +43,7 @@ def longest_phase(cfg: Config) -> tuple[int, str]:
     return length, f"pretrain.phases.{name}.max_seq_length" if own else "pairs.max_seq_length"
 
 
-def phase_setting_key(cfg: Config, phase: str | None, name: str) -> str:
+def phase_config_key(cfg: Config, phase: str | None, name: str) -> str:
     """Where a run's setting ``name`` is set: its phase's own, or (inherited, most likely) the pretrain section."""
     own = phase and getattr(cfg.pretrain.phases[phase], name) != getattr(cfg.pretrain, name)
     return f"pretrain.phases.{phase}.{name}" if own else f"pretrain.{name}"

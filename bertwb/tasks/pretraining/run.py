@@ -26,7 +26,7 @@ from bertwb.errors import BertwbError
 from bertwb.model.hf_names import hf_config_dict
 from bertwb.tasks.pretraining.model import build_model, model_source
 from bertwb.tasks.pretraining.objective import PretrainingObjective
-from bertwb.tasks.pretraining.plan import PretrainPlan, longest_phase, phase_config, phase_setting_key
+from bertwb.tasks.pretraining.plan import PretrainPlan, longest_phase, phase_config, phase_config_key
 from bertwb.train import checkpoint
 from bertwb.train.distributed import Dist
 from bertwb.train.runs import checkpoint_path
@@ -41,7 +41,7 @@ def train(cfg: Config, plan: PretrainPlan, dist: Dist, out_dir: Path | None = No
     """
     started = time.perf_counter()
     longest, length_key = longest_phase(cfg)  # the positions every phase needs, and the setting that asks for them
-    batch_key, warmup_key = (phase_setting_key(cfg, plan.phase, name) for name in ("batch_size", "warmup_steps"))
+    batch_key, warmup_key = (phase_config_key(cfg, plan.phase, name) for name in ("batch_size", "warmup_steps"))
     nsp = cfg.pretrain.nsp  # the pretrain section's, whatever the phase
     named = model_source(cfg)  # before a later phase's init_from (the phase before's model) replaces it
     cfg = phase_config(cfg, plan.phase, plan.init_from)
