@@ -243,12 +243,16 @@ def _complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str)
 @_config_options
 @click.argument("task", required=False, shell_complete=_complete_tasks)
 @click.option("--force", is_flag=True, help="Train from scratch even when the task is fresh or a run can resume.")
-@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set finetune.device=DEVICE; a task "
-              "that names its own device keeps it).")
+@click.option("--device", default=None, help="auto, cpu, cuda or cuda:N (--set finetune.device=DEVICE, and "
+              "finetune.tasks.NAME.device=DEVICE for a task that names its own: the command line wins).")
 def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, task: str | None, force: bool,
              device: str | None) -> None:
     """Fine-tune TASK (default: every task in finetune.tasks); resumes after Ctrl-C; works under torchrun."""
-    cfg, ws = _load(config_path, (*overrides, *_option_set("finetune.device", device)), workdir)
+    cfg, ws = _load(config_path, overrides, workdir)
+    if device is not None:  # the command line beats a task's own device too: a --set of each task that names one
+        keys = ["finetune.device", *(f"finetune.tasks.{name}.device" for name in cfg.finetune.tasks
+                                     if cfg.given(f"finetune.tasks.{name}.device"))]
+        cfg, ws = _load(config_path, (*overrides, *(item for key in keys for item in _option_set(key, device))), workdir)
     engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 

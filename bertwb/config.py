@@ -369,6 +369,11 @@ class Config:
         when the task inherited it. What an error about a value names."""
         return self.provenance.of(key)
 
+    def given(self, key: str) -> bool:
+        """Whether the value at dotted ``key`` was given for that key itself (a line of the file, or a --set), not
+        inherited from its section nor a default."""
+        return tuple(key.split(".")) in self.provenance.lines
+
     def section(self, path: str) -> Any:
         """The section at a dotted path: ``"pairs"``, or a named sub-section ``"finetune.tasks.sst"``."""
         node: Any = self

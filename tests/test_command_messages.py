@@ -203,6 +203,8 @@ finetune:
     ("device: gpu", "", [], "bertwb.yaml line 4: finetune.device 'gpu' is not a device"),  # as launched
     ("device: cpu", "device: gpu", [], "bertwb.yaml line 9: finetune.tasks.topic.device 'gpu' is not a device"),
     ("device: cpu", "", ["--device", "gpu"], "--set finetune.device 'gpu' is not a device"),  # --device is a --set
+    # the command line beats the task's own device: --device sets each task's too
+    ("", "device: cpu", ["--device", "gpu"], "--set finetune.tasks.topic.device 'gpu' is not a device"),
     ("", "init_from: pretrain", [], "bertwb.yaml line 9: finetune.tasks.topic.init_from is pretrain, but pretrain"),
 ])
 def test_a_tasks_setting_is_blamed_where_it_was_given(tmp_path: Path, section: str, task: str, args: list[str],
