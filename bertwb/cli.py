@@ -252,7 +252,8 @@ def finetune(config_path: str | None, overrides: tuple[str, ...], workdir: str |
     if device is not None:  # the command line beats a task's own device too: a --set of each task that names one
         keys = ["finetune.device", *(f"finetune.tasks.{name}.device" for name in cfg.finetune.tasks
                                      if cfg.given(f"finetune.tasks.{name}.device"))]
-        cfg, ws = _load(config_path, (*overrides, *(item for key in keys for item in _option_set(key, device))), workdir)
+        sets = tuple(item for key in keys for item in _option_set(key, device))
+        cfg, ws = _load(config_path, (*overrides, *sets), workdir)
     engine.launch(cfg, ws, f"finetune/{task}" if task else "finetune", force=force)
 
 
