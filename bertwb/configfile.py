@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import types
 import typing
@@ -32,7 +33,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
 
     ``path`` defaults to ``./bertwb.yaml`` when it exists, else the built-in defaults. ``overrides``
     are ``section.key=value`` strings (any depth: ``finetune.tasks.sst.lr=3e-5``) applied on top.
-    ``workdir`` replaces ``workspace.dir``.
+    ``workdir`` is ``--set workspace.dir=WORKDIR`` (resolved), given last.
     """
     raw: dict[str, Any] = {}
     lines: Lines = {}
@@ -45,6 +46,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
             raise BertwbError(f"{cfg_path}: config file not found; pass --config FILE or run `bertwb init`")
         raw, lines = _read_yaml(cfg_path)
     where = str(cfg_path) if cfg_path else "config"
+    if workdir is not None:  # one path into the config, with its provenance: an override like any --set
+        overrides = [*overrides, f"workspace.dir={json.dumps(str(Path(workdir).resolve()))}"]
     for item in overrides:
         _apply_override(raw, lines, item, where)
 
@@ -59,8 +62,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
             continue
         setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines,
                                           inherited=provenance.inherited))
-    if workdir is not None:
-        cfg.workspace.dir = str(Path(workdir).resolve())
     return cfg
 
 
