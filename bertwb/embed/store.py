@@ -28,6 +28,7 @@ from bertwb.workspace import Workspace
 
 VERSION = 2  # bump when the vectors change for the same model, settings and input, or the key's form does
 PREFIX = "embed"  # manifests/embed/<table>.json; the row `bertwb status` shows is embed/<table>
+SCAN_MEMORY = "64MB"  # DuckDB's cache while `similar` scans a table (`read_batches`)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -182,9 +183,12 @@ def status_rows(cfg: Config, ws: Workspace, table_bytes: dict[str, int] | None) 
 
 
 def read_batches(ws: Workspace, table: str, rows_per_batch: int) -> Iterator[pa.RecordBatch]:
-    """Table ``table``'s rows, ``rows_per_batch`` at a time, read-only."""
+    """Table ``table``'s rows, ``rows_per_batch`` at a time, read-only. DuckDB caches the blocks it reads up to its
+    memory limit, and a scan reads each block once: a small limit here keeps the cache from holding
+    ``workspace.memory_limit`` of vectors that will not be read again."""
     con = ws.connect(read_only=True)
     try:
+        con.execute(f"set memory_limit = '{SCAN_MEMORY}'")
         yield from con.sql(f'select * from "{table}"').to_arrow_reader(rows_per_batch)
     finally:
         con.close()
