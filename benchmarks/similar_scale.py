@@ -108,7 +108,7 @@ def main() -> None:
         f"{max(p for _, p in timings['small']):,.0f} MB over the small file.", ""])
     print(report)
     if not args.no_append:
-        append_report(report, f"{scan:.2f} s per query over {args.rows:,} rows ({dimension} dims)")
+        append_report(report, f"{scan:.2f} s per query over {args.rows:,} rows ({dimension} dims), peak {peak:,.0f} MB")
 
 
 def _now() -> str:

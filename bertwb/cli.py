@@ -18,6 +18,7 @@ from bertwb.compare import compare as compare_runs
 from bertwb.config import DEFAULT_CONFIG_NAME, Config
 from bertwb.configfile import load_config
 from bertwb.current import current_run_dir
+from bertwb.embed import inputs as embed_inputs
 from bertwb.embed import pooling as embed_pooling
 from bertwb.embed import writing as embed_writing
 from bertwb.embed.run import EmbedRequest, similar as search
@@ -388,6 +389,8 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=256, show_default=True,
               help="Windows per batch at most; a batch holds windows of one length and at most 8,192 tokens.")
 @click.option("--force", is_flag=True, help="With --into: embed again even when the table is fresh.")
+@click.option("--chunk-rows", type=click.IntRange(1), default=embed_inputs.CHUNK_ROWS, hidden=True,
+              help="Rows read, embedded and written at once (tests set it small).")
 def embed(config_path: str | None, overrides: tuple[str, ...], workdir: str | None, **options: Any) -> None:
     """Turn texts (INPUT_FILE or stdin lines) into vectors with any model bertwb holds: JSONL, Parquet, NumPy or a
     database table."""

@@ -4,6 +4,7 @@ exact top-k, and one-line errors. Tests needing transformers or sentence-transfo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -475,3 +476,86 @@ def test_modules_bertwb_does_not_compute_refuse_embed_but_not_import(hf_base: Pa
     imported = bertwb("import-hf", str(folder), "--out", str(tmp_path / "imported"), "--workdir", str(tmp_path / "ws"))
     assert imported.exit_code == 0 and "its sentence-transformers pooling was not kept" in imported.stderr
     assert not (tmp_path / "imported" / "modules.json").exists()
+
+
+# --- chunks: the input streamed, the output as if read whole ------------------------------------------------
+
+def _chunk_input(path: Path) -> tuple[Path, list[dict]]:
+    """JSONL rows whose columns change type past the first chunks (ints then floats, ints then words, nulls then
+    objects), some texts long enough to be split into windows, ids in no sorted order."""
+    words = "ship sail harbour wave captain anchor deck crew storm tide".split()
+    records = []
+    for i in range(23):
+        text = " ".join(words[(i + j) % len(words)] for j in range(1 + (i * 7) % 19))
+        records.append({"doc": f"d{(i * 5) % 23}", "body": text, "n": i if i < 12 else i + 0.5,
+                        "mixed": i if i < 17 else "many", "maybe": None if i < 20 else {"k": i}})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path, records
+
+
+@pytest.mark.parametrize("options, name", [
+    (("--max-length", "8"), "v.npy"),
+    (("--max-length", "8"), "v.parquet"),
+    (("--max-length", "8", "--dtype", "float16"), "v.jsonl"),
+    (("--tokens", "words", "--max-length", "8"), "v.parquet"),
+    (("--tokens", "--max-length", "8"), "v.jsonl"),
+])
+def test_a_chunked_run_writes_what_one_chunk_writes(model: Path, tmp_path: Path, options: tuple[str, ...],
+                                                    name: str):
+    """Byte for byte with one window a batch: a text's vector then never depends on which windows share its batch
+    (float32 products round by the batch's size, so with full batches a chunked run's texts that land in other
+    batches differ in the last bits, as they do between two inputs today)."""
+    table, _ = _chunk_input(tmp_path / "rows.jsonl")
+    common = (str(table), "--model", str(model), "--text-column", "body", "--id-column", "doc", *options)
+    whole, chunked = tmp_path / "whole", tmp_path / "chunked"
+    whole.mkdir(), chunked.mkdir()
+    embed(tmp_path / "ws", *common, "--batch-size", "1", "-o", str(whole / name))
+    result = embed(tmp_path / "ws", *common, "--batch-size", "1", "-o", str(chunked / name), "--chunk-rows", "4")
+    assert "of 23 texts had more than 8 tokens" in result.stderr  # split counted over all 6 chunks
+    if name.endswith(".parquet"):
+        ours, theirs = pq.read_table(chunked / name), pq.read_table(whole / name)
+        assert ours.schema == theirs.schema and ours.schema.metadata == theirs.schema.metadata
+        assert ours.equals(theirs)  # every value, vectors bit for bit
+        assert pq.ParquetFile(chunked / name).metadata.num_row_groups == 6
+        assert ours.schema.field("n").type == pa.float64() and ours.schema.field("mixed").type == pa.string()
+    else:
+        assert (chunked / name).read_bytes() == (whole / name).read_bytes()
+    if name == "v.npy":  # batched as usual: the same vectors but for the last bits
+        embed(tmp_path / "ws", *common, "-o", str(chunked / "batched.npy"), "--chunk-rows", "4")
+        assert np.abs(np.load(chunked / "batched.npy") - np.load(whole / name)).max() <= 1e-6
+
+
+def test_a_chunked_into_table_equals_one_chunk_s_and_keeps_its_key(model: Path, tmp_path: Path):
+    table, records = _chunk_input(tmp_path / "rows.jsonl")
+    common = (str(table), "--model", str(model), "--text-column", "body", "--id-column", "doc", "--max-length", "8")
+    embed(tmp_path / "ws", *common, "--into", "whole", "--batch-size", "1")
+    embed(tmp_path / "ws", *common, "--into", "chunked", "--chunk-rows", "5", "--batch-size", "1")
+    with duckdb.connect(str(tmp_path / "ws" / "bertwb.duckdb"), read_only=True) as con:
+        ours, theirs = (con.sql(f"select * from {name}").to_arrow_table() for name in ("chunked", "whole"))
+        assert con.sql("describe chunked").fetchall() == con.sql("describe whole").fetchall()
+    assert ours.equals(theirs) and ours.num_rows == 23
+    assert [row["id"] for row in ours.to_pylist()] == [r["doc"] for r in records]  # input order
+    manifests = tmp_path / "ws" / "manifests" / "embed"
+    chunked_key, whole_key = (json.loads((manifests / f"{name}.json").read_text())["key"]
+                              for name in ("chunked", "whole"))
+    assert chunked_key == whole_key
+    # The digest is still sha256 of the canonical JSON of [ids, columns] read whole: keys made before chunks hold.
+    columns = {name: [r.get(name) for r in records] for name in ("body", "n", "mixed", "maybe")}
+    canonical = json.dumps([[r["doc"] for r in records], columns], sort_keys=True, default=str, ensure_ascii=False)
+    assert json.loads((manifests / "chunked.json").read_text())["input"]["digest"] == \
+        hashlib.sha256(canonical.encode()).hexdigest()
+    assert not list((tmp_path / "ws").glob(".embed-*"))  # the rows' spool file is gone
+    again = embed(tmp_path / "ws", *common, "--into", "whole", "--chunk-rows", "3")
+    assert "embed/whole: fresh" in again.stderr  # neither the chunk nor the batch size is part of the key
+
+
+def test_ids_repeated_chunks_apart_and_bad_lines_late_in_the_input_are_one_line(model: Path, tmp_path: Path):
+    ws = str(tmp_path / "ws")
+    rows = tmp_path / "rows.csv"
+    rows.write_text("id,text\n" + "".join(f"{i},text {i}\n" for i in range(30)) + "7,again\n")
+    assert_one_line_error(bertwb("embed", str(rows), "--model", str(model), "--chunk-rows", "4", "--workdir", ws),
+                          f"{rows}:32", "id '7' is also the id of line 9")
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"".join(b"line %d\r\n" % i for i in range(40)) + b"bad \xff byte\n" + b"ok\n")
+    assert_one_line_error(bertwb("embed", str(late), "--model", str(model), "--chunk-rows", "4", "--workdir", ws),
+                          f"{late}:41", "not UTF-8 text (byte 0xff)")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from bertwb import ui
 from bertwb.embed.pooling import EmbedSettings
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -86,24 +86,25 @@ class Encoder:
         return self.bert.config.hidden_size * concat * max(len(settings.pooling), 1)
 
     @torch.inference_mode()
-    def encode(self, texts: list[str], settings: EmbedSettings, show_progress: bool = True) -> Encoded:
-        """``texts`` as vectors (see the module doc), in order."""
+    def encode(self, texts: list[str], settings: EmbedSettings, progress: Any = None) -> Encoded:
+        """``texts`` as vectors (see the module doc), in order; ``progress`` (`bertwb.ui.progress`) advances by
+        each text as its last window is done."""
         windows = self._windows(texts, settings.max_length)
         pieces = int(windows.first_piece[-1] + len(windows.ids[-1]) - 2) if windows.ids else 0
         rows = pieces if settings.tokens else len(windows.ids)
         vectors = np.zeros((rows, self.dimension(settings)), np.float32)
         lengths = np.fromiter(map(len, windows.ids), np.int64, len(windows.ids))
-        with ui.progress("embedding", total=len(lengths), unit="windows") if show_progress else nullcontext() as bar:
-            for chosen in self._batches(lengths):
-                length = int(lengths[chosen[0]])
-                states = self._token_states([windows.ids[i] for i in chosen], settings).float()  # (B, T, dim)
-                if settings.tokens:  # each window's pieces, [CLS] and [SEP] left out, to their rows
-                    rows_of = windows.first_piece[chosen][:, None] + np.arange(length - 2)  # (B, T - 2)
-                    vectors[rows_of.reshape(-1)] = states[:, 1:-1].reshape(-1, states.size(-1)).cpu().numpy()
-                else:
-                    vectors[chosen] = pool(states, None, settings.pooling).cpu().numpy()
-                if bar is not None:
-                    bar.advance(len(chosen))
+        last = np.append(windows.owner[1:] != windows.owner[:-1], True)  # (n_windows,): a text's last window
+        for chosen in self._batches(lengths):
+            length = int(lengths[chosen[0]])
+            states = self._token_states([windows.ids[i] for i in chosen], settings).float()  # (B, T, dim)
+            if settings.tokens:  # each window's pieces, [CLS] and [SEP] left out, to their rows
+                rows_of = windows.first_piece[chosen][:, None] + np.arange(length - 2)  # (B, T - 2)
+                vectors[rows_of.reshape(-1)] = states[:, 1:-1].reshape(-1, states.size(-1)).cpu().numpy()
+            else:
+                vectors[chosen] = pool(states, None, settings.pooling).cpu().numpy()
+            if progress is not None:
+                progress.advance(int(last[chosen].sum()))
         counts = np.bincount(windows.owner, minlength=len(texts))
         split = int((counts > 1).sum())
         if settings.tokens:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -16,11 +17,11 @@ import numpy as np
 from bertwb import outputs, ui
 from bertwb.config import Config
 from bertwb.embed import store
-from bertwb.embed.inputs import RESERVED, read_inputs
+from bertwb.embed.inputs import CHUNK_ROWS, RESERVED, read_inputs
 from bertwb.embed.pooling import EmbedSettings, resolve
 from bertwb.embed.search import rows_per_batch, top_k
 from bertwb.embed.source import find_model
-from bertwb.embed.writing import SETTINGS_KEY, TOKEN_COLUMNS, arrow_table, output_format, write_vectors
+from bertwb.embed.writing import SETTINGS_KEY, TOKEN_COLUMNS, VectorFile, arrow_table, output_format
 from bertwb.errors import BertwbError
 from bertwb.train import model_choice
 from bertwb.workspace import Workspace
@@ -48,11 +49,13 @@ class EmbedRequest:
     precision: str = "auto"  # fp32 | bf16 | auto: `choose_precision` decides
     batch_size: int = 256
     force: bool = False
+    chunk_rows: int = CHUNK_ROWS  # rows read, embedded and written at once (a hidden option, for tests)
 
 
 def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdout: TextIO) -> dict[str, Any]:
     """Embed the request's input and write the vectors where it says; a summary (``skipped`` when ``--into``
-    found its table fresh)."""
+    found its table fresh). The input is read, embedded and written `CHUNK_ROWS` rows at a time (texts sorted by
+    length within a chunk), so memory holds one chunk however long the input."""
     from bertwb.embed.encoder import Encoder  # noqa: PLC0415 - torch loads for this command only
     from bertwb.model import modeldir  # noqa: PLC0415
     from bertwb.train.device import choose_precision, resolve_device  # noqa: PLC0415
@@ -75,31 +78,43 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
                        modeldir.max_length(model_dir)[0], request.tokens,
                        choose_precision(request.precision, resolve_device(request.device, "--device"),
                                         model_dir.config.hidden_size, model_dir.config.intermediate_size).name)
+    digest = inputs.digest() if request.into or fmt == "parquet" else None  # a read per column: only when kept
     record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
-              "input": {"where": inputs.where, "digest": inputs.digest,
+              "input": {"where": inputs.where, "digest": digest,
                         "file": store.file_identity(str(path.resolve())) if path else None}}
-    key = store.key_of(record["model"], record["settings"], {"digest": inputs.digest})
+    key = store.key_of(record["model"], record["settings"], {"digest": digest})
     if request.into and not request.force and not request.output:
         found = store.state(cfg, ws, request.into, store.labels_of(ws), key)
         if found.state == "fresh":
             ui.stage_line(f"{store.PREFIX}/{request.into}", f"fresh ({found.reason}), skipped")
-            return {"skipped": True, "rows": len(inputs.texts)}
+            return {"skipped": True, "rows": inputs.rows}
     encoder = Encoder.load(model_dir, ws, request.device, request.batch_size)
-    encoded = encoder.encode(inputs.texts, settings)
-    if encoded.split:
-        joined = "each token's vector is its window's" if tokens else "whose vectors are averaged"
-        ui.info(f"{encoded.split:,} of {len(inputs.texts):,} texts had more than {settings.max_length} tokens: split "
-                f"into windows {joined}")
-    vectors = encoded.vectors.astype(np.float16 if settings.dtype == "float16" else np.float32)
-    record["dimension"] = int(vectors.shape[1])
-    if fmt is not None:
-        write_vectors(inputs, vectors, fmt, request.output, stdout, record, encoded.tokens)
-    summary = {"rows": len(inputs.texts), "dimension": int(vectors.shape[1]), "split": encoded.split,
-               "pooling": "+".join(settings.pooling), "normalized": settings.normalize, "format": fmt,
-               "tokens": len(vectors) if tokens else None}
-    if request.into:
-        rows = arrow_table(inputs, vectors.astype(np.float32), tokens=encoded.tokens)  # DuckDB has no half float
-        store.save(ws, request.into, rows, key, {**record, "summary": summary}, started)
+    dtype = np.float16 if settings.dtype == "float16" else np.float32
+    record["dimension"] = encoder.dimension(settings)
+    split = made = 0
+    with ExitStack() as stack:  # the file appears under its name when the block ends without error
+        file = stack.enter_context(VectorFile(fmt, request.output, stdout, record, inputs.types, inputs.rows,
+                                              record["dimension"], dtype)) if fmt is not None else None
+        spool = stack.enter_context(store.RowSpool(ws, request.into)) if request.into else None
+        with ui.progress("embedding", total=inputs.rows, unit="texts") as bar:
+            for chunk in inputs.chunks(request.chunk_rows):
+                encoded = encoder.encode(chunk.texts, settings, bar)
+                vectors = encoded.vectors.astype(dtype)
+                split, made = split + encoded.split, made + len(vectors)
+                if file is not None:
+                    file.write(chunk, vectors, encoded.tokens)
+                if spool is not None:  # DuckDB has no half float
+                    spool.write(arrow_table(chunk, vectors.astype(np.float32), tokens=encoded.tokens,
+                                            types=inputs.types))
+        if split:
+            joined = "each token's vector is its window's" if tokens else "whose vectors are averaged"
+            ui.info(f"{split:,} of {inputs.rows:,} texts had more than {settings.max_length} tokens: split "
+                    f"into windows {joined}")
+        summary = {"rows": inputs.rows, "dimension": record["dimension"], "split": split,
+                   "pooling": "+".join(settings.pooling), "normalized": settings.normalize, "format": fmt,
+                   "tokens": made if tokens else None}
+        if spool is not None:
+            store.save(ws, request.into, spool, key, {**record, "summary": summary}, started)
     return {"skipped": False, **summary}
 
 
@@ -119,7 +134,7 @@ def similar(cfg: Config, ws: Workspace, query: str, where: str, k: int, model: s
                           "text; search vectors made without --tokens")
     source = find_model(cfg, ws, model or record["model"]["choice"])
     encoder = Encoder.load(modeldir.open_model_dir(source.folder, "--model"), ws, device)
-    vector = encoder.encode([query], settings, show_progress=False).vectors[0]
+    vector = encoder.encode([query], settings).vectors[0]
     return top_k(vector, batches(rows_per_batch(len(vector))), k, where)
 
 
@@ -130,7 +145,7 @@ def _stored(cfg: Config, ws: Workspace, where: str) -> tuple[dict[str, Any], Any
         import pyarrow.parquet as pq  # noqa: PLC0415
 
         try:
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering reads every row group before the first batch
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for files that are not Parquet
             raise BertwbError(f"--in {where}: not a Parquet file ({str(exc).splitlines()[0]}); give a table or a file "
                               "that `bertwb embed --format parquet` wrote") from None

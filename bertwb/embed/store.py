@@ -3,7 +3,8 @@
 A table's key hashes the model's identity, the settings and the input's digest; ``manifests/embed/T.json``
 holds it with the build id the table's comment carries, written after the table is swapped in. A table is
 fresh while both agree, its model still resolves to the same files and its input file is unchanged;
-``bertwb status`` lists every table so (`status_rows`). `read_batches` streams a table's rows in bounded batches.
+``bertwb status`` lists every table so (`status_rows`). Rows wait in a `RowSpool` file while they are made;
+`read_batches` streams a table's rows in bounded batches.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import duckdb
@@ -28,6 +31,7 @@ from bertwb.workspace import Workspace
 
 VERSION = 2  # bump when the vectors change for the same model, settings and input, or the key's form does
 PREFIX = "embed"  # manifests/embed/<table>.json; the row `bertwb status` shows is embed/<table>
+SCAN_MEMORY = "64MB"  # DuckDB's cache while `similar` scans a table (`read_batches`)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -116,14 +120,53 @@ def file_identity(path: str) -> dict[str, Any]:
     return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
 
 
-def save(ws: Workspace, table: str, rows: pa.Table, key: str, record: dict[str, Any], started: float) -> str:
-    """Make ``rows`` table ``table``: built as ``table__new``, swapped in and labelled in one transaction, then
-    the manifest written; the build id. A crash leaves the old table or a stale one, never a fresh half."""
+class RowSpool:
+    """``--into``'s rows while they are made, chunk by chunk: an Arrow stream file in the workspace, with the very
+    types the table gets (`save` loads it at the end, in one short locked step). Not inserted into the database
+    chunk by chunk: DuckDB lets one process write its file, and the workspace lock fails rather than waits, so a
+    run of hours would either lock every other command out of the database for its length or fail mid-way when
+    another held it. The file goes when the block ends."""
+
+    def __init__(self, ws: Workspace, table: str):
+        ws.root.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{PREFIX}-{table}.tmp-{os.getpid()}-", suffix=".arrows", dir=ws.root)
+        os.close(handle)
+        self.path, self.rows = Path(name), 0
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._sink = pa.OSFile(str(self.path), "wb")
+
+    def __enter__(self) -> RowSpool:
+        return self
+
+    def write(self, rows: pa.Table) -> None:
+        if self._writer is None:
+            self._writer = pa.ipc.new_stream(self._sink, rows.schema)
+        self._writer.write_table(rows)
+        self.rows += rows.num_rows
+
+    def reader(self) -> pa.RecordBatchReader:
+        """Every row written, read back a batch at a time (never mapped whole into memory)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._sink.close()
+        return pa.ipc.open_stream(pa.OSFile(str(self.path)))
+
+    def __exit__(self, *_: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._sink.close()
+        self.path.unlink(missing_ok=True)
+
+
+def save(ws: Workspace, table: str, spool: RowSpool, key: str, record: dict[str, Any], started: float) -> str:
+    """Make ``spool``'s rows table ``table``: built as ``table__new``, swapped in and labelled in one transaction,
+    then the manifest written; the build id. A crash leaves the old table or a stale one, never a fresh half."""
     build = time.strftime("%Y%m%dT%H%M%S", time.localtime(started)) + "-" + secrets.token_hex(4)
     with ws.lock(f"bertwb embed --into {table}"):
         con = ws.connect()
         try:
-            con.register("embed_rows", rows)
+            con.register("embed_rows", spool.reader())  # streamed: DuckDB reads a batch at a time
             con.execute(f'create or replace table "{table}__new" as select * from embed_rows')
             con.unregister("embed_rows")
             con.execute("begin transaction")
@@ -145,7 +188,7 @@ def save(ws: Workspace, table: str, rows: pa.Table, key: str, record: dict[str, 
         finished = time.time()
         ws.write_manifest(f"{PREFIX}/{table}", {
             "format": commit.MANIFEST_FORMAT, "stage": f"{PREFIX}/{table}", "version": VERSION, "key": key,
-            "build": build, **record, "outputs": {"tables": {table: rows.num_rows}},
+            "build": build, **record, "outputs": {"tables": {table: spool.rows}},
             "started_at": _iso(started), "finished_at": _iso(finished), "duration_s": round(finished - started, 3)})
     return build
 
@@ -182,9 +225,12 @@ def status_rows(cfg: Config, ws: Workspace, table_bytes: dict[str, int] | None) 
 
 
 def read_batches(ws: Workspace, table: str, rows_per_batch: int) -> Iterator[pa.RecordBatch]:
-    """Table ``table``'s rows, ``rows_per_batch`` at a time, read-only."""
+    """Table ``table``'s rows, ``rows_per_batch`` at a time, read-only. DuckDB caches the blocks it reads up to its
+    memory limit, and a scan reads each block once: a small limit here keeps the cache from holding
+    ``workspace.memory_limit`` of vectors that will not be read again."""
     con = ws.connect(read_only=True)
     try:
+        con.execute(f"set memory_limit = '{SCAN_MEMORY}'")
         yield from con.sql(f'select * from "{table}"').to_arrow_reader(rows_per_batch)
     finally:
         con.close()
