@@ -145,7 +145,8 @@ def _stored(cfg: Config, ws: Workspace, where: str) -> tuple[dict[str, Any], Any
         import pyarrow.parquet as pq  # noqa: PLC0415
 
         try:
-            parquet = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering reads every row group before the first batch
+            # pre-buffering reads every row group before the first batch: the whole file in memory
+            parquet = pq.ParquetFile(path, pre_buffer=False)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for files that are not Parquet
             raise BertwbError(f"--in {where}: not a Parquet file ({str(exc).splitlines()[0]}); give a table or a file "
                               "that `bertwb embed --format parquet` wrote") from None
