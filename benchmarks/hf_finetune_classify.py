@@ -2,7 +2,7 @@
 labelled CSV and predict a second one, as a user writes it from the transformers docs.
 
 Usage: ``python benchmarks/hf_finetune_classify.py MODEL TRAIN.csv DEV.csv OUT.jsonl [--epochs 2]
-[--batch 32] [--lr 5e-5] [--max-seq-length 128] [--warmup-fraction 0.1] [--seed 1234]``
+[--batch 32] [--lr 5e-5] [--max-seq-length 128] [--warmup-fraction 0.1] [--seed 1234] [--precision fp32|bf16]``
 
 * ``BertTokenizerFast`` and ``BertForSequenceClassification.from_pretrained(MODEL, num_labels=...)``
   (a new head on the published encoder, sdpa attention);
@@ -11,7 +11,10 @@ Usage: ``python benchmarks/hf_finetune_classify.py MODEL TRAIN.csv DEV.csv OUT.j
 * ``torch.optim.AdamW`` (weight decay 0.01, not on biases and LayerNorms), linear warm-up over
   ``--warmup-fraction`` of the steps then linear decay (``get_linear_schedule_with_warmup``), gradient
   clipping to 1.0, the model's own loss;
-* then the dev texts in batches of 64, one JSON line per text: ``{"label": ..., "score": ...}``.
+* then the dev texts in batches of 64, one JSON line per text: ``{"label": ..., "score": ...}``;
+* ``--precision bf16``: the forward and its loss, in training and in prediction, under
+  ``torch.autocast("cpu", dtype=torch.bfloat16)`` as the PyTorch docs show it (the backward follows the
+  forward's dtypes, the weights and AdamW's state stay fp32); the logits are made fp32 before the softmax.
 
 The CSVs have ``text`` and ``label`` columns. Prints one JSON line of phase timings at the end.
 """
@@ -45,6 +48,7 @@ def main() -> None:
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--warmup-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
     started = time.perf_counter()
     import transformers
@@ -77,7 +81,8 @@ def main() -> None:
             rows = order[step * args.batch:(step + 1) * args.batch]
             batch = collator([{"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
                                "attention_mask": encoded["attention_mask"][i]} for i in rows])
-            loss = model(**batch, labels=torch.tensor([targets[i] for i in rows])).loss
+            with autocast(args.precision):
+                loss = model(**batch, labels=torch.tensor([targets[i] for i in rows])).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -91,12 +96,19 @@ def main() -> None:
         for start in range(0, len(dev_texts), 64):
             batch = tokenizer(dev_texts[start:start + 64], truncation=True, max_length=args.max_seq_length,
                               padding=True, return_tensors="pt")
-            probs = model(**batch).logits.softmax(-1)
+            with autocast(args.precision):
+                logits = model(**batch).logits
+            probs = logits.float().softmax(-1)
             for score, index in zip(*probs.max(-1), strict=True):
                 out.write(json.dumps({"label": names[int(index)], "score": round(float(score), 6)}) + "\n")
     done = time.perf_counter()
     print(json.dumps({"load_s": round(loaded - started, 3), "train_s": round(trained - loaded, 3),
-                      "predict_s": round(done - trained, 3), "steps": total}))
+                      "predict_s": round(done - trained, 3), "steps": total, "precision": args.precision}))
+
+
+def autocast(precision: str):
+    """bf16 autocast on the CPU for ``bf16``, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 if __name__ == "__main__":

@@ -64,9 +64,10 @@ def test_the_gpu_benchmark_says_it_needs_a_gpu_when_none_is_visible():
     assert "needs a CUDA GPU and none is visible" in result.stderr
 
 
-def test_the_published_model_benchmark_runs_both_sides_as_whole_commands(tmp_path):
+def test_the_published_model_benchmark_runs_both_sides_as_whole_commands_in_bf16(tmp_path):
     """benchmarks/finetune_published.py on a tiny published-style model (its tokenizer padding to 12) and a
-    few snippets in VADER's format: both sides train, predict every dev snippet and are scored."""
+    few snippets in VADER's format, ``--precision bf16``: both sides train under bf16 autocast (each says so, or
+    the run stops), predict every dev snippet and are scored, in a row of their own."""
     transformers = pytest.importorskip("transformers")
     from publishedkit import tiny_published_model
 
@@ -77,18 +78,67 @@ def test_the_published_model_benchmark_runs_both_sides_as_whole_commands(tmp_pat
     (tmp_path / "snippets.txt").write_text("\n".join(lines) + "\n")
     before = benchmark_records()
     script = str(REPO / "benchmarks" / "finetune_published.py")
-    options = ["--dev-examples", "8", "--epochs", "1", "--batch", "8", "--max-seq-length", "32", "--threads", "1"]
+    options = ["--dev-examples", "8", "--epochs", "1", "--batch", "8", "--max-seq-length", "32", "--threads", "1",
+               "--precision", "bf16"]
     data = ["--model", str(tmp_path / "model"), "--data", str(tmp_path / "snippets.txt")]
     result = subprocess.run([PYTHON, script, *data, *options, "--no-append"], cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and not line.startswith("| |")]
-    assert [row.split(" | ")[0] for row in rows] == ["| bertwb (import-hf + finetune + predict)",
-                                                     "| transformers script"], result.stdout
+    assert [row.split(" | ")[:2] for row in rows] == [["| bertwb (import-hf + finetune + predict)", "bf16"],
+                                                      ["| transformers script", "bf16"]], result.stdout
     for row in rows:
-        assert float(row.split(" | ")[1]) > 0 and row.endswith("% |")
-    assert "(4 and 4 steps)" in result.stdout  # 32 training snippets in batches of 8, on both sides
+        cells = row.strip("| ").split(" | ")
+        assert float(cells[2]) > 0 and 0 <= float(cells[4].split(" ± ")[0]) <= 100, row
+    assert re.search(r"\| \*\*\d+\.\d\d×\*\* \|", rows[0]) and cells[3] == "—", rows  # speed-up on bertwb's row
+    assert "(4 steps)" in result.stdout  # 32 training snippets in batches of 8, on both sides
+    heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
+    assert heading.startswith("## Fine-tuning a published model, CPU, bf16 — "), heading
     assert benchmark_records() == before  # --no-append
+
+
+def test_the_published_model_benchmark_reports_each_seed_and_bf16_against_fp32():
+    """finetune_published.py's report for ``--precision both --seeds 3`` from made-up rounds (no training): a
+    row per side and precision with each seed's accuracy, mean ± sd and the speed-up in its own precision;
+    bf16's gap to fp32 judged against the seeds' noise; a busy machine's times disowned; each round's
+    commands carry its seed and precision to both sides."""
+    import argparse
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import finetune_published as bench
+
+    args = argparse.Namespace(epochs=2, batch=32, lr=1e-4, max_seq_length=64, dev_examples=100, train_examples=None,
+                              precision="both", seeds=3, threads=2)
+    config = yaml.safe_load(bench.bertwb_config(args, Path("t.csv"), Path("imported"), 1236, "bf16"))["finetune"]
+    assert config["seed"] == 1236 and config["tasks"]["sentiment"]["precision"] == "bf16"
+    command = " ".join(bench.transformers_command(args, Path("m"), Path("t"), Path("d"), Path("o"), 1236, "bf16"))
+    assert "--seed 1236 --precision bf16" in command
+
+    def rounds(accuracies, seconds):
+        return [{"accuracy": a, "seed": 1234 + i, "steps": 124, "seconds": {"finetune": s, "predict": 1.0},
+                 "phases": {"load_s": 1.0, "train_s": s, "predict_s": 1.0}} for i, (a, s) in enumerate(
+                zip(accuracies, seconds, strict=True))]
+
+    results = {("bertwb", "fp32"): rounds([0.84, 0.85, 0.86], [50, 40, 60]),
+               ("transformers", "fp32"): rounds([0.82, 0.83, 0.84], [90, 80, 100]),
+               ("bertwb", "bf16"): rounds([0.85, 0.85, 0.86], [20, 30, 25]),
+               ("transformers", "bf16"): rounds([0.70, 0.71, 0.72], [60, 61, 62])}
+    report = bench.make_report(args, Path("m"), 2000, results, load=9.0)
+    rows = {tuple(line.split(" | ")[:2]): line.split(" | ") for line in report.splitlines()
+            if line.startswith(("| bertwb", "| transformers"))}
+    assert list(rows) == [("| bertwb (import-hf + finetune + predict)", "fp32"), ("| transformers script", "fp32"),
+                          ("| bertwb (import-hf + finetune + predict)", "bf16"), ("| transformers script", "bf16")]
+    ours_fp32, ours_bf16, theirs_bf16 = (rows[key] for key in list(rows)[::2] + [list(rows)[3]])
+    assert ours_fp32[2:6] == ["51.0", "**1.78×**", "85.00 ± 1.00", "84.00, 85.00, 86.00"]  # medians 51 and 91 s
+    assert ours_bf16[2:4] == ["26.0", "**2.38×**"]  # 62 / 26: against transformers in bf16, not fp32
+    assert ours_bf16[6].startswith("+0.33 (within noise") and ours_fp32[6] == "— |"
+    assert theirs_bf16[6].startswith("-12.00 (outside noise"), theirs_bf16
+    assert "the times and speed-ups are contended and do not count" in report
+    assert "contended" not in bench.make_report(args, Path("m"), 2000, results, load=0.0)
+    assert bench.headline(args, results).startswith("bertwb dev bf16 **85.3 ± 0.6** vs fp32 85.0 ± 1.0 (3 seeds)")
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
