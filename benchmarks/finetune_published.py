@@ -346,7 +346,7 @@ def make_report(args, model: Path, n_train: int, results: dict[tuple[str, str], 
 
 Script: `python benchmarks/finetune_published.py {options}`.
 Machine: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}, transformers {transformers.__version__},
-{args.threads} threads, load average before the run {load:.1f}.
+{args.threads} thread{"s" if args.threads != 1 else ""}, load average before the run {load:.1f}.
 CPU flags: {", ".join(cpu_matrix_flags()) or "none of the matrix ones"}.
 Model: {model.name if model.name != 'model' else model.parent.name} ({model}). Data: VADER movie-review snippets,
 {n_train:,} train / {args.dev_examples:,} dev, positive vs negative; {args.epochs} epochs of batch {args.batch}
