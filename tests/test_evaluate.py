@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from bertwb.model import modeldir
-from conftest import BuiltProject, Project, ProjectBuilds, assert_one_line_error, make_documents, pretrain_config, write_bert_format
+from conftest import (BuiltProject, Project, ProjectBuilds, assert_one_line_error, make_documents, pretrain_config,
+                      write_bert_format)
 
 CONFIG = pretrain_config(ingest={"valid_fraction": 0.15}, pretrain={
     "lr": 2.0e-3, "log_every": 4, "eval_batches": 0, "keep_checkpoints": 3})

@@ -34,8 +34,8 @@ from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
 from bertwb.train.runs import list_checkpoints
 from bertwb.train.trainer import Trainer
-from conftest import (PYTHON, REPO, SAMPLE_CORPUS, BuiltProject, Project, interrupt_at, make_documents, pretrain_config, run_metrics,
-                      stand_in_pairs, write_bert_format)
+from conftest import (PYTHON, REPO, SAMPLE_CORPUS, BuiltProject, Project, interrupt_at, make_documents, pretrain_config,
+                      run_metrics, stand_in_pairs, write_bert_format)
 
 # --- batching on an in-memory split ---------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from bertwb.cli import cli
 from bertwb.configfile import load_config
 from bertwb.recipes import RECIPES
-from conftest import REPO, BuiltProject, FakeClock, Project, assert_one_line_error, make_documents, run_metrics, write_bert_format
+from conftest import (REPO, BuiltProject, FakeClock, Project, assert_one_line_error, make_documents, run_metrics,
+                      write_bert_format)
 
 
 def _init(*args: str):
