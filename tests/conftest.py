@@ -11,7 +11,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import duckdb
 import numpy as np
@@ -162,8 +162,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
-    """A project with 120 small documents in corpus/a.txt and a config for a 256-token vocab."""
+def project(tmp_path: Path, request: pytest.FixtureRequest) -> Project:
+    """A project with 120 small documents in corpus/a.txt and a config for a 256-token vocab. A test marked
+    ``@pytest.mark.built("vocab")`` gets it built through that stage: a copy of the session's one build, laid
+    out in ``tmp_path`` as an unbuilt one is."""
+    marker = request.node.get_closest_marker("built")
+    if marker is not None:
+        builds = request.getfixturevalue("project_builds")
+        return builds.copy(tmp_path, marker.args[0], DEFAULT_TEST_CONFIG, documents=120)
     write_bert_format(tmp_path / "corpus" / "a.txt", make_documents(120))
     proj = Project(tmp_path)
     proj.write_config(DEFAULT_TEST_CONFIG)
@@ -242,7 +248,7 @@ def is_usage_line(line: str, fact: str, where: str) -> bool:
 PYTHON = sys.executable
 
 
-# --- training: pairs built once per module, copied by each test ---------------------------------------
+# --- training: projects built once per session, copied by each test ---------------------------------------
 
 # Small and fast: 64-token pairs, 16 per step, a 256-token vocab, the tiny preset (L2 H128).
 PRETRAIN_SETTINGS: dict[str, dict[str, Any]] = {
@@ -283,21 +289,73 @@ def stand_in_pairs(n: int = 40, seed: int = 0) -> PairArrays:
                       masked_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
 
 
-@pytest.fixture(scope="module")
-def pairs_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ingest → vocab → pairs once, on a generated corpus; tests copy it."""
-    root = tmp_path_factory.mktemp("pairs")
-    write_bert_format(root / "corpus" / "a.txt", make_documents(300))
-    project = Project(root)
-    project.write_config(pretrain_config())
-    project.run("run", "--until", "pairs")
-    return root
+class ProjectBuilds:
+    """Projects built up to a stage once per session, each distinct (until, config, corpus) in a folder of its
+    own, and handed out as copies: a test changes its copy, never what the next test is given.
+
+    The suite used to build the same project in a fixture of each module that needed it (the pairs of
+    `PRETRAIN_SETTINGS` a dozen times per run) or at the start of each test; a copy costs milliseconds, a
+    build seconds."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[tuple[str, str, int, int], Path] = {}
+
+    def folder(self, until: str, config: str | dict[str, dict[str, Any]] | None = None, *, documents: int = 300,
+               seed: int = 0) -> Path:
+        """The session's one build of ``config`` through stage ``until`` on ``documents`` generated documents
+        (corpus/a.txt): read it, never change it. ``config``: bertwb.yaml text, or each section's changes to
+        `PRETRAIN_SETTINGS` (None: none)."""
+        text = config if isinstance(config, str) else pretrain_config(**(config or {}))
+        key = (until, text, documents, seed)
+        if key not in self.built:
+            root = self.root / f"build{len(self.built)}-{until}"
+            write_bert_format(root / "corpus" / "a.txt", make_documents(documents, seed))
+            project = Project(root)
+            project.write_config(text)
+            project.run("run", "--until", until)
+            self.built[key] = root
+        return self.built[key]
+
+    def copy(self, to: Path, until: str, config: str | dict[str, dict[str, Any]] | None = None, **corpus: int
+             ) -> Project:
+        """A copy of `folder`'s build at ``to`` (which may exist, empty), the caller's own."""
+        shutil.copytree(self.folder(until, config, **corpus), to, dirs_exist_ok=True)
+        return Project(to)
+
+
+@pytest.fixture(scope="session")
+def project_builds(tmp_path_factory: pytest.TempPathFactory) -> ProjectBuilds:
+    """The session's builds; a module fixture that needs one copy for all its tests takes it from here."""
+    return ProjectBuilds(tmp_path_factory.mktemp("builds"))
+
+
+BuiltProject = Callable[..., Project]  # the built_project fixture: (until, config=None, **corpus) -> a copy
 
 
 @pytest.fixture
-def trainer(pairs_workspace: Path, tmp_path: Path) -> Project:
-    shutil.copytree(pairs_workspace, tmp_path / "p")
-    return Project(tmp_path / "p")
+def built_project(project_builds: ProjectBuilds, tmp_path: Path) -> BuiltProject:
+    """``built_project(until="pairs", config={...})``: this test's own copy of a project built through stage
+    ``until`` (see `ProjectBuilds.folder`); the build itself runs once per session."""
+    copies = iter(range(1_000))
+
+    def build(until: str, config: str | dict[str, dict[str, Any]] | None = None, **corpus: int) -> Project:
+        return project_builds.copy(tmp_path / f"built{next(copies)}", until, config, **corpus)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def pairs_workspace(project_builds: ProjectBuilds) -> Path:
+    """ingest → vocab → pairs of `PRETRAIN_SETTINGS` on 300 generated documents, built once per session:
+    read it or copy it, never change it."""
+    return project_builds.folder("pairs")
+
+
+@pytest.fixture
+def trainer(project_builds: ProjectBuilds, tmp_path: Path) -> Project:
+    """This test's copy of the pairs of `PRETRAIN_SETTINGS`, ready to pre-train."""
+    return project_builds.copy(tmp_path / "p", "pairs")
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, stage: str, step: int) -> None:

@@ -28,8 +28,8 @@ def _snapshot(project: Project) -> dict:
     }
 
 
+@pytest.mark.built("vocab")
 def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run", "--until", "vocab")
     before = _snapshot(project)
     real_tokenise = bertwb.stages.vocab.tokenise_all
 
@@ -49,25 +49,25 @@ def test_failed_vocab_keeps_previous_outputs(project: Project, monkeypatch: pyte
     assert "vocab: fresh" in project.run("vocab").output
 
 
+@pytest.mark.built("vocab")
 def test_interrupted_swap_is_recovered(project: Project):
     """A crash between the two renames of a directory swap leaves the old directory restorable."""
-    project.run("run", "--until", "vocab")
     ws = Workspace(project.workspace)
     ws.stage_dir("vocab").rename(project.workspace / ".vocab.old-4242")  # the first rename happened, not the second
     assert "vocab: fresh" in project.run("run", "--until", "vocab").output
     assert (ws.stage_dir("vocab") / "vocab.txt").exists()
 
 
+@pytest.mark.built("vocab")
 def test_missing_output_makes_a_stage_stale(project: Project):
-    project.run("run", "--until", "vocab")
     (project.workspace / "vocab" / "vocab.txt").unlink()
     rows = {r["stage"]: r for r in json.loads(project.run("status", "--json").stdout)}
     assert rows["vocab"]["state"] == "stale" and rows["vocab"]["reason"] == "output missing: vocab/vocab.txt"
     assert "vocab: running (stale: output missing: vocab/vocab.txt)" in project.run("run", "--until", "vocab").output
 
 
+@pytest.mark.built("vocab")
 def test_dropped_table_makes_a_stage_stale(project: Project):
-    project.run("run", "--until", "vocab")
     project.run("sql", "drop table tokens", "--write")
     assert "vocab: running (stale: output missing: table tokens)" in project.run("run", "--until", "vocab").output
 

@@ -24,8 +24,8 @@ def test_rerun_does_not_call_the_work_functions(project: Project, monkeypatch: p
     assert "ingest: fresh (key " in result.output and "vocab: fresh (key " in result.output
 
 
+@pytest.mark.built("vocab")
 def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run", "--until", "vocab")
     old_key = json.loads((project.workspace / "manifests" / "vocab.json").read_text())["key"]
     monkeypatch.setattr(bertwb.stages.ingest.STAGE, "run", _explode)
     result = project.run("run", "--until", "vocab", "--set", "vocab.vocab_size=320")
@@ -35,14 +35,14 @@ def test_changing_vocab_size_reruns_vocab_not_ingest(project: Project, monkeypat
     assert manifest["key"] != old_key and manifest["params"]["vocab"]["vocab_size"] == 320
 
 
+@pytest.mark.built("vocab")
 def test_thread_and_batch_knobs_are_not_in_the_key(project: Project, monkeypatch: pytest.MonkeyPatch):
-    project.run("run", "--until", "vocab")
     monkeypatch.setattr(bertwb.stages.vocab.STAGE, "run", _explode)
     assert "vocab: fresh" in project.run("vocab", "--set", "vocab.batch_size=7").output
 
 
+@pytest.mark.built("vocab")
 def test_touching_an_input_reruns_ingest_but_not_vocab(project: Project):
-    project.run("run", "--until", "vocab")
     corpus = project.root / "corpus" / "a.txt"
     stat = corpus.stat()
     os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
@@ -75,8 +75,8 @@ def test_content_hash_ignores_a_touch_but_sees_an_edit(project: Project, monkeyp
         project.run("ingest", "--set", "ingest.content_hash=true").output
 
 
+@pytest.mark.built("vocab")
 def test_force_reruns_a_fresh_stage(project: Project):
-    project.run("run", "--until", "vocab")
     assert "vocab: running (forced)" in project.run("vocab", "--force").output
 
 

@@ -139,8 +139,8 @@ def test_status_shows_a_missing_input_and_run_stops_on_it(project: Project):
     assert_one_line_error(project.run("run", expect=1), "ingest.inputs: 'corpus' does not exist", "fix the path")
 
 
+@pytest.mark.built("vocab")
 def test_sql_formats(project: Project, tmp_path):
-    project.run("run", "--until", "vocab")
     query = "select doc_id, split from documents order by doc_id limit 3"
     table = project.run("sql", query).stdout
     assert "doc_id" in table and "split" in table
@@ -160,8 +160,8 @@ def test_sql_formats(project: Project, tmp_path):
     assert json.loads(project.run("sql", "-f", str(sql_file), "--format", "json").stdout)[0]["n"] > 0
 
 
+@pytest.mark.built("vocab")
 def test_sql_views_decode_tokens_and_frequencies(project: Project):
-    project.run("run", "--until", "vocab")
     rows = json.loads(project.run("sql", "select text, pieces from tokens_text limit 5", "--format", "json").stdout)
     for row in rows:
         assert "".join(p.removeprefix("##") for p in row["pieces"]) == row["text"].lower().replace(" ", "")
@@ -180,10 +180,10 @@ def test_sql_is_read_only_by_default(project: Project):
     project.run("sql", "create table notes as select 1 as x", "--write")
 
 
+@pytest.mark.built("vocab")
 def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
     transformers = pytest.importorskip("transformers")
     from tokenizers import Tokenizer
-    project.run("run", "--until", "vocab")
     vocab_dir = project.workspace / "vocab"
     hf = transformers.BertTokenizerFast.from_pretrained(str(vocab_dir))
     ours = Tokenizer.from_file(str(vocab_dir / "tokenizer.json"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import REPO, Project
+from conftest import REPO, BuiltProject, Project
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
 
@@ -25,8 +25,8 @@ def _states(project: Project) -> dict[str, tuple[str, str]]:
     return {row["stage"]: (row["state"], row["reason"]) for row in rows}
 
 
-def test_a_copied_project_is_fresh_in_the_copy_and_in_the_original(trainer: Project, tmp_path: Path):
-    trainer.run("run", "--until", "pretrain")
+def test_a_copied_project_is_fresh_in_the_copy_and_in_the_original(built_project: BuiltProject, tmp_path: Path):
+    trainer = built_project("pretrain")  # itself a copy of the session's build
     shutil.copytree(trainer.workspace / "pretrain", trainer.root / "base_model")  # a model folder of the project's
     (trainer.root / "data").mkdir()
     for name in ("sentiment_train.csv", "sentiment_dev.csv"):

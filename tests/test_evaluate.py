@@ -1,7 +1,7 @@
 """evaluate, fill-mask and nsp, driven through the CLI on a model trained for a few steps.
 
-The data stages and 12 training steps run once per module (``trained``); tests that change the
-workspace work on a copy.
+The data stages and 12 training steps run once per session (``trained``, a build of conftest's
+``project_builds``); tests that change the workspace work on a copy.
 """
 
 from __future__ import annotations
@@ -19,26 +19,22 @@ import pytest
 import torch
 
 from bertwb.model import modeldir
-from conftest import Project, assert_one_line_error, make_documents, pretrain_config, write_bert_format
+from conftest import (BuiltProject, Project, ProjectBuilds, assert_one_line_error, make_documents, pretrain_config,
+                      write_bert_format)
 
 CONFIG = pretrain_config(ingest={"valid_fraction": 0.15}, pretrain={
     "lr": 2.0e-3, "log_every": 4, "eval_batches": 0, "keep_checkpoints": 3})
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    root = tmp_path_factory.mktemp("trained")
-    write_bert_format(root / "corpus" / "a.txt", make_documents(300))
-    project = Project(root)
-    project.write_config(CONFIG)
-    project.run("run", "--until", "pretrain")
-    return project
+@pytest.fixture
+def trained(project_builds: ProjectBuilds) -> Project:
+    """The session's build of CONFIG through pretrain: tests read it and never change it."""
+    return Project(project_builds.folder("pretrain", CONFIG))
 
 
 @pytest.fixture
-def copy(trained: Project, tmp_path: Path) -> Project:
-    shutil.copytree(trained.root, tmp_path / "p")
-    return Project(tmp_path / "p")
+def copy(built_project: BuiltProject) -> Project:
+    return built_project("pretrain", CONFIG)
 
 
 def _json(result):

@@ -1,6 +1,6 @@
 """finetune and predict, driven like a user on the sample corpus's labelled sets.
 
-A tiny model pre-trains once per module on part of the sample corpus (``pretrained``); every test
+A tiny model pre-trains once per session on part of the sample corpus (``pretrained``); every test
 fine-tunes in its own copy of that workspace. Measured on this setup (2 cores, one thread, batch 16,
 lr 1e-3): sentiment reaches 100% dev accuracy in 150 steps (the majority class is 50%; the first ~70
 steps sit at 50%), the three-way NLI set 93% in 300 steps (majority 33.3%), NER entity F1 0.73 in
@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from bertwb.cli import cli
 from bertwb.tasks import prediction as predict_module
-from conftest import PYTHON, REPO, Project, assert_one_line_error, interrupt_at
+from conftest import PYTHON, REPO, BuiltProject, Project, ProjectBuilds, assert_one_line_error, interrupt_at
 from test_squad_eval import reference_v2
 
 FINETUNE = REPO / "sample_corpus" / "finetune"
@@ -76,18 +76,14 @@ finetune:
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("finetune")
-    project = Project(root)
-    project.write_config(CONFIG)
-    project.run("run", "--until", "pretrain")
-    return root
+def pretrained(project_builds: ProjectBuilds) -> Path:
+    """The session's build of CONFIG through pretrain (its corpus is the sample corpus's, named in CONFIG)."""
+    return project_builds.folder("pretrain", CONFIG)
 
 
 @pytest.fixture
-def project(pretrained: Path, tmp_path: Path) -> Project:
-    shutil.copytree(pretrained, tmp_path / "p")
-    return Project(tmp_path / "p")
+def project(built_project: BuiltProject) -> Project:
+    return built_project("pretrain", CONFIG)
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, Project, tiny_model_dir
+from conftest import PYTHON, REPO, BuiltProject, Project, tiny_model_dir
 from faultkit import assert_one_error_line, finished, namespace
 
 
@@ -161,7 +160,8 @@ with open(out, "w") as handle:
 WEIGHT_WRITERS = {"RuntimeError: [enforce fail at inline_container.cc", "SafetensorError"}  # torch.save, safetensors
 
 
-def test_a_full_disk_while_training_or_exporting_writes_weights_is_the_disk_full_line(trainer: Project, tmp_path: Path):
+def test_a_full_disk_while_training_or_exporting_writes_weights_is_the_disk_full_line(trainer: Project, tmp_path: Path,
+                                                                                      built_project: BuiltProject):
     """A real small file system: torch.save (a checkpoint's trainer.pt) and safetensors (a checkpoint's and
     the best weights' model.safetensors, an export's) run out of room, in pretrain, finetune and export.
     Issue #25: their errors, RuntimeError "[enforce fail at inline_container.cc...]" and SafetensorError
@@ -179,9 +179,7 @@ def test_a_full_disk_while_training_or_exporting_writes_weights_is_the_disk_full
                             "init_from": "model"}}}}))
     Project(finetune).run("finetune", "--workdir", str(tmp_path / "reference"))
     reference = {"finetune": _digest(tmp_path / "reference" / "finetune" / "score" / "model.safetensors")}
-    shutil.copytree(trainer.root, tmp_path / "pretrained")
-    Project(tmp_path / "pretrained").run("pretrain")
-    reference["pretrain"] = _digest(tmp_path / "pretrained" / ".bertwb" / "pretrain" / "model.safetensors")
+    reference["pretrain"] = _digest(built_project("pretrain").workspace / "pretrain" / "model.safetensors")
     small, helper, out = tmp_path / "small", tmp_path / "small_disk_training.py", tmp_path / "results.json"
     small.mkdir()
     helper.write_text(SMALL_DISK_TRAINING)

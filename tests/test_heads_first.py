@@ -17,7 +17,7 @@ import torch
 
 from bertwb.configfile import load_config
 from bertwb.train.runs import list_checkpoints
-from conftest import STEP_SECONDS, FakeClock, Project, interrupt_at, run_metrics
+from conftest import STEP_SECONDS, BuiltProject, FakeClock, Project, interrupt_at, run_metrics
 
 HEADS = ("mlm_head.", "nsp_head.")
 
@@ -89,10 +89,10 @@ def test_under_a_time_budget_the_heads_first_share_is_of_the_hours(trainer: Proj
     assert all(m["encoder_lr"] == m["lr"] > 0 for m in metrics[5:])
 
 
-def test_the_options_enter_the_key_only_off_their_defaults(trainer: Project):
+def test_the_options_enter_the_key_only_off_their_defaults(built_project: BuiltProject):
+    trainer = built_project("pretrain")
     cfg = load_config(trainer.config)
     assert "heads_first" not in cfg.key_params("pretrain") and "heads_lr_scale" not in cfg.key_params("pretrain")
-    trainer.run("pretrain")
     assert "pretrain: fresh" in trainer.run("pretrain", "--set", "pretrain.heads_lr_scale=1.0").output
     result = trainer.run("pretrain", "--set", "pretrain.steps=1", "--set", "pretrain.heads_first=0.5")
     assert "stale: pretrain.heads_first default → 0.5" in result.output

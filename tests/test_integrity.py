@@ -72,10 +72,10 @@ def test_vocab_is_the_same_on_every_run_and_thread_count(tmp_path: Path):
     assert tokens[:5] == SPECIAL_TOKENS and len(tokens) % 64 == 0
 
 
+@pytest.mark.built("pairs")
 def test_an_upstream_rebuild_that_changes_its_outputs_makes_everything_below_stale(project: Project,
                                                                                     monkeypatch: pytest.MonkeyPatch):
     """Issue: downstream keys hashed the upstream's key, so a vocab rebuilt to other ids left pairs fresh."""
-    project.run("run", "--until", "pairs")
     real_run = bertwb.stages.vocab.STAGE.run
 
     def run_to_other_outputs(cfg, build):  # as the old nondeterministic trainer did, under the same key
@@ -91,10 +91,10 @@ def test_an_upstream_rebuild_that_changes_its_outputs_makes_everything_below_sta
     assert "pairs: running (stale: upstream vocab was rebuilt (" in project.run("run", "--until", "pairs").output
 
 
+@pytest.mark.built("pairs")
 def test_a_rebuild_to_the_same_outputs_keeps_everything_below_fresh(project: Project):
     """The issue's sequence (another vocab size, then back) and a corrupt manifest: vocab rebuilds, and
     pairs stays fresh because the vocabulary is byte for byte the one it was built from."""
-    project.run("run", "--until", "pairs")
     before = artifacts(project.workspace, ("vocab", "pairs"))
     project.run("vocab", "--set", "vocab.vocab_size=128")
     assert status_rows(project)["pairs"]["state"] == "stale"
@@ -122,10 +122,10 @@ def test_export_after_a_vocab_rebuild_ships_the_vocabulary_the_model_learned(tra
 
 # --- 2. One commit protocol: a kill or a damaged database is never fresh -----------------------------
 
+@pytest.mark.built("pairs")
 def test_sigkill_right_after_the_tables_commit_is_stale_and_the_next_run_repairs_it(project: Project, tmp_path: Path):
     """Issue: a SIGKILL right after the DB commit left new tables beside the old vocab/ and manifest,
     and status said fresh."""
-    project.run("run", "--until", "pairs")
     ready = tmp_path / "ready"
     process = bertwb_process(project, "vocab", "--set", "vocab.vocab_size=128",
                      env={"BERTWB_FAULT": "vocab.after_tables:hang", "BERTWB_FAULT_READY": str(ready)})
@@ -144,9 +144,9 @@ def test_sigkill_right_after_the_tables_commit_is_stale_and_the_next_run_repairs
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not a database"])
+@pytest.mark.built("vocab")
 def test_a_damaged_database_is_never_fresh(project: Project, damage: str):
     """Issue: a truncated bertwb.duckdb still reported fresh."""
-    project.run("run", "--until", "vocab")
     database = project.workspace / "bertwb.duckdb"
     if damage == "truncated":
         with open(database, "r+b") as handle:
@@ -163,10 +163,10 @@ def test_a_damaged_database_is_never_fresh(project: Project, damage: str):
     assert {rows[stage]["state"] for rows in [status_rows(project)] for stage in ("ingest", "vocab")} == {"fresh"}
 
 
+@pytest.mark.built("vocab")
 def test_sql_on_a_truncated_database_warns_and_its_data_queries_name_the_damage(project: Project):
     """Issue #25: a truncated database answered metadata queries (table names, row counts from the
     catalog) as if nothing were wrong."""
-    project.run("run", "--until", "vocab")
     database = project.workspace / "bertwb.duckdb"
     with open(database, "r+b") as handle:
         handle.truncate(database.stat().st_size // 2)
@@ -254,10 +254,10 @@ def test_an_export_killed_or_out_of_disk_between_its_renames_is_put_back_by_the_
 
 # --- 5. No orphans ------------------------------------------------------------------------------------------
 
+@pytest.mark.built("vocab")
 def test_a_killed_pairs_leaves_no_process_behind(project: Project, tmp_path: Path):
     """Issue: SIGKILL of `bertwb pairs` with workers=2 left the forkserver, the resource tracker and two
     workers behind, blocked until killed by hand."""
-    project.run("run", "--until", "vocab")
     ready = tmp_path / "ready"
     process = bertwb_process(project, "pairs", "--set", "pairs.workers=2", "--set", "pairs.dupe_factor=2",
                      env={"BERTWB_FAULT": "pairs.work:hang", "BERTWB_FAULT_READY": str(ready)})

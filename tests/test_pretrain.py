@@ -1,6 +1,6 @@
 """pretrain: batching, the optimizer pieces, and the stage driven like a user (CLI, Ctrl-C, torchrun).
 
-The data stages run once per module (``pairs_workspace``) and every test trains in its own copy of
+The data stages run once per session (``trainer``, conftest) and every test trains in its own copy of
 that workspace, so the file stays around a couple of minutes on two cores.
 """
 
@@ -34,8 +34,8 @@ from bertwb.train.distributed import Dist
 from bertwb.train.optim import Lamb, LinearWarmupDecay, build_optimizer
 from bertwb.train.runs import list_checkpoints
 from bertwb.train.trainer import Trainer
-from conftest import (PYTHON, REPO, SAMPLE_CORPUS, Project, interrupt_at, make_documents, pretrain_config, run_metrics,
-                      stand_in_pairs, write_bert_format)
+from conftest import (PYTHON, REPO, SAMPLE_CORPUS, BuiltProject, Project, interrupt_at, make_documents, pretrain_config,
+                      run_metrics, stand_in_pairs, write_bert_format)
 
 # --- batching on an in-memory split ---------------------------------------------------------------------
 
@@ -267,10 +267,9 @@ def test_loss_falls_and_mlm_accuracy_rises(tmp_path: Path):
     assert config["num_hidden_layers"] == 2 and config["hidden_size"] == 128
 
 
-def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    straight = Project(tmp_path / "straight")
-    shutil.copytree(trainer.root, straight.root)
-    straight.run("pretrain")
+def test_interrupted_and_resumed_run_is_bit_exact(trainer: Project, built_project: BuiltProject,
+                                                  monkeypatch: pytest.MonkeyPatch):
+    straight = built_project("pretrain")  # the same pairs, pre-trained without a stop
 
     interrupt_at(monkeypatch, "pretrain", 7)  # not a multiple of checkpoint_every: the checkpoint comes from the signal
     result = trainer.run("pretrain", expect=130)
@@ -322,8 +321,8 @@ def test_a_token_budget_trains_more_pairs_per_step_in_fewer_steps(trainer: Proje
     assert budgeted["loss"] < 20 and budgeted["valid_loss"] < 20
 
 
-def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(trainer: Project):
-    trainer.run("pretrain")
+def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(built_project: BuiltProject):
+    trainer = built_project("pretrain")
     result = trainer.run("pretrain", "--set", "pretrain.steps=8")
     assert "fresh" in result.output
     result = trainer.run("pretrain", "--set", "pretrain.steps=16")
@@ -333,8 +332,8 @@ def test_more_steps_continue_a_finished_run_and_fewer_are_fresh(trainer: Project
     assert "pretrain.lr 0.001 → 0.0005" in result.output and "resuming" not in result.output
 
 
-def test_force_trains_from_scratch_instead_of_resuming(trainer: Project):
-    trainer.run("pretrain")
+def test_force_trains_from_scratch_instead_of_resuming(built_project: BuiltProject):
+    trainer = built_project("pretrain")
     first = _weights(trainer)
     result = trainer.run("pretrain", "--force")
     assert "running (forced)" in result.output and "--force: starting over" in result.output

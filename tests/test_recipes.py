@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from bertwb.cli import cli
 from bertwb.configfile import load_config
 from bertwb.recipes import RECIPES
-from conftest import REPO, FakeClock, Project, assert_one_line_error, make_documents, run_metrics, write_bert_format
+from conftest import (REPO, BuiltProject, FakeClock, Project, assert_one_line_error, make_documents, run_metrics,
+                      write_bert_format)
 
 
 def _init(*args: str):
@@ -134,8 +135,8 @@ def _state(folder: Path) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(str(folder / "model.safetensors"))
 
 
-def test_continue_from_an_import_starts_from_its_weights_and_vocabulary(trainer: Project, tmp_path: Path):
-    trainer.run("pretrain")
+def test_continue_from_an_import_starts_from_its_weights_and_vocabulary(built_project: BuiltProject, tmp_path: Path):
+    trainer = built_project("pretrain")
     trainer.run("export", str(tmp_path / "export"))
     trainer.run("import-hf", str(tmp_path / "export"), "--out", str(tmp_path / "imported"))
     project = _project(tmp_path / "adapt", "--recipe", "continue", "--from", str(tmp_path / "imported"))

@@ -1,7 +1,7 @@
 """TensorBoard event files: with the extra, every metrics.jsonl number of every run is a scalar at its step;
 without it, training writes none and does not notice.
 
-`trainer` (conftest) gives a copy of a workspace whose pairs are built once per module.
+`trainer` (conftest) gives a copy of a workspace whose pairs are built once per session.
 """
 
 from __future__ import annotations
