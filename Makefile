@@ -56,8 +56,12 @@ demo: install
 		"The service was awful, and I regret going." | $(BIN)/bertwb predict sentiment
 
 # The suite runs in a new random order each time (pytest-randomly); its last line says how to repeat one.
+# Two worker processes (pytest-xdist), TEST_WORKERS=0 for one: each test is single-threaded (conftest sets
+# one torch thread), so a second process is what uses a second core. loadgroup keeps the tests of a module
+# fixture on one worker, so no fixture is built twice.
+TEST_WORKERS ?= 2
 test: install-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The suite on the newest versions pyproject.toml allows, in a venv of its own: run before `make lock`.
 test-latest: VENV = .venv-latest

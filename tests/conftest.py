@@ -161,6 +161,20 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                                     f"`python -m pytest --randomly-seed {seed}`")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), the tests that share a module
+    fixture go to one worker together, so that fixture is built once, as in a single process; every other
+    test goes to whichever worker is free."""
+    if not config.pluginmanager.has_plugin("xdist"):
+        return
+    for item in items:
+        definitions = getattr(item, "_fixtureinfo", None)
+        if definitions is not None and any(chain[-1].scope == "module"
+                                           for chain in definitions.name2fixturedefs.values() if chain):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture
 def project(tmp_path: Path, request: pytest.FixtureRequest) -> Project:
     """A project with 120 small documents in corpus/a.txt and a config for a 256-token vocab. A test marked
