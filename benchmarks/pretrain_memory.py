@@ -42,7 +42,9 @@ from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E40
 from bertwb.train import trainer as trainer_module  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
 from _common import append_report  # noqa: E402
-from pretrain_cpu import BATCH, SHAPE, VOCAB, build_pairs, machine  # noqa: E402
+from pretrain_cpu import BATCH, SHAPES, VOCAB, build_pairs, machine  # noqa: E402
+
+SHAPE = SHAPES["L4 H256"]  # the CPU throughput benchmark's default shape
 
 EVERY = 50  # steps between two readings of the resident size
 TCMALLOC = ["/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
