@@ -7,7 +7,7 @@ copy number written into each (so de-duplication keeps them), runs ``bertwb inge
 ``bertwb vocab`` as subprocesses on it and on a ``--small-mb`` corpus (peak RSS sampled with psutil,
 to show memory does not grow with the corpus), then times, in this one process, the vocab stage's
 tokenisation into DuckDB against calling ``tokenizers``' ``encode_batch_fast`` directly on the same
-sentences already in memory. Appends a section to BENCHMARKS.md.
+sentences already in memory. Appends a section to the benchmark log and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

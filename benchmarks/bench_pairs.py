@@ -10,7 +10,7 @@ dupe_factor 1 and 5 with workers=1 (built in the main process) and workers=2 (tw
 sampling the peak RSS of the process
 and its workers with psutil. In this same process it then runs the plain-Python reference from
 tests/test_pairs.py (the original create_pretraining_data, ported) on the small corpus's train
-documents for about ``--reference-s`` seconds. Appends a section to BENCHMARKS.md.
+documents for about ``--reference-s`` seconds. Appends a section to the benchmark log and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

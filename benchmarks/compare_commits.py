@@ -15,7 +15,7 @@ Usage: ``python benchmarks/compare_commits.py [--base REV] [--head REV] [--steps
   shared host falls on both sides; the ratio of medians is the result. The final weights' hashes are
   compared too: a refactoring that changes no arithmetic trains identical weights.
 
-Results are appended to BENCHMARKS.md with the machine description.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ Usage: ``python benchmarks/continue_pretraining.py continue [--hours 1] [--seeds
 ablation, e.g. ``heads_first=0``); the report's Script line keeps them. ``budget --reuse`` fine-tunes the
 models of the earlier run in ``--work`` again with this run's ``--epochs``, ``--lr``, ``--batch`` and
 ``--seeds`` (tasks of their own names), and names that run's command: a fine-tuning protocol can change
-without 30 minutes of pre-training again. Both modes append a section to BENCHMARKS.md (``--no-append``:
+without 30 minutes of pre-training again. Both modes append a section to the benchmark log (``--no-append``:
 print it only), whatever it shows.
 """
 

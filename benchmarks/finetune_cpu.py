@@ -18,7 +18,7 @@ Usage: ``python benchmarks/finetune_cpu.py [--epochs 2] [--preset mini] [--threa
   then both models' dev accuracy, so the speed is compared at equal accuracy. The two sides' steps
   alternate one by one in one process, so load from other processes on a shared host slows both alike.
 
-Results are appended to BENCHMARKS.md with the machine description.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

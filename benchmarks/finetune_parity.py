@@ -40,7 +40,7 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
 * ``--sides bertwb`` runs bertwb's commands only (a what-if of its settings over many seeds, where the
   reference's scores are known from earlier runs): the report then has no speed-up and no gap, and says so.
 
-Results are appended to BENCHMARKS.md with the machine description unless ``--no-append``.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md, unless ``--no-append``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Usage: ``python benchmarks/finetune_published.py [--model DIR] [--data FILE] [--
   gap to fp32's mean against two standard errors of that difference (the seeds' noise). When the load
   average before the run is above 0.75 per CPU, the section says its times do not count.
 
-Results are appended to BENCHMARKS.md with the machine description.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

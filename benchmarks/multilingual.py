@@ -27,7 +27,8 @@ Usage: ``python benchmarks/multilingual.py [--chars 100000] [--steps 120] [--lan
 * **Mixed** (``--no-mixed`` leaves it out): every language's text in one corpus, today's defaults, with
   ``vocab.language_sampling`` off and on: the per-script report of each (vocab only, no pre-training).
 
-Appends a section to BENCHMARKS.md (``--no-append``: print it only). A missing package is one line with the
+Appends a section to the benchmark log and a row to BENCHMARKS.md (``--no-append``: print it only).
+A missing package is one line with the
 ``apt-get install`` that brings it.
 """
 

@@ -34,7 +34,7 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
   i.e. 3 × forward matmul FLOPs on real tokens: per token and layer 24·H² + 4·T·H (T = the pair's
   length), the MLM head 2·H² + 2·H·V at masked tokens only, the pooler/NSP once; divided by time.
 
-Results are appended to BENCHMARKS.md with the machine description.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Usage: ``python benchmarks/pretrain_memory.py [--steps 300] [--threads N] [--no-
 * Reported: resident set size (``/proc/self/statm``) every 50 steps, glibc's heap live and free
   bytes (``mallinfo2``) at the end, and seconds per step over the whole run.
 
-Results are appended to BENCHMARKS.md with the machine description.
+Results go to the benchmark log (benchmarks/log/) with the machine, and a row to BENCHMARKS.md.
 """
 
 from __future__ import annotations

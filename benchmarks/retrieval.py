@@ -26,7 +26,7 @@ Usage: ``python benchmarks/retrieval.py [--model DIR] [--text FILE] [--pretrain-
 * ``--skip-continue`` leaves (b) out. The work folder is kept: a second run reuses bertwb's caches (the import,
   the continued pre-training, each embedding table while fresh).
 
-Appends a section to BENCHMARKS.md (``--no-append``: prints it only).
+Appends a section to the benchmark log and a row to BENCHMARKS.md (``--no-append``: prints it only).
 """
 
 from __future__ import annotations

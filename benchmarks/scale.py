@@ -19,7 +19,7 @@ process and its workers, sampled every 50 ms) and what the workspace holds on di
   time and in peak memory; the time at 16 GB, linear from the largest size, on this machine and in
   core-hours (its wall time times its cores), which is what a larger machine divides.
 
-Appends a section to BENCHMARKS.md unless ``--no-append``.
+Appends a section to the benchmark log (benchmarks/log/) and a row to BENCHMARKS.md unless ``--no-append``.
 """
 
 from __future__ import annotations

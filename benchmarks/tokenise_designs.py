@@ -13,7 +13,8 @@ on it, in one process, rounds alternating the sides; ids are compared equal on e
 
 ``--copies`` repeats the text (a corpus repeats its words across batches as well as within them: a copy
 adds no new word). The default sources are English prose a Debian machine installs: Python's documentation
-(python3.11-doc) and vim's help (vim-runtime). Appends to BENCHMARKS.md unless ``--no-append``.
+(python3.11-doc) and vim's help (vim-runtime). Appends to the benchmark log and BENCHMARKS.md's table
+unless ``--no-append``.
 """
 
 from __future__ import annotations

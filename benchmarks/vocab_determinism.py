@@ -6,7 +6,8 @@ On the sample corpus and on a ``--mb`` MB corpus (the sample's documents repeate
 at vocab sizes 1024 and 8192: ``bertwb vocab`` twice (``RAYON_NUM_THREADS`` 1 and 2; its summary gives
 the alphabet pass's and the training's seconds, the [UNK] rate and tokens per word), against
 ``tokenizers``' plain ``WordPieceTrainer`` with the same settings, trained twice in two processes (what
-bertwb did before) and scored the same way on every sentence. Appends a section to BENCHMARKS.md.
+bertwb did before) and scored the same way on every sentence. Appends a section to the benchmark log and a
+row to BENCHMARKS.md.
 """
 
 from __future__ import annotations
