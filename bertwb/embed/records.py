@@ -9,7 +9,6 @@ named where it opened. Stdin is first copied to a temporary file (`spool`), so i
 from __future__ import annotations
 
 import codecs
-import csv
 import json
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from bertwb.errors import BertwbError
-from bertwb.tasks.readers import Row
+from bertwb.tasks.readers import Row, check_quotes_close, delimited_rows
 
 PARQUET_BATCH = 4096  # Parquet rows decoded at once
 
@@ -147,34 +146,15 @@ def _rows_after_header(rows: Iterator) -> Iterator[Row]:
 
 
 def _delimited(path: Path, numbered: Iterator[tuple[int, str]], fmt: str) -> Iterator:
-    """The header's names, then every row."""
-    reader = csv.DictReader((line + "\n" for _, line in numbered), delimiter="\t" if fmt == "tsv" else ",")
-    columns = list(reader.fieldnames or [])
-    yield columns
-    try:
-        for values in reader:
-            if None in values:  # more fields than the header has columns
-                separator = "tab" if fmt == "tsv" else "comma"
-                raise BertwbError(f"{path}:{reader.line_num}: {len(columns) + len(values[None])} fields but the "
-                                  f"header has {len(columns)}; quote fields that hold a {separator}")
-            yield Row(reader.line_num, values)
-    except csv.Error as exc:
-        raise BertwbError(f"{path}:{reader.line_num}: {exc}; fix the quoting") from None
+    """The header's names, then every row (the task reader's `delimited_rows`, on numbered lines)."""
+    return delimited_rows(path, (line + "\n" for _, line in numbered), fmt)
 
 
 def _check_quotes_close(path: Path, numbered: Iterator[tuple[int, str]], fmt: str) -> None:
-    """As the task reader's check: a quote opened and never closed is named where it opened."""
-    reader = csv.reader((line + "\n" for _, line in numbered), delimiter="\t" if fmt == "tsv" else ",", strict=True)
-    started = 1
-    try:
-        for _ in reader:
-            started = reader.line_num + 1
-    except csv.Error as exc:
-        if "unexpected end of data" in str(exc):
-            raise BertwbError(f"{path}:{started}: a quote (\") opened in this record is never closed; close it, "
-                              "or double a quote inside a quoted field (\"\")") from None
-        for _ in numbered:  # other strictness is read leniently; the rest of the file is still checked as text
-            pass
+    """The task reader's check; after it, the rest of the file is still read, so that its text is checked too."""
+    check_quotes_close(path, (line + "\n" for _, line in numbered), fmt)
+    for _ in numbered:
+        pass
 
 
 def _jsonl(path: Path, numbered: Iterator[tuple[int, str]]) -> Iterator[Row]:

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,26 +77,34 @@ def read_table(path: Path, fmt: str) -> tuple[list[str], list[Row]]:
 
 
 def _read_delimited(path: Path, text: str, fmt: str) -> tuple[list[str], list[Row]]:
-    _check_quotes_close(path, text, fmt)
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
+    check_quotes_close(path, io.StringIO(text, newline=""), fmt)
+    rows = delimited_rows(path, io.StringIO(text, newline=""), fmt)
+    columns = next(rows)
+    return columns, list(rows)
+
+
+def delimited_rows(path: Path, lines: Iterable[str], fmt: str) -> Iterator[Any]:
+    """A CSV or TSV file's header names, then each of its rows as it is read (``lines`` keep their line ends, as
+    a file or ``csv`` wants them): a row with more fields than the header is one line saying to quote them.
+    The task readers and ``embed`` (which reads a chunk at a time) both read tables through it."""
+    reader = csv.DictReader(lines, delimiter="\t" if fmt == "tsv" else ",")
     columns = list(reader.fieldnames or [])
-    rows = []
+    yield columns
     try:
         for values in reader:
             if None in values:  # more fields than the header has columns
                 separator = "tab" if fmt == "tsv" else "comma"
                 raise BertwbError(f"{path}:{reader.line_num}: {len(columns) + len(values[None])} fields but the "
                                   f"header has {len(columns)}; quote fields that hold a {separator}")
-            rows.append(Row(reader.line_num, values))
+            yield Row(reader.line_num, values)
     except csv.Error as exc:
         raise BertwbError(f"{path}:{reader.line_num}: {exc}; fix the quoting") from None
-    return columns, rows
 
 
-def _check_quotes_close(path: Path, text: str, fmt: str) -> None:
+def check_quotes_close(path: Path, lines: Iterable[str], fmt: str) -> None:
     """A quote opened and never closed swallows the rest of the file into one field (csv's lenient mode
     says nothing, and the next complaint is about an empty label): one line naming where it opened."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",", strict=True)
+    reader = csv.reader(lines, delimiter="\t" if fmt == "tsv" else ",", strict=True)
     started = 1
     try:
         for _ in reader:
