@@ -360,3 +360,10 @@ def test_fill_mask_and_nsp_warn_when_the_import_made_their_head_anew(project: Pr
     (model / "import.json").write_text(json.dumps({"kind": "pretraining", "initialised": ["MLM head"]}))
     filled = project.run("fill-mask", "--checkpoint", str(model), "the [MASK] sail")
     assert "has no trained MLM head" in filled.output and "fill-mask's answers are random" in filled.output
+
+
+def test_word_labels_are_asked_of_a_tag_task_alone(tagger: Project):
+    """--words is a tag task's option, given to it whole when it is made; a classify task asked for it is one line."""
+    result = _invoke(tagger, "predict", "mood", "--words", "--checkpoint", str(tagger.root / "model"),
+                     "--set", "finetune.tasks.mood.type=classify", stdin="the ship\n")
+    assert_one_line_error(result, "--words", "mood is a classify task")

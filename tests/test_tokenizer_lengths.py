@@ -11,6 +11,7 @@ through a published model (import, finetune, predict, fill-mask, export) are in
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import tempfile
@@ -265,3 +266,35 @@ def test_a_model_bertwb_trained_past_512_positions_is_not_held_to_the_vocab_stag
     assert modeldir.max_length(output)[0] == 600
     checkpoint = next((project.workspace / "pretrain-runs").rglob("step-*"))
     assert modeldir.max_length(modeldir.open_model_dir(checkpoint))[0] == 600
+
+
+def test_featurising_returns_new_features_and_leaves_the_examples_as_read(tmp_path: Path):
+    """Every task type's featurize is a function of its examples: twice over the same examples it gives the
+    same features, and the examples equal a deep copy taken before (a tag task's raw text is split into
+    words inside the features, not written back into its examples)."""
+    word_tokenizer(tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    cases = {
+        "classify": ([TextExample(1, "the ship .", None, "a"), TextExample(2, LONG, "the ship sails .", "b")],
+                     ["a", "b"]),
+        "tag": ([TagExample(1, ["the", "ship"], ["O", "B-X"]), TagExample(2, None, None, text="the  ship, sails."),
+                 TagExample(3, None, None, text=LONG)], ["B-X", "O"]),
+        "qa": ([Question(1, "q1", "where did the ship sail ?", LONG,
+                         answers=[{"text": "harbour", "answer_start": LONG.index("harbour")}])], None),
+    }
+    for name, (examples, label_names) in cases.items():
+        task = task_type(settings_class(name)(type=name, max_seq_length=24, **({"doc_stride": 8} if name == "qa"
+                                                                                 else {})), f"finetune.tasks.{name}")
+        before = copy.deepcopy(examples)
+        first = task.featurize(examples, tokenizer, label_names)
+        second = task.featurize(examples, tokenizer, label_names)
+        assert examples == before, name
+        for built in (first, second):
+            assert built.meta == first.meta, name
+            for column in ("tokens", "offsets", "type_ids", "example", "labels", "token_labels", "start", "end"):
+                ours, again = getattr(first, column), getattr(built, column)
+                assert (ours is None) == (again is None) and (ours is None or np.array_equal(ours, again)), name
+    tagged = task_type(settings_class("tag")(type="tag"), "t").featurize(cases["tag"][0], tokenizer, None)
+    assert tagged.meta[1].words == ["the", "ship", ",", "sails", "."]  # raw text's words live in the features
+    assert tagged.meta[1].spans == [(0, 3), (5, 9), (9, 10), (11, 16), (16, 17)]
+    assert cases["tag"][0][1].words is None  # and its example stays as read

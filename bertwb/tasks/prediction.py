@@ -40,8 +40,10 @@ class TaskPredictor:
     """A fine-tuned model directory with its tokenizer and task, answering examples in batches."""
 
     def __init__(self, model_dir: modeldir.ModelDir, settings: FinetuneTaskConfig, device: torch.device,
-                 batch_size: int = 64, recorded: dict[str, Any] | None = None, config_key: str = "task"):
-        self.task, self.name = task_type(settings, config_key, recorded), config_key.rsplit(".", 1)[-1]
+                 batch_size: int = 64, recorded: dict[str, Any] | None = None, config_key: str = "task",
+                 **options: Any):
+        """``options``: the task type's own keywords (`task_type`), such as a tag task's ``word_labels``."""
+        self.task, self.name = task_type(settings, config_key, recorded, **options), config_key.rsplit(".", 1)[-1]
         self.source = model_dir
         self.tokenizer = modeldir.load_tokenizer(model_dir)
         self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
@@ -131,13 +133,11 @@ def open_predictor(cfg: Config, ws: Any, task: str, checkpoint: str | None, devi
     folder = model_choice.task_dir(cfg, ws, task, checkpoint)
     model_dir = modeldir.open_model_dir(folder, "--checkpoint" if checkpoint else None)
     settings, recorded = _prediction_settings(cfg, task, folder)
-    predictor = TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded,
-                              f"finetune.tasks.{task}")
-    if word_labels and not hasattr(predictor.task, "word_labels"):
+    if word_labels and settings.type != "tag":
         raise BertwbError(f"--words gives a tag task's labels word by word; {task} is a {settings.type} task")
-    if word_labels:
-        predictor.task.word_labels = True
-    return predictor
+    options = {"word_labels": True} if word_labels else {}
+    return TaskPredictor(model_dir, settings, resolve_device(device), batch_size, recorded, f"finetune.tasks.{task}",
+                         **options)
 
 
 def _prediction_settings(cfg: Config, task: str, folder: Path) -> tuple[FinetuneTaskConfig, dict[str, Any]]:

@@ -217,7 +217,7 @@ def _position(index: int) -> int:
     return index if index >= 0 else -index - 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class Question:
     """One SQuAD question with its context; ``answers`` empty for an unanswerable (v2.0) one."""
 

@@ -42,7 +42,7 @@ class ClassifySettings(FeatureTaskConfig):
     regression: bool = option(False, "Predict a number (mean squared error; Pearson and Spearman).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Example:
     line: int
     text: str

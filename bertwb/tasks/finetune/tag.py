@@ -43,13 +43,21 @@ class TagSettings(FeatureTaskConfig):
     tag_column: int = option(-1, "The CoNLL column of the tag (-1 = last).", min=-64, max=64)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Example:
     line: int
-    words: list[str] | None  # None for raw text until the tokenizer splits it (`_split_words`)
+    words: list[str] | None  # None for raw text: featurising splits it (`_words`), the example stays as read
     tags: list[str] | None  # None when predicting untagged input
     text: str | None = None  # raw text's line; None for CoNLL
-    spans: list[tuple[int, int]] | None = None  # raw text: each word's character offsets in ``text``
+
+
+@dataclass(frozen=True)
+class Words:
+    """A feature's words, as `TagTask.decode` reads them: CoNLL's as read, raw text's as the tokenizer cut it."""
+
+    words: list[str]
+    spans: list[tuple[int, int]] | None  # raw text: each word's character offsets in its line; None for CoNLL
+    starts: list[tuple[int, int]]  # (position in the feature, word) of each word's first WordPiece
 
 
 class TagTask:
@@ -57,10 +65,9 @@ class TagTask:
     model_kind = "token_classification"
     main_metric = "f1"
 
-    def __init__(self, settings: TagSettings, config_key: str, recorded: dict[str, Any]):
+    def __init__(self, settings: TagSettings, config_key: str, recorded: dict[str, Any], word_labels: bool = False):
         self.settings, self.config_key = settings, config_key
-
-    word_labels = False  # predict --words: rows on raw text also give each word with its tag and score
+        self.word_labels = word_labels  # predict --words: rows on raw text also give each word with its tag and score
 
     def read(self, path: Path, labelled: bool = True) -> list[Example]:
         """Training (``labelled``): CoNLL sentences with their tags. Predicting: CoNLL sentences, with their
@@ -103,13 +110,14 @@ class TagTask:
                                       f"({', '.join(label_names)}); fix it, or add examples of it to the train file")
 
     def featurize(self, examples: list[Example], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
-        _split_words(examples, tokenizer)
+        """One feature an example; its `Words` (raw text's as the tokenizer cuts them) are the feature's meta."""
+        split = _words(examples, tokenizer)
         tokenizer.enable_truncation(self.settings.max_seq_length)
-        encodings = tokenizer.encode_batch([e.words for e in examples], is_pretokenized=True)
+        encodings = tokenizer.encode_batch([words for words, _ in split], is_pretokenized=True)
         tokenizer.no_truncation()
         ids = {name: i for i, name in enumerate(label_names or [])}
-        token_labels, word_starts = [], []
-        for example, encoding in zip(examples, encodings, strict=True):
+        token_labels, meta = [], []
+        for example, (words, spans), encoding in zip(examples, split, encodings, strict=True):
             word_ids, labels, starts = encoding.word_ids, [], []
             tags = example.tags if ids else None  # predicting: a labelled file's tags are gold, not targets
             for position, word in enumerate(word_ids):
@@ -118,9 +126,9 @@ class TagTask:
                 if first:
                     starts.append((position, word))
             token_labels.append(labels)
-            word_starts.append(starts)
+            meta.append(Words(words, spans, starts))
         return Features.from_encodings([e.ids for e in encodings], [e.type_ids for e in encodings],
-                                       list(range(len(examples))), token_labels=token_labels, meta=word_starts)
+                                       list(range(len(examples))), token_labels=token_labels, meta=meta)
 
     def outputs(self, out: torch.Tensor, batch: TaskBatch) -> list[Any]:
         probabilities = out.float().softmax(-1)  # (B, T, labels)
@@ -129,14 +137,17 @@ class TagTask:
 
     def decode(self, examples: list[Example], features: Features, outputs: dict[int, Any],
                label_names: list[str] | None) -> list[dict[str, Any]]:
+        """Each word's tag and score, and the entities they spell; with the words (and raw text's spans) tagged."""
         predictions = []
         for i, example in enumerate(examples):
             best, scores = outputs[i]
-            tags, word_scores = ["O"] * len(example.words), [0.0] * len(example.words)
-            for position, word in features.meta[i]:
+            split: Words = features.meta[i]
+            tags, word_scores = ["O"] * len(split.words), [0.0] * len(split.words)
+            for position, word in split.starts:
                 tags[word], word_scores[word] = label_names[int(best[position])], round(float(scores[position]), 6)
-            predictions.append({"tags": tags, "scores": word_scores,
-                                "entities": entities(example.words, tags, word_scores, example.text, example.spans)})
+            found = entities(split.words, tags, word_scores, example.text, split.spans)
+            prediction = {"words": split.words, "tags": tags, "scores": word_scores, "entities": found}
+            predictions.append(prediction if split.spans is None else {**prediction, "spans": split.spans})
         return predictions
 
     def score(self, examples: list[Example], predictions: list[dict[str, Any]],
@@ -154,10 +165,10 @@ class TagTask:
         """CoNLL: the words, their tags and scores, the entities. Raw text: the text and its entities (with
         character offsets), and the words' labels too with ``word_labels``."""
         if example.text is None:
-            return {"words": example.words, **prediction}
+            return prediction  # the words, their tags and scores, the entities
         if not self.word_labels:
             return {"text": example.text, "entities": prediction["entities"]}
-        labelled = zip(example.words, example.spans, prediction["tags"], prediction["scores"], strict=True)
+        labelled = zip(prediction["words"], prediction["spans"], prediction["tags"], prediction["scores"], strict=True)
         words = [{"word": word, "start": start, "end": end, "tag": tag, "score": score}
                  for word, (start, end), tag, score in labelled]
         return {"text": example.text, "entities": prediction["entities"], "words": words}
@@ -246,19 +257,27 @@ def _has_tags(text: str, tag_column: int) -> bool:
         and bool(_ANY_TAG.fullmatch(fields[tag_column]))
 
 
-def _split_words(examples: list[Example], tokenizer: Tokenizer) -> None:
-    """Give raw text examples their words and character spans, as the tokenizer's normaliser and pre-tokenizer
-    cut them (CJK characters one word each, punctuation apart); the words are then encoded as CoNLL's are."""
+def _words(examples: list[Example], tokenizer: Tokenizer) -> list[tuple[list[str], list[tuple[int, int]] | None]]:
+    """Each example's words, and raw text's character spans of them: CoNLL's words as read, raw text cut as the
+    tokenizer's normaliser and pre-tokenizer cut it (CJK characters one word each, punctuation apart), so its
+    words are then encoded as CoNLL's are. The examples stay as they were read."""
     raw = [example for example in examples if example.words is None]
-    if not raw:
-        return
-    tokenizer.no_truncation()
-    for example, encoding in zip(raw, tokenizer.encode_batch([e.text for e in raw], add_special_tokens=False),
-                                 strict=True):
-        spans: dict[int, list[int]] = {}
-        for word, (start, end) in zip(encoding.word_ids, encoding.offsets, strict=True):
-            if word is not None:
-                span = spans.setdefault(word, [start, end])
-                span[0], span[1] = min(span[0], start), max(span[1], end)
-        example.spans = [(spans[word][0], spans[word][1]) for word in sorted(spans)]
-        example.words = [example.text[start:end] for start, end in example.spans]
+    cut: list[list[tuple[int, int]]] = []
+    if raw:
+        tokenizer.no_truncation()
+        for encoding in tokenizer.encode_batch([e.text for e in raw], add_special_tokens=False):
+            spans: dict[int, list[int]] = {}
+            for word, (start, end) in zip(encoding.word_ids, encoding.offsets, strict=True):
+                if word is not None:
+                    span = spans.setdefault(word, [start, end])
+                    span[0], span[1] = min(span[0], start), max(span[1], end)
+            cut.append([(spans[word][0], spans[word][1]) for word in sorted(spans)])
+    raw_spans = iter(cut)
+    split: list[tuple[list[str], list[tuple[int, int]] | None]] = []
+    for example in examples:
+        if example.words is not None:
+            split.append((example.words, None))
+        else:
+            spans_of_words = next(raw_spans)
+            split.append(([example.text[start:end] for start, end in spans_of_words], spans_of_words))
+    return split

@@ -32,7 +32,8 @@ class TaskType(Protocol):
 
     Examples are whatever the type reads; a feature is one model input (`Features`), and an example
     has one or more. Training reads, featurizes and scores; predicting reads (a file or stdin lines),
-    featurizes, decodes and writes rows.
+    featurizes, decodes and writes rows. Examples stay as read: what featurizing derives from them (raw
+    text's words, a context's windows) goes into the features' ``meta``, where ``decode`` finds it.
     """
 
     settings_class: type[FinetuneTaskConfig]  # the task's settings: every task's and this type's own options
@@ -51,7 +52,8 @@ class TaskType(Protocol):
         """One line naming the file and line of a dev or test label the training set does not have."""
 
     def featurize(self, examples: list[Any], tokenizer: Tokenizer, label_names: list[str] | None) -> Features:
-        """The examples as features, targets included where the examples have them."""
+        """The examples as new features, targets included where the examples have them; the examples unchanged,
+        so featurizing them again gives the same features."""
 
     def outputs(self, out: Any, batch: TaskBatch) -> list[Any]:
         """The model's output (its objective's ``forward``) as one value per row of the batch, on the host."""
@@ -84,13 +86,15 @@ TASK_TYPES: dict[str, type[TaskType]] = {
 }
 
 
-def task_type(settings: FinetuneTaskConfig, config_key: str, recorded: dict[str, Any] | None = None) -> TaskType:
+def task_type(settings: FinetuneTaskConfig, config_key: str, recorded: dict[str, Any] | None = None,
+              **options: Any) -> TaskType:
     """The task type a task's ``type`` names, set up with its settings (and what training recorded about its data,
-    ``TaskType.recorded``, when predicting)."""
+    ``TaskType.recorded``, when predicting). ``options`` are the type's own keywords, given whole at construction
+    (tag's ``word_labels``, which ``bertwb predict --words`` asks for)."""
     if settings.type is None:
         *others, last = TASK_TYPES
         raise BertwbError(f"{config_key}.type is not set; give {', '.join(others)} or {last}")
-    return TASK_TYPES[settings.type](settings, config_key, recorded or {})
+    return TASK_TYPES[settings.type](settings, config_key, recorded or {}, **options)
 
 
 def settings_class(type_name: str | None) -> type[FinetuneTaskConfig]:
