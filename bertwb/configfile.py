@@ -51,18 +51,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), workd
     for item in overrides:
         _apply_override(raw, lines, item, where)
 
-    provenance = Provenance(where, lines)
-    cfg = Config(path=cfg_path.resolve() if cfg_path else None,
-                 base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd(), provenance=provenance)
+    sections: dict[str, Any] = {}
+    inherited: Inherited = {}  # filled by _build as named sub-sections take their section's values
     for section_name, values in raw.items():
         if section_name not in SECTIONS:
             raise BertwbError(_locate(where, lines, (section_name,))
                               + f"unknown section {_quoted(section_name)}{_suggest(section_name, SECTIONS)}")
-        if values is None:
-            continue
-        setattr(cfg, section_name, _build(SECTIONS[section_name], values, (section_name,), where, lines,
-                                          inherited=provenance.inherited))
-    return cfg
+        if values is not None:
+            sections[section_name] = _build(SECTIONS[section_name], values, (section_name,), where, lines,
+                                            inherited=inherited)
+    return Config(**sections, path=cfg_path.resolve() if cfg_path else None,
+                  base_dir=cfg_path.resolve().parent if cfg_path else Path.cwd(),
+                  provenance=Provenance(where, lines, inherited))
 
 
 def _apply_override(raw: dict[str, Any], lines: Lines, item: str, where: str) -> None:

@@ -24,10 +24,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgress
 from rich.table import Table
 from rich.text import Text
 
-out = Console(highlight=False, soft_wrap=True)
+_PIPED = not Console().is_terminal  # as rich decides it (isatty, FORCE_COLOR, TTY_COMPATIBLE)
+# wide tables in logs and pipes rather than folding every cell at 80 columns
+out = Console(highlight=False, soft_wrap=True, width=200 if _PIPED else None)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-if not out.is_terminal:
-    out.width = 200  # wide tables in logs and pipes rather than folding every cell at 80 columns
 
 PLAIN_PROGRESS_EVERY_S = 5.0
 MAX_MESSAGE_CHARS = 1000  # the longest error, warning or stage line printed whole (`capped`)

@@ -189,8 +189,13 @@ class FileReader:
         return kept
 
     def _problem(self, kind: str, phrase: str, where: int, detail: str = "", unit: str = "line",
-                 fix: str = "") -> _Problem:
-        problem = self.counts.problems.setdefault(kind, _Problem(phrase, unit, where, detail, fix=fix))
+                 fix: str = "", with_keys: bool = False) -> _Problem:
+        """The file's problem of ``kind``, made at its first line (``with_keys``: one that lists JSON keys), counted
+        once more."""
+        problem = self.counts.problems.get(kind)
+        if problem is None:
+            problem = self.counts.problems[kind] = _Problem(phrase, unit, where, detail, fix=fix,
+                                                            keys={} if with_keys else None)
         problem.count += 1
         return problem
 
@@ -361,8 +366,7 @@ class FileReader:
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
                 problem = self._problem("field", f"record(s) without a string field '{text_field}'", number,
-                                        fix="; set ingest.text_field")
-                problem.keys = {} if problem.keys is None else problem.keys
+                                        fix="; set ingest.text_field", with_keys=True)
                 for key in list(record)[:20] if isinstance(record, dict) else []:
                     if len(problem.keys) < MAX_KEYS_SHOWN:
                         problem.keys.setdefault(str(key)[:40])

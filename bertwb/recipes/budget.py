@@ -20,7 +20,7 @@ import duckdb
 import torch
 
 from bertwb import ui
-from bertwb.config import Config
+from bertwb.config import Config, ModelConfig
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertForPreTraining
 from bertwb.recipes.base import Recipe
@@ -169,9 +169,7 @@ def _vocab_size(preset: str) -> int:
 
 def _size(preset: str) -> tuple[int, float]:
     """``preset``'s parameters and training FLOPs per 128-token pair, from its shapes alone (no weights)."""
-    cfg = Config()
-    cfg.model.preset = preset
-    config = build_model_config(cfg, _vocab_size(preset), SEQ_LENGTH)
+    config = build_model_config(Config(model=ModelConfig(preset=preset)), _vocab_size(preset), SEQ_LENGTH)
     with torch.device("meta"):
         parameters = sum(t.numel() for t in BertForPreTraining(config).parameters())
     return parameters, useful_flops_per_pair(config, SEQ_LENGTH, round(MASK_RATE * SEQ_LENGTH))

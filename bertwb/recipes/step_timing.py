@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from bertwb import fast
-from bertwb.config import Config, TrainingConfig
+from bertwb.config import Config, ModelConfig, TrainingConfig
 from bertwb.data.batching import Batches
 from bertwb.data.masking import FLAG_MASKABLE, FLAG_REPLACEMENT, rules_from_flags
 from bertwb.data.pair_batches import PairArrays
@@ -54,8 +54,7 @@ class Timing:
 def time_training_step(preset: str, vocab_size: int, device: str, shape: TimedShape, micro_batch: int = 32) -> Timing:
     """Time a real training step of ``preset`` with a ``vocab_size`` vocabulary on ``device``, ``micro_batch``
     pairs of ``shape`` a step."""
-    cfg = Config()
-    cfg.model.preset, cfg.model.hidden_dropout, cfg.model.attention_dropout = preset, 0.0, 0.0
+    cfg = Config(model=ModelConfig(preset=preset, hidden_dropout=0.0, attention_dropout=0.0))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = BertForPreTraining(build_model_config(cfg, vocab_size, shape.positions))

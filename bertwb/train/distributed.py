@@ -23,10 +23,10 @@ class Dist:
     """This process's place in the process group; every collective is a no-op when alone."""
 
     def __init__(self, rank: int = 0, world_size: int = 1, local_rank: int = 0, device: str = "auto",
-                 origin: str = "--device"):
+                 origin: str = "--device", control: Any = None):
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
         self.device = resolve_device(device, origin, local_rank)
-        self.control: Any = None  # the process group for host-side agreement; None: the default (gloo) group
+        self.control = control  # the process group for host-side agreement; None: the default (gloo) group
 
     @classmethod
     def from_environment(cls, device: str, origin: str = "--device") -> Dist:
@@ -35,21 +35,20 @@ class Dist:
         if world_size == 1:
             return cls(device=device, origin=origin)
         rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-        dist = cls(rank, world_size, local_rank, device, origin)
-        if dist.device.type == "cuda":
-            torch.cuda.set_device(dist.device)
-        backend = "nccl" if dist.device.type == "cuda" else "gloo"
+        place = resolve_device(device, origin, local_rank)  # the device Dist resolves too: the group's backend
+        if place.type == "cuda":
+            torch.cuda.set_device(place)
+        backend = "nccl" if place.type == "cuda" else "gloo"
         # DDP imports torch._dynamo. Imported after the process group exists, dynamo keeps references
         # to it (torch 2.13), so destroy_process_group cannot free the group and its worker threads
         # live on into interpreter shutdown, where one can abort the process after a good run.
         # Imported first, dynamo keeps nothing and the group closes.
         importlib.import_module("torch._dynamo")
         torch.distributed.init_process_group(backend, rank=rank, world_size=world_size)
-        if backend != "gloo":
-            # What the hosts must agree on goes over gloo between the CPUs: through NCCL it would be a GPU
-            # tensor that the host must read back, which waits for all the GPU's queued work every step.
-            dist.control = torch.distributed.new_group(backend="gloo")
-        return dist
+        # What the hosts must agree on goes over gloo between the CPUs: through NCCL it would be a GPU
+        # tensor that the host must read back, which waits for all the GPU's queued work every step.
+        control = torch.distributed.new_group(backend="gloo") if backend != "gloo" else None
+        return cls(rank, world_size, local_rank, device, origin, control)
 
     @property
     def enabled(self) -> bool:
