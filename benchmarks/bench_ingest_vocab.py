@@ -74,7 +74,8 @@ def tokenisation_side_by_side(project: Path) -> dict[str, float]:
     """Sentences/s of the vocab stage's tokenise-into-DuckDB against raw encode_batch_fast."""
     from bertwb.data.tokenizer import load_tokenizer
     from bertwb.data.sinks import DuckTable
-    from bertwb.stages.vocab import TOKENS_COLUMNS, tokenise_all
+    from bertwb.data.tokenising import tokenise_all
+    from bertwb.stages.vocab import TOKENS_COLUMNS
     tokenizer = load_tokenizer(project / ".bertwb" / "vocab")
     con = duckdb.connect(str(project / ".bertwb" / "bertwb.duckdb"))
     n = con.execute("select count(*) from sentences").fetchone()[0]

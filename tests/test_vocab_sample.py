@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from bertwb.stages.vocab import TrainingSample
+from bertwb.data.vocab_training import TrainingSample
 from conftest import PYTHON, Project, make_documents, write_bert_format
 from faultkit import status_rows
 

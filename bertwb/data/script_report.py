@@ -4,6 +4,7 @@ Counted exactly, word by word, on a fixed sample of up to `REPORT_SENTENCES` sen
 of a small one), encoded by the stage's own tokenizer: a word is what BERT's pre-tokeniser yields, and it belongs
 to the script most of its letters are in. Warnings name a script whose characters the normaliser splits or robs of
 their marks, whose words are mostly [UNK], or whose text has no spaces between words (`scripts.UNSPACED`).
+The rows become the stage's ``scripts`` table and its view, the summary's lines and the table `bertwb vocab` prints.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from tokenizers import Tokenizer
 
+from bertwb import ui
 from bertwb.data.scripts import COMMON, INHERITED, NAMES, UNSPACED, dominant_script, is_accent, script_ids
 
 REPORT_SENTENCES = 20_000
@@ -26,6 +29,21 @@ SOME_UNK = 0.05
 LONG_WORD_CHARS = 6
 # WordPiece's max_input_chars_per_word: a longer word is one [UNK] whole.
 _LONGEST_WORD = 100
+# Each script of the corpus: its share of the characters and of the vocabulary, tokens per word, [UNK] rate, and the
+# warning it earned (the stage's ``scripts`` table, as a view).
+SCRIPTS_VIEW = """create or replace view vocab_scripts as
+       select script, round(100 * share, 2) as percent_of_text, round(100 * vocab_share, 2) as percent_of_vocab,
+              tokens_per_word, round(100 * unk_rate, 3) as percent_unk,
+              round(100 * altered_characters / greatest(characters, 1), 2) as percent_altered, words, warning
+       from scripts order by characters desc, script"""
+# What the summary (the manifest, `bertwb vocab`, the report page) keeps of each script; the table keeps all.
+_SUMMARY_COLUMNS = ("script", "share", "tokens_per_word", "unk_rate", "vocab_share", "warning")
+_SCRIPTS_SCHEMA = pa.schema([
+    ("script", pa.string()), ("characters", pa.int64()), ("altered_characters", pa.int64()),
+    ("decomposed", pa.bool_()), ("words", pa.int64()), ("word_characters", pa.int64()), ("tokens", pa.int64()),
+    ("unk_tokens", pa.int64()), ("unk_words", pa.int64()), ("long_words", pa.int64()), ("vocab_tokens", pa.int64()),
+    ("warning", pa.string()), ("share", pa.float64()), ("tokens_per_word", pa.float64()),
+    ("unk_rate", pa.float64()), ("vocab_share", pa.float64())])
 _SEGMENTERS = {"Hiragana": "MeCab or SudachiPy", "Katakana": "MeCab or SudachiPy", "Thai": "PyThaiNLP",
                "Lao": "LaoNLP", "Khmer": "khmer-nltk", "Myanmar": "pyidaungsu", "Tibetan": "botok"}
 
@@ -168,3 +186,25 @@ def _shares(rows: list[ScriptRow], published: bool) -> list[dict]:
              "tokens_per_word": round(r.tokens / max(r.words, 1), 4),
              "unk_rate": round(r.unk_tokens / max(r.tokens, 1), 6),
              "vocab_share": round(r.vocab_tokens / max(vocab, 1), 6)} for r in rows]
+
+
+def scripts_table(rows: list[dict]) -> pa.Table:
+    """`script_report`'s rows as the stage's ``scripts`` table."""
+    return pa.Table.from_pylist(rows, schema=_SCRIPTS_SCHEMA)
+
+
+def scripts_summary(rows: list[dict]) -> dict[str, Any]:
+    """What the stage's summary keeps of `script_report`'s rows: each script's shares and rates, and the warnings."""
+    return {"scripts": [{key: row[key] for key in _SUMMARY_COLUMNS} for row in rows],
+            "warnings": [row["warning"] for row in rows if row["warning"]]}
+
+
+def show_scripts(summary: dict[str, Any]) -> None:
+    """Each script's coverage (when the text has more than one), then the warnings it earned, from a summary."""
+    rows = summary.get("scripts") or []
+    if len(rows) > 1:
+        ui.summary_table("vocab: scripts", ["script", "of text", "tokens/word", "[UNK]", "of vocab"], [
+            [row["script"], f"{row['share']:.1%}", f"{row['tokens_per_word']:.2f}", f"{row['unk_rate']:.2%}",
+             f"{row['vocab_share']:.1%}"] for row in rows])
+    for warning in summary.get("warnings") or []:
+        ui.warn(f"vocab: {warning}")
