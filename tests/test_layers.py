@@ -76,8 +76,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.docs_config": "docs/configuration.md from the typed config and every task type's options",
     }),
     ("cli", {
-        "bertwb.cli": "the commands: parse, load the config, call one function, print",
-        "bertwb.cli_paths": "the command line's path arguments",
+        "bertwb.cli": "the commands, a family a module, on one group: parse, load the config, call one function, print",
         "bertwb.configfile": "bertwb.yaml and --set read into config: each task type declares its options (tasks/)",
         "bertwb.__main__": "python -m bertwb",
     }),

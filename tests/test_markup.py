@@ -172,7 +172,7 @@ def test_fill_mask_prints_a_bracketed_input_whole(project: Project, said: Callab
             return [{"text": text, "masks": [{"predictions": [
                 {"token": "[/t]", "score": 0.5, "sequence": text.replace("[MASK]", "[/t]")}]}]} for text in texts]
 
-    monkeypatch.setattr(importlib.import_module("bertwb.cli"), "_model", lambda *args: (None, None))
+    monkeypatch.setattr(importlib.import_module("bertwb.cli.models"), "model_of", lambda *args: (None, None))
     monkeypatch.setattr(inference.PretrainedModel, "load", classmethod(lambda cls, *args: StandIn()))
     result = project.run("fill-mask", "the [/quote] [MASK] sat")
     assert "the [/quote] [MASK] sat" in said(result) and "the [/quote] [/t] sat" in said(result)
