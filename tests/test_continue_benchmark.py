@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from benchkit import run_script
 from conftest import GLUE_WORDS, PYTHON, REPO, TOPIC_WORDS, benchmark_records
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from continue_pretraining import build_data  # noqa: E402
+
+SCRIPT = REPO / "benchmarks" / "continue_pretraining.py"
 
 
 def _manual(path: Path, topic: str, paragraphs: int, seed: int) -> Path:
@@ -73,19 +76,17 @@ def test_the_source_task_labels_each_sentence_with_its_manual_and_pretraining_ne
     assert len(capped_next) == 8 and all(manuals) and set().union(*manuals) == {"sea", "kitchen"}
 
 
-def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_both_tasks(tmp_path):
+def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_both_tasks(tmp_path, monkeypatch):
     transformers = pytest.importorskip("transformers")
     from publishedkit import tiny_published_model
 
     tiny_published_model(tmp_path / "published", transformers, "BertModel")
     corpus = [_manual(tmp_path / "sea.txt", "sea", 80, 1), _manual(tmp_path / "sky.txt", "sky", 80, 2)]
     before = benchmark_records()
-    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), "continue",
-                             "--corpus", *map(str, corpus), "--model", str(tmp_path / "published"),
-                             "--hours", "0.0003", "--task-fraction", "0.3", "--max-train-pairs", "40", "--seeds", "0",
-                             "--epochs", "1", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
-                             "--pretrain-set", "heads_lr_scale=5", "--no-append"],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = run_script(monkeypatch, SCRIPT, "continue", "--corpus", *map(str, corpus), "--model",
+                        str(tmp_path / "published"), "--hours", "0.0003", "--task-fraction", "0.3",
+                        "--max-train-pairs", "40", "--seeds", "0", "--epochs", "1", "--batch", "8", "--threads", "1",
+                        "--work", str(tmp_path / "work"), "--pretrain-set", "heads_lr_scale=5", "--no-append")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert benchmark_records() == before  # --no-append
     rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
@@ -104,9 +105,9 @@ def test_the_continue_benchmark_adapts_a_published_model_and_fine_tunes_both_on_
     assert heading.startswith("## Continued pre-training of a published BERT — ") and heading.endswith(" UTC")
 
 
-def _benchmark(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, str(REPO / "benchmarks" / "continue_pretraining.py"), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+def _benchmark(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """The script as a process: its usage errors, which stop it before any bertwb command."""
+    return subprocess.run([PYTHON, str(SCRIPT), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def _budget_rows(report: str) -> dict[str, list[str]]:
@@ -114,12 +115,12 @@ def _budget_rows(report: str) -> dict[str, list[str]]:
             if line.startswith(("| budget recipe", "| demo defaults |"))}
 
 
-def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_models_again(tmp_path):
+def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_models_again(tmp_path, monkeypatch):
     corpus = [_manual(tmp_path / "sea.txt", "sea", 80, 1), _manual(tmp_path / "sky.txt", "sky", 80, 2)]
     common = ["--hours", "0.0003", "--seeds", "0", "--batch", "8", "--threads", "1", "--work", str(tmp_path / "work"),
               "--no-append"]
-    first = _benchmark("budget", "--corpus", *map(str, corpus), "--task-fraction", "0.3", "--max-train-pairs", "40",
-                       "--epochs", "1", "--pretrain-set", "eval_batches=1", *common)
+    first = run_script(monkeypatch, SCRIPT, "budget", "--corpus", *map(str, corpus), "--task-fraction", "0.3",
+                       "--max-train-pairs", "40", "--epochs", "1", "--pretrain-set", "eval_batches=1", *common)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     rows = _budget_rows(first.stdout)  # a setting over the recipe's is named in its row
     assert list(rows) == ["budget recipe with eval_batches=1", "demo defaults"], first.stdout
@@ -133,7 +134,7 @@ def test_the_budget_benchmark_trains_both_configs_and_reuse_fine_tunes_their_mod
     manifests = {side: (tmp_path / "work" / "budget" / side / ".bertwb" / "manifests" / "pretrain.json").read_bytes()
                  for side in ("budget", "demo")}
 
-    again = _benchmark("budget", "--reuse", "--epochs", "2", "--lr", "1e-4", *common)
+    again = run_script(monkeypatch, SCRIPT, "budget", "--reuse", "--epochs", "2", "--lr", "1e-4", *common)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "Fine-tuning: 2 epochs, lr 0.0001, batch 8, seeds 0, the same for both. Pre-trained by an earlier run, " \
            "fine-tuned again here: `python benchmarks/continue_pretraining.py budget --corpus" in again.stdout
