@@ -11,11 +11,13 @@ tests still start them as processes, so a script that breaks as a program is sti
 
 from __future__ import annotations
 
+import builtins
 import io
 import os
 import runpy
 import subprocess
 import sys
+import threading
 import traceback
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -27,6 +29,7 @@ from click.testing import CliRunner
 from bertwb.cli import cli
 
 BERTWB = [sys.executable, "-m", "bertwb"]
+_ONE_AT_A_TIME = threading.Lock()  # a command owns the cwd, environment and sys.stdout while it runs
 
 
 def run_script(monkeypatch: pytest.MonkeyPatch, script: Path, *args: str) -> subprocess.CompletedProcess:
@@ -34,31 +37,32 @@ def run_script(monkeypatch: pytest.MonkeyPatch, script: Path, *args: str) -> sub
     process with its bertwb commands in it too (see the module's docstring)."""
     monkeypatch.setattr(subprocess, "run", _bertwb_in_process(subprocess.run))
     monkeypatch.setattr(sys, "argv", [str(script), *args])
+    monkeypatch.syspath_prepend(str(script.parent))  # as python puts a script's folder first
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # a script's --threads sets it
     stdout, stderr = io.StringIO(), io.StringIO()
+
+    def script_print(*values: Any, file: Any = None, **options: Any) -> None:
+        """The script's own print: to its stdout even while a --jobs thread's bertwb command holds sys.stdout."""
+        builtins.print(*values, file=stdout if file is None else file, **options)
+
     with redirect_stdout(stdout), redirect_stderr(stderr):
-        code = _exit_code(lambda: runpy.run_path(str(script), run_name="__main__"))
-    return subprocess.CompletedProcess([sys.executable, str(script), *args], code, stdout.getvalue(),
+        try:
+            runpy.run_path(str(script), {"print": script_print}, run_name="__main__")
+            code = 0
+        except SystemExit as done:  # sys.exit("message") prints its message and exits 1, as in a process
+            code = done.code if done.code is None or isinstance(done.code, int) else 1
+            if not isinstance(done.code, int | None):
+                stderr.write(f"{done.code}\n")
+    return subprocess.CompletedProcess([sys.executable, str(script), *args], code or 0, stdout.getvalue(),
                                        stderr.getvalue())
-
-
-def _exit_code(main: Any) -> int:
-    """What the process of ``main`` would exit with; ``sys.exit("message")`` prints its message to stderr."""
-    try:
-        main()
-    except SystemExit as done:
-        if done.code is None or isinstance(done.code, int):
-            return done.code or 0
-        print(done.code, file=sys.stderr)
-        return 1
-    return 0
 
 
 def _bertwb_in_process(real_run: Any) -> Any:
     def run(command: Any, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess:
         if not (isinstance(command, list) and [str(part) for part in command[:3]] == BERTWB):
             return real_run(command, *args, **kwargs)
-        result = _invoke([str(part) for part in command[3:]], kwargs.get("cwd"), kwargs.get("env"))
+        with _ONE_AT_A_TIME:  # a script's --jobs threads: their commands take turns
+            result = _invoke([str(part) for part in command[3:]], kwargs.get("cwd"), kwargs.get("env"))
         if kwargs.get("check") and result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, command, result.stdout, result.stderr)
         return result

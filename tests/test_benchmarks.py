@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchkit import run_script
 from conftest import PYTHON, REPO, benchmark_records
 
 SCRIPT = str(REPO / "benchmarks" / "pretrain_gpu.py")
@@ -416,7 +417,7 @@ _GERMAN = ["Das Programm liest die Datei und schreibt das Ergebnis.", "Diese Opt
            "Ein Fehler wird gemeldet, wenn die Datei fehlt.", "Mit dieser Funktion öffnen Sie das Menü."]
 
 
-def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_path):
+def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_path, monkeypatch):
     """benchmarks/multilingual.py on a little Korean and German (``--text``, so no package is needed): Korean's
     vocabulary is in Jamo pieces before (strip_accents true) and whole syllables after (auto), with the per-script
     warning only before; German's is the same both times, so its model is trained once; the mixed corpus gets its
@@ -427,9 +428,8 @@ def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_pa
                      for number in range(24)]
         (tmp_path / f"{name}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     before = benchmark_records()
-    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "multilingual.py"), "--languages", "ko", "de",
-                             "--text", str(tmp_path), "--steps", "1", "--work", str(tmp_path / "work"), "--no-append"],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = run_script(monkeypatch, REPO / "benchmarks" / "multilingual.py", "--languages", "ko", "de", "--text",
+                        str(tmp_path), "--steps", "1", "--work", str(tmp_path / "work"), "--no-append")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {tuple(cells[:2]): cells for cells in (line.strip("| ").split(" | ") for line in result.stdout.splitlines())
             if len(cells) == 10 and cells[1] in ("before", "after")}
@@ -472,8 +472,7 @@ def test_the_multilingual_benchmark_keeps_prose_in_its_language_and_names_a_miss
         multilingual.extract(missing, tmp_path, 1000, 0)
 
 
-@pytest.mark.timeout(900)  # eight fine-tuning processes, four at a time
-def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_path):
+def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_path, monkeypatch):
     """benchmarks/feature_based.py on a tiny published-style model, tag sentences built by make_finetune_data and
     a few snippets in VADER's format: every (task, way, seed) trains, the feature-based runs leave the encoder as
     imported, and the table holds each task's per-seed scores with their mean, beside the paper's row."""
@@ -493,12 +492,12 @@ def test_the_feature_based_benchmark_trains_each_task_both_ways_over_seeds(tmp_p
     (tmp_path / "snippets.txt").write_text("".join(f"{i}\t{(-1) ** i * (1 + i % 3) / 2}\t{words[i % 4]} "
                                                    f"{'good' if i % 2 == 0 else 'bad'} .\n" for i in range(30)))
     before = benchmark_records()
-    script = str(REPO / "benchmarks" / "feature_based.py")
+    script = REPO / "benchmarks" / "feature_based.py"
     data = ["--model", str(tmp_path / "model"), "--tags", str(tmp_path / "tags"), "--snippets",
             str(tmp_path / "snippets.txt"), "--train-examples", "16", "--dev-examples", "8"]
     options = ["--seeds", "3", "4", "--epochs", "1", "--batch", "8", "--feature-layers", "-2", "-1",
                "--max-seq-length", "32", "--jobs", "4", "--work", str(tmp_path / "work"), "--no-append"]
-    result = subprocess.run([PYTHON, script, *data, *options], cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = run_script(monkeypatch, script, *data, *options)  # --jobs 4: its threads' commands take turns here
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
     assert re.findall(r"^(\w+) (fine-tuned|feature-based) seed (\d)", out, re.M) == [
@@ -570,8 +569,7 @@ def test_the_retrieval_benchmark_parses_the_manual_and_scores_rankings():
     assert scores(ranked, queries, corpus) == {"recall@10": (1 / 2 + 0) / 2, "hit@10": 1 / 2, "mrr@10": (1 / 2) / 2}
 
 
-@pytest.mark.timeout(900)  # a whole continue recipe and a dozen bertwb commands, each its own process
-def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_alike(tmp_path):
+def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_alike(tmp_path, monkeypatch):
     """benchmarks/retrieval.py end to end on a tiny sentence-transformers folder and a small manual, the continued
     pre-training included (one pass): bertwb's SQL ranking, checked against `bertwb similar` inside the script,
     scores what sentence-transformers' own vectors score."""
@@ -580,11 +578,10 @@ def test_the_retrieval_benchmark_ranks_with_bertwb_and_sentence_transformers_ali
     (tmp_path / "policy.txt").write_text(MANUAL)
     before = benchmark_records()
     manual = str(tmp_path / "policy.txt")
-    script = str(REPO / "benchmarks" / "retrieval.py")
-    result = subprocess.run([PYTHON, script, "--model", str(folder), "--text", manual,
-                             "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
-                             "--set", "vocab.max_unk_rate=1.0", "pretrain.batch_size=2",  # a word vocabulary, 5 pairs
-                             "--no-append"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = run_script(monkeypatch, REPO / "benchmarks" / "retrieval.py", "--model", str(folder), "--text", manual,
+                        "--pretrain-text", manual, "--epochs", "1", "--work", str(tmp_path / "work"),
+                        "--set", "vocab.max_unk_rate=1.0", "pretrain.batch_size=2",  # a word vocabulary, 5 pairs
+                        "--no-append")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in result.stdout.splitlines()
             if line.startswith(("| published", "| after"))}
