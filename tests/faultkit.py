@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,20 @@ VOLATILE = {"pretrain/metrics.jsonl", "pretrain/training.json", "evaluate/metric
 def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
     output, _ = process.communicate(timeout=timeout)
     return process.returncode, output
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    """``bertwb ARGS`` in this process (the small-disk helpers' commands): its exit code and its stdout and
+    stderr as one text, with the traceback of an exception no handler caught, as a process would print it.
+    Each command as a process of its own paid torch's import again (2-3 s); the helpers test what a command
+    says and leaves on a full disk, which is the same in one process."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from bertwb.cli import cli  # noqa: PLC0415
+
+    done = CliRunner().invoke(cli, list(args), prog_name="bertwb")
+    escaped = done.exception is not None and not isinstance(done.exception, SystemExit)
+    return done.exit_code, done.output + ("".join(traceback.format_exception(done.exception)) if escaped else "")
 
 
 def assert_one_error_line(code: int, output: str, *needles: str) -> None:

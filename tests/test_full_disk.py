@@ -23,10 +23,10 @@ def _digest(path: Path) -> str:
 
 
 SMALL_DISK = r"""
-import json, os, shutil, subprocess, sys
+import json, os, shutil, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from faultkit import artifacts
+from faultkit import artifacts, invoke
 from bertwb import engine
 from bertwb.configfile import load_config
 from bertwb.workspace import Workspace
@@ -36,9 +36,7 @@ STAGES = ("ingest", "vocab", "pairs")
 snapshot = os.path.join(os.path.dirname(out), "snapshot")
 
 def bertwb(*args):
-    done = subprocess.run([sys.executable, "-m", "bertwb", *args, "--config", config, "--workdir", ws],
-                          capture_output=True, text=True)
-    return done.returncode, done.stdout + done.stderr
+    return invoke(*args, "--config", config, "--workdir", ws)
 
 def status(*overrides):
     cfg = load_config(config, list(overrides), ws)
@@ -112,13 +110,14 @@ def test_a_full_disk_leaves_a_consistent_workspace_and_says_so(project: Project,
 
 
 SMALL_DISK_TRAINING = r"""
-import hashlib, json, os, shutil, subprocess, sys
+import hashlib, json, os, shutil, sys
 small, finetune_config, pretrain_project, out = sys.argv[1:5]
 finetune_rooms, pretrain_rooms = json.loads(sys.argv[5]), json.loads(sys.argv[6])
+sys.path.insert(0, sys.argv[7])
+from faultkit import invoke
 
 def bertwb(config, *args):
-    done = subprocess.run([sys.executable, "-m", "bertwb", *args, "--config", config], capture_output=True, text=True)
-    return [done.returncode, done.stdout + done.stderr]
+    return list(invoke(*args, "--config", config))
 
 def filled(room, run):
     stat = os.statvfs(small)
@@ -187,7 +186,7 @@ def test_a_full_disk_while_training_or_exporting_writes_weights_is_the_disk_full
     # checkpoint's trainer.pt (torch.save); the export's weights do not fit in the first. Pretrain likewise.
     rooms = [json.dumps([24 << 10, 160 << 10]), json.dumps([1 << 20, 3 << 20])]
     script = (f"mount -t tmpfs -o size=48m tmpfs {small} && {PYTHON} {helper} {small} {finetune / 'bertwb.yaml'} "
-              f"{trainer.root} {out} '{rooms[0]}' '{rooms[1]}'")
+              f"{trainer.root} {out} '{rooms[0]}' '{rooms[1]}' {REPO / 'tests'}")
     code, output = finished(subprocess.Popen([*prefix, "sh", "-c", script], stdout=subprocess.PIPE,
                                              stderr=subprocess.STDOUT, text=True, cwd=tmp_path))
     if "mount:" in output:
