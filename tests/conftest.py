@@ -165,14 +165,25 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), the tests that share a module
     fixture go to one worker together, so that fixture is built once, as in a single process; every other
-    test goes to whichever worker is free."""
+    test goes to whichever worker is free.
+
+    What the loadgroup scheduler reads is not the mark but the test's id, which xdist's hook ends with
+    ``@group`` by setting ``item._nodeid``. pytest 9.2 no longer reads that (``nodeid`` is ``str(item._id)``),
+    so with xdist 3.8 no test was grouped: each worker built a module's fixture for the tests it happened to
+    get (test_finetune's four fine-tunes twice a run, 48 s and 40 s). Where pytest has ``_id``, the group goes
+    into it here."""
     if not config.pluginmanager.has_plugin("xdist"):
         return
     for item in items:
         definitions = getattr(item, "_fixtureinfo", None)
         if definitions is not None and any(chain[-1].scope == "module"
                                            for chain in definitions.name2fixturedefs.values() if chain):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            group = item.module.__name__
+            item.add_marker(pytest.mark.xdist_group(group))
+            if config.getoption("loadgroup", default=False) and hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId  # noqa: PLC0415 - pytest >= 9.2, where ids are NodeIds
+
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture
