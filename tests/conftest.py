@@ -186,6 +186,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
+class SlowTestsFirst:
+    """Under xdist, the tests that took the longest in the last run start first, so that none of them starts
+    last and leaves one worker running alone at the end (a 90 s test did). xdist already sends the module
+    groups first (the units with the most tests); this orders the single tests after them: those that took
+    at least `SLOW_S` seconds last time, longest first, then all the others in pytest-randomly's order.
+    The times come from the last run's reports, which the controller keeps in pytest's cache (.pytest_cache);
+    a first run, or one without the cache, keeps the random order. The workers order their collections alike
+    (xdist requires it) from the same cache file."""
+
+    KEY = "bertwb/test_seconds"
+    SLOW_S = 10.0
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds: dict[str, float] = {}
+        self.records = not hasattr(config, "workerinput")  # the controller, which gets every worker's reports
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around pytest-randomly's wrapper: reorders after its shuffle
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+        result = yield
+        cache = getattr(config, "cache", None)  # none under -p no:cacheprovider
+        last = cache.get(self.KEY, {}) if cache is not None else {}
+        slow = {item.nodeid: last[item.nodeid] for item in items if last.get(item.nodeid, 0.0) >= self.SLOW_S}
+        items.sort(key=lambda item: -slow.get(item.nodeid, 0.0))  # stable: the rest keep their order
+        return result
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.records:  # setup, call and teardown
+            self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        cache = getattr(self.config, "cache", None)
+        if self.seconds and cache is not None:
+            cache.set(self.KEY, {**cache.get(self.KEY, {}), **self.seconds})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`SlowTestsFirst` in a run on xdist workers (`make test`): in its controller and in each worker."""
+    worker = hasattr(config, "workerinput")
+    if worker or config.pluginmanager.has_plugin("xdist") and config.getoption("numprocesses", default=None):
+        config.pluginmanager.register(SlowTestsFirst(config), "bertwb-slow-tests-first")
+
+
 @pytest.fixture
 def project(tmp_path: Path, request: pytest.FixtureRequest) -> Project:
     """A project with 120 small documents in corpus/a.txt and a config for a 256-token vocab. A test marked
