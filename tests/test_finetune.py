@@ -308,15 +308,18 @@ def test_predict_checkpoint_is_relative_to_the_config_folder_first(finetuned: Pr
 
 def test_an_interrupted_task_resumes_to_the_same_weights(project: Project, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
+    """60 steps, not the config's 150: the resumed run still crosses a checkpoint (40) and a validation
+    (50) before its last step, and the interrupted one stops between two checkpoints."""
+    steps = "--set=finetune.tasks.sentiment.steps=60"
     straight = Project(tmp_path / "straight")
     shutil.copytree(project.root, straight.root)
-    straight.run("finetune", "sentiment")
+    straight.run("finetune", "sentiment", steps)
     interrupt_at(monkeypatch, "finetune/sentiment", 30)  # a logging step; checkpoints come every 20
-    result = project.run("finetune", "sentiment", expect=130)
+    result = project.run("finetune", "sentiment", steps, expect=130)
     assert "checkpoint at step 30" in result.output
     monkeypatch.undo()
-    result = project.run("finetune", "sentiment")
-    assert "resuming from" in result.output and "(step 30 of 150)" in result.output
+    result = project.run("finetune", "sentiment", steps)
+    assert "resuming from" in result.output and "(step 30 of 60)" in result.output
     ours, theirs = (safetensors.torch.load_file(str(p.workspace / "finetune" / "sentiment" / "model.safetensors"))
                     for p in (project, straight))
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)  # bit-exact, dropout included
