@@ -1,4 +1,5 @@
-"""Training processes and glibc's malloc: the re-exec that turns the per-thread cache off, and kept memory."""
+"""Processes that run a model on the CPU: the re-exec that turns glibc's per-thread cache off (training and embed),
+kept memory, oneDNN's kernel cache bounded for embed, and memory that does not grow with the input."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ GLIBC_LINUX = memory.is_glibc() and Path("/proc/self/statm").exists()
 
 
 @pytest.mark.parametrize("argv", [["bertwb", "pretrain"], ["bertwb", "--debug", "run", "--until", "pretrain"],
-                                  ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"]])
-def test_training_commands_reexecute_with_the_tcache_off(argv):
+                                  ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"],
+                                  ["bertwb", "embed", "texts.txt", "-o", "v.npy"]])
+def test_training_and_embed_reexecute_with_the_tcache_off(argv):
     args, env = memory.malloc_tunables_exec(argv, {"PATH": "/bin"}, glibc=True, interpreter_flags=[])
     assert args == [sys.executable, "-m", "bertwb", *argv[1:]]
     assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
@@ -48,6 +50,38 @@ def test_the_reexecuted_command_keeps_the_interpreters_flags(tmp_path):
 ])
 def test_everything_else_runs_as_is(argv, environ, glibc):
     assert memory.malloc_tunables_exec(argv, environ, glibc) is None
+
+
+def test_the_kernel_caches_are_bounded_unless_the_user_chose_a_size():
+    environ: dict[str, str] = {"PATH": "/bin"}
+    assert memory.bound_kernel_cache(environ) == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"]
+    assert environ == {"PATH": "/bin", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
+    chosen = {"LRU_CACHE_CAPACITY": "2048"}
+    assert memory.bound_kernel_cache(chosen) == ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"]
+    assert chosen == {"LRU_CACHE_CAPACITY": "2048", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}  # theirs kept
+
+
+def test_embed_bounds_the_kernel_cache_before_its_first_matrix_product(tmp_path, monkeypatch):
+    """oneDNN and ideep read their capacities once, at their first kernel: embed's first matrix products are the
+    precision check's (`choose_precision`), so the settings must be in the environment by then."""
+    from bertwb.train import device  # noqa: PLC0415
+
+    for name in memory.KERNEL_CACHE_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    seen = []
+    choose = device.choose_precision
+
+    def recording(*args, **kwargs):
+        seen.append([os.environ.get(name) for name in memory.KERNEL_CACHE_ENVS])
+        return choose(*args, **kwargs)
+
+    monkeypatch.setattr(device, "choose_precision", recording)
+    model = native_model(tmp_path / "model")
+    (tmp_path / "texts.txt").write_text("the ship\nthe sails\n")
+    project = Project(tmp_path)
+    project.write_config("{}\n")
+    project.run("embed", str(tmp_path / "texts.txt"), "--model", str(model), "-o", str(tmp_path / "v.npy"))
+    assert seen == [["64", "64"]]
 
 
 _KEEP_SCRIPT = """
@@ -144,8 +178,9 @@ def test_embed_memory_does_not_grow_with_rows(tmp_path, output):
     peak at 10,000). Now it holds one chunk, so 10x the rows peaks where 1x does. Measured here with the tiny
     model (vectors of 32 floats, so what grew was the input's side), two threads: the old code peaked at 436 MB
     over 1,000 rows, 525 over 10,000 and 723 over 30,000; chunks of 500 rows at 451, 535 and 541, something
-    that fills once and then holds (not identified; torch's per-shape kernels are a suspect). With one thread,
-    as these tests run, the chunks peaked at 326 and 335 MB over 1,000 and 10,000 rows."""
+    that fills once and then holds: the kernel caches, one kernel per batch shape, which `bertwb.memory` now
+    bounds (the published MiniLM grew by 2 MB a new shape until it did). With one thread, as these tests run,
+    the chunks peaked at 326 and 335 MB over 1,000 and 10,000 rows."""
     model = native_model(tmp_path / "model")
     small = _embed_peak_mb(tmp_path / "small", model, 1_000, output)
     large = _embed_peak_mb(tmp_path / "large", model, 10_000, output)

@@ -19,6 +19,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -28,6 +29,11 @@ from bertwb.configfile import load_config
 from bertwb.data.batching import Batches
 from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining
+from bertwb.model.heads import new_model
+from bertwb.tasks.finetune.batches import TaskExamples
+from bertwb.tasks.finetune.features import IGNORE, Features
+from bertwb.tasks.finetune.objectives import objective_for
+from bertwb.tasks.finetune.tasktypes import TASK_TYPES, task_type
 from bertwb.tasks.pretraining.objective import PretrainingObjective
 from bertwb.train import device
 from bertwb.train.device import MatmulCheck, choose_precision, precision_rule
@@ -290,6 +296,86 @@ def test_under_bf16_the_matmuls_are_bf16_and_the_residual_layernorm_loss_and_opt
     assert gradients == {torch.float32} and all(p.dtype == torch.float32 for p in model.parameters())
     moments = [t for state in trainer.optimizer.state.values() for t in state.values() if t.dim() > 0]
     assert moments and all(t.dtype == torch.float32 for t in moments)
+
+
+@pytest.mark.parametrize("kind", ["classify", "tag", "qa"])
+def test_a_fine_tuning_step_under_bf16_keeps_the_residual_loss_and_optimizer_fp32(kind: str,
+                                                                                  monkeypatch: pytest.MonkeyPatch):
+    """The fine-tuning side of "Where fp32 stays", per head: under bf16 autocast the Linear layers run in bf16, every
+    encoder LayerNorm reads and writes fp32, the head's bf16 logits are cast to fp32 in `bertwb.tasks.losses` before
+    its cross-entropy (or MSE) reads them, and the loss is fp32; gradients, weights and AdamW's moments stay fp32."""
+    type_name, options, label_names = _FINETUNE_TASKS[kind]
+    settings = TASK_TYPES[type_name].settings_class(type=type_name, device="cpu", precision="bf16", **options)
+    task = task_type(settings, f"finetune.tasks.{kind}")
+    torch.manual_seed(0)
+    model = new_model(_model().config, task.model_kind, label_names)
+    features = _finetune_features(kind, [12, 7, 9, 5, 12, 8])  # padded rows: the masked paths run too
+    batches = Batches(TaskExamples(features), len(features), 0, drop_last=False)
+    objective = objective_for(task, label_names)
+    trainer = Trainer(settings, objective, model.train(), batches, total_steps=2)
+    assert trainer.precision.bf16
+    seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {}
+
+    def record(name: str):
+        def hook(module, inputs, output):
+            seen.setdefault(name, set()).add((inputs[0].dtype, output.dtype))
+        return hook
+
+    encoder_norms = [m for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)
+                     and name.startswith("bert.")]
+    handles = [m.register_forward_hook(record("encoder LayerNorm")) for m in encoder_norms]
+    handles += [m.register_forward_hook(record("Linear")) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    reached: list[tuple[set[torch.dtype], torch.dtype]] = []
+    original_loss = objective.loss
+
+    def loss(out, batch, totals):
+        logits = [out.start_logits, out.end_logits] if kind == "qa" else [out]
+        value, sums = original_loss(out, batch, totals)
+        reached.append(({t.dtype for t in logits}, value.dtype))
+        return value, sums
+
+    objective.loss = loss
+    scored: set[torch.dtype] = set()
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def recording_cross_entropy(scores, *args, **kwargs):
+        scored.add(scores.dtype)
+        return cross_entropy(scores, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", recording_cross_entropy)
+    gradients: set[torch.dtype] = set()
+    for parameter in model.parameters():
+        parameter.register_hook(lambda grad: gradients.add(grad.dtype))
+    trainer.train_step(0)
+    for handle in handles:
+        handle.remove()
+    assert len(encoder_norms) == 5  # the embeddings' and two per block
+    assert seen["encoder LayerNorm"] == {(torch.float32, torch.float32)}
+    assert {out for _, out in seen["Linear"]} == {torch.bfloat16}  # autocast really ran the matmuls in bf16
+    assert reached == [({torch.bfloat16}, torch.float32)]  # the head's Linear ran in bf16; the loss is fp32
+    assert scored == {torch.float32}  # cross-entropy read fp32 scores
+    assert gradients == {torch.float32} and all(p.dtype == torch.float32 for p in model.parameters())
+    moments = [t for state in trainer.optimizer.state.values() for t in state.values() if t.dim() > 0]
+    assert moments and all(t.dtype == torch.float32 for t in moments)
+
+
+_FINETUNE_TASKS = {"classify": ("classify", {}, ["a", "b", "c"]), "tag": ("tag", {}, ["O", "B-X", "I-X"]),
+                   "qa": ("qa", {}, None)}
+
+
+def _finetune_features(kind: str, lengths: list[int]) -> Features:
+    """Random features of ``lengths`` tokens (ids under the small model's 100) with model ``kind``'s targets."""
+    rng = np.random.default_rng(0)
+    ids = [[2, *rng.integers(5, 100, n - 2).tolist(), 3] for n in lengths]
+    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]
+    if kind == "classify":
+        return Features.from_encodings(ids, types, list(range(len(lengths))), labels=rng.integers(0, 3, len(lengths)))
+    if kind == "tag":
+        labels = [[IGNORE, *rng.choice([IGNORE, 0, 1, 2], n - 2).tolist(), IGNORE] for n in lengths]
+        return Features.from_encodings(ids, types, list(range(len(lengths))), token_labels=labels)
+    start = np.array([rng.integers(0, n) for n in lengths])
+    end = np.array([min(s + 1, n - 1) for s, n in zip(start, lengths, strict=True)])
+    return Features.from_encodings(ids, types, list(range(len(lengths))), start=start, end=end)
 
 
 def test_a_compiled_cpu_step_matches_an_eager_one():
