@@ -2,8 +2,8 @@
 per-thread cache that fragments the heap) and oneDNN's cache of compiled kernels.
 
 The malloc settings matter for CPU training, whose steps allocate and free hundreds of MB of activations in
-shapes that change with every batch (glibc-only, they do nothing elsewhere); the kernel caches for ``embed``,
-whose batches take a new shape at almost every batch. This module imports nothing heavy:
+shapes that change with every batch, and for ``embed``, whose batches take a new shape at almost every batch
+(hence its kernel cache too); glibc-only, they do nothing elsewhere. This module imports nothing heavy:
 `reexec_with_malloc_tunables` runs before torch is loaded.
 """
 
@@ -15,9 +15,8 @@ import subprocess
 import sys
 from typing import Any
 
-# Commands that train in this process: they get the tcache off (not embed: there it cost 9% of the time for
-# a tenth of its memory, once the kernel caches are bounded).
-TRAINING_COMMANDS = ("pretrain", "finetune", "run")
+# Commands that run a model over batches of ever-new shapes in this process: they get the tcache off.
+HEAP_COMMANDS = ("pretrain", "finetune", "run", "embed")
 TCACHE_OFF = "glibc.malloc.tcache_count=0"
 # The two caches of compiled CPU kernels, each read once, at its first kernel: oneDNN's, and that of ideep (the
 # layer between torch and oneDNN, which keeps its own). Both default to 1,024 entries.
@@ -62,11 +61,11 @@ def malloc_tunables_exec(argv: list[str], environ: dict[str, str], glibc: bool,
                          interpreter_flags: list[str] | None = None) -> tuple[list[str], dict[str, str]] | None:
     """The command line and environment to re-execute a ``bertwb`` command line with, or None to run as is.
 
-    Only training commands (`TRAINING_COMMANDS`) are re-executed, when `malloc_tunables_env` says so;
+    Only the commands of `HEAP_COMMANDS` are re-executed, when `malloc_tunables_env` says so;
     ``interpreter_flags`` (default: this interpreter's, such as ``-X faulthandler`` or ``-W error``) are kept.
     """
     command = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
-    env = malloc_tunables_env(environ, glibc) if command in TRAINING_COMMANDS else None
+    env = malloc_tunables_env(environ, glibc) if command in HEAP_COMMANDS else None
     if env is None:
         return None
     flags = _interpreter_flags() if interpreter_flags is None else interpreter_flags
@@ -80,7 +79,7 @@ def _interpreter_flags() -> list[str]:
 
 
 def reexec_with_malloc_tunables(command: list[str] | None = None) -> None:
-    """Replace this process by itself with glibc's tcache off (same PID), when it trains.
+    """Replace this process by itself with glibc's tcache off (same PID), when it runs one of `HEAP_COMMANDS`.
 
     Without ``command``, this process is the ``bertwb`` CLI and ``sys.argv`` says whether it trains;
     a script that trains in-process (the benchmarks) passes the command line that restarts it.
@@ -107,8 +106,8 @@ def bound_kernel_cache(environ: Any = None, capacity: int = KERNEL_CACHE_CAPACIT
     shape, up to 1,024. `bertwb embed` runs batches of one length each with no padding, so the rows × tokens of
     a Linear layer's input is new at almost every batch, and memory grew with the input: the published MiniLM
     over 20,000 sentences in chunks of 2,500 (bf16) went from 588 MB after the first chunk to 1,257 MB after the
-    eighth, nearly all of it during batches of a new shape. With both caches at 64 it went from 552 to 610 MB,
-    no slower; either cache alone still grows (BENCHMARKS.md, "Embedding at scale"). A batch's
+    eighth, nearly all of it during batches of a new shape. With both caches at 64 (and glibc's tcache off) it
+    stays at 498 MB, no slower; either cache alone still grows (BENCHMARKS.md, "Embedding at scale"). A batch's
     few kernels serve all its layers, so 64 lose nothing within a batch. Read at the first kernel: call this
     before any matmul.
     """

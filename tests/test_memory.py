@@ -1,5 +1,5 @@
-"""Processes that run a model on the CPU: the re-exec that turns glibc's per-thread cache off for training, kept
-memory, the kernel caches bounded for embed, and memory that does not grow with the input."""
+"""Processes that run a model on the CPU: the re-exec that turns glibc's per-thread cache off (training and embed),
+kept memory, oneDNN's kernel cache bounded for embed, and memory that does not grow with the input."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ GLIBC_LINUX = memory.is_glibc() and Path("/proc/self/statm").exists()
 
 
 @pytest.mark.parametrize("argv", [["bertwb", "pretrain"], ["bertwb", "--debug", "run", "--until", "pretrain"],
-                                  ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"]])
-def test_training_commands_reexecute_with_the_tcache_off(argv):
+                                  ["/venv/bin/bertwb", "pretrain", "--set", "pretrain.steps=5"],
+                                  ["bertwb", "embed", "texts.txt", "-o", "v.npy"]])
+def test_training_and_embed_reexecute_with_the_tcache_off(argv):
     args, env = memory.malloc_tunables_exec(argv, {"PATH": "/bin"}, glibc=True, interpreter_flags=[])
     assert args == [sys.executable, "-m", "bertwb", *argv[1:]]
     assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
@@ -40,7 +41,6 @@ def test_the_reexecuted_command_keeps_the_interpreters_flags(tmp_path):
 
 @pytest.mark.parametrize("argv, environ, glibc", [
     (["bertwb", "ingest"], {}, True),  # not a training command
-    (["bertwb", "embed", "texts.txt"], {}, True),  # its kernel caches are bounded instead (`bound_kernel_cache`)
     (["bertwb", "--help"], {}, True),
     (["bertwb", "pretrain"], {}, False),  # macOS, musl: no such setting
     (["bertwb", "pretrain"], {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=7"}, True),  # the user's choice

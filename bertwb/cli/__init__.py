@@ -15,5 +15,5 @@ __all__ = ["cli", "main"]
 
 
 def main() -> None:
-    memory.reexec_with_malloc_tunables()  # training commands: glibc's tcache off, before torch loads
+    memory.reexec_with_malloc_tunables()  # training and embed: glibc's tcache off, before torch loads
     cli(prog_name="bertwb")
