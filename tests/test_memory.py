@@ -166,7 +166,9 @@ def _embed_peak_mb(root: Path, model: Path, rows: int, output: str) -> float:
     into = ["--into", "vectors"] if output == "into" else ["-o", str(root / output)]
     result = subprocess.run([PYTHON, "-c", _PEAK_SCRIPT, "embed", str(texts), "--model", str(model), *into,
                              "--chunk-rows", "500", "--workdir", str(root / "ws"), "-q"], cwd=root,
-                            env={**os.environ, "PEAK_FILE": str(root / "peak")}, capture_output=True, text=True)
+                            env={**os.environ, "PEAK_FILE": str(root / "peak"),  # the tcache off as embed's
+                                 "GLIBC_TUNABLES": memory.TCACHE_OFF},  # re-exec sets it, with no exec to lose atexit
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     return int((root / "peak").read_text()) / 1024
 
