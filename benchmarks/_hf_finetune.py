@@ -70,7 +70,7 @@ def tag_features(tokenizer, sentences, label2id, max_length: int) -> list[dict]:
 
 
 def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0,
-               max_answer_length: int = 30) -> list[dict]:
+               max_answer_length: int = 30, max_query_length: int = 64) -> list[dict]:
     """Every question's windows, in question order: ids, offsets, ``sequence_ids`` and the question's index.
 
     transformers' ``stride`` is the tokens two windows share. With ``doc_stride`` (bertwb's meaning: tokens
@@ -78,17 +78,22 @@ def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: i
     gets the stride that starts its windows where bertwb starts them: a window of ``room = max_length - 3 -
     its length`` tokens steps ``min(doc_stride, room - min(max_answer_length, room // 2))`` (at least 1),
     so the stride is ``room - step``. The same windows as bertwb's for every question, not only for one of
-    the median's length."""
+    the median's length; a question over ``max_query_length`` tokens is cut to them, as bertwb (and the
+    original BERT) cut it, else its room would be negative (or too small for any stride) and the tokenizer
+    refuses it."""
+    texts = [q["question"] for q in questions]
     if doc_stride:
-        questions_ids = tokenizer([q["question"] for q in questions], add_special_tokens=False)["input_ids"]
-        rooms = [max_length - 3 - len(ids) for ids in questions_ids]
+        asked = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        texts = [text if len(ids) <= max_query_length else text[:offsets[max_query_length - 1][1]]
+                 for text, ids, offsets in zip(texts, asked["input_ids"], asked["offset_mapping"], strict=True)]
+        rooms = [max_length - 3 - min(len(ids), max_query_length) for ids in asked["input_ids"]]
         strides = [room - max(1, min(doc_stride, room - min(max_answer_length, room // 2))) for room in rooms]
     else:
         strides = [stride] * len(questions)
     windows: list[dict] = []
     for value in sorted(set(strides)):  # one call per stride, then back in question order
         group = [i for i, s in enumerate(strides) if s == value]
-        encoded = tokenizer([questions[i]["question"] for i in group], [questions[i]["context"] for i in group],
+        encoded = tokenizer([texts[i] for i in group], [questions[i]["context"] for i in group],
                             truncation="only_second", max_length=max_length, stride=value,
                             return_overflowing_tokens=True, return_offsets_mapping=True)
         for w, owner in enumerate(encoded["overflow_to_sample_mapping"]):
@@ -100,9 +105,10 @@ def qa_windows(tokenizer, questions, max_length: int, stride: int, doc_stride: i
 
 
 def qa_train_features(tokenizer, questions, max_length: int, stride: int, doc_stride: int = 0,
-                      max_answer_length: int = 30) -> list[dict]:
+                      max_answer_length: int = 30, max_query_length: int = 64) -> list[dict]:
     features = []
-    for window in qa_windows(tokenizer, questions, max_length, stride, doc_stride, max_answer_length):
+    for window in qa_windows(tokenizer, questions, max_length, stride, doc_stride, max_answer_length,
+                             max_query_length):
         question, offsets, sequence_ids = questions[window["owner"]], window["offsets"], window["sequence_ids"]
         start_position = end_position = 0  # [CLS]: no answer in this window
         if question["answers"]:
@@ -138,7 +144,7 @@ def train(args: argparse.Namespace) -> None:
     else:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa")
         features = qa_train_features(tokenizer, read_squad(args.train), args.max_seq_length, args.stride,
-                                     args.doc_stride, args.max_answer_length)
+                                     args.doc_stride, args.max_answer_length, args.max_query_length)
         collator = DataCollatorWithPadding(tokenizer)
     loader = torch.utils.data.DataLoader(features, batch_size=args.batch_size, shuffle=True, drop_last=True,
                                          collate_fn=collator)
@@ -211,7 +217,7 @@ def predict(args: argparse.Namespace) -> None:
         model = BertForQuestionAnswering.from_pretrained(args.model, attn_implementation="sdpa").eval()
         questions = read_squad(args.input)
         windows = qa_windows(tokenizer, questions, args.max_seq_length, args.stride, args.doc_stride,
-                             args.max_answer_length)
+                             args.max_answer_length, args.max_query_length)
         features = [{name: window[name] for name in ("input_ids", "token_type_ids", "attention_mask")}
                     for window in windows]
         outputs = logits_of(model, tokenizer, features, args.batch_size, args.precision)
@@ -256,6 +262,8 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=32, help="tokens two QA windows share (transformers' stride)")
     parser.add_argument("--doc-stride", type=int, default=0, help="instead: tokens between two QA windows' starts, "
                         "at most, per question (bertwb's doc_stride): the same windows as bertwb's")
+    parser.add_argument("--max-query-length", type=int, default=64, help="with --doc-stride: a longer question "
+                        "is cut to this many tokens, as bertwb cuts it")
     parser.add_argument("--n-best", type=int, default=20)
     parser.add_argument("--max-answer-length", type=int, default=30)
     parser.add_argument("--version-2", action="store_true", help="SQuAD v2.0: an empty answer may win")

@@ -18,8 +18,8 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   30 and the n-best 20 starts and ends per window. The windows: bertwb's ``doc_stride`` is the distance
   between two windows' starts (the original BERT's meaning), transformers' ``stride`` the tokens two windows
   share, so the transformers side gets ``--doc-stride`` and gives each question the stride that starts its
-  windows where bertwb's start (``_hf_finetune.qa_windows``): the same windows as bertwb's (all but the few
-  questions longer than ``max_query_length``, which bertwb cuts). A single stride, from the median
+  windows where bertwb's start (``_hf_finetune.qa_windows``): the same windows as bertwb's, a question over
+  ``max_query_length`` tokens cut to them on both sides (as the original BERT cuts it). A single stride, from the median
   question's length, gave transformers 6% more windows on a set of long kernel-doc questions.
 * bertwb: what a user runs, with a config written here: ``bertwb finetune`` (no dev file, so no evaluation
   during training) then ``bertwb predict`` on the dev file.
@@ -158,6 +158,7 @@ def commands(task: str, work: Path, train: Path, dev: Path, init: Path, version_
     ours = (work / "bertwb_predictions.jsonl")
     theirs_dir, theirs = work / "hf_model", work / "hf_predictions.jsonl"
     common = ["--max-seq-length", str(args.max_seq_length), "--doc-stride", str(args.doc_stride),
+              "--max-query-length", str(args.max_query_length),
               "--n-best", str(N_BEST), "--max-answer-length", str(MAX_ANSWER_LENGTH), "--precision", args.precision,
               *(["--version-2"] if version_2 else [])]
     hf = [sys.executable, str(HF_SCRIPT)]

@@ -39,7 +39,8 @@ def test_the_original_settings_are_left_alone_and_short_windows_overlap():
 def test_the_parity_benchmark_gives_transformers_the_windows_bertwb_reads(tmp_path):
     """benchmarks/_hf_finetune.py --doc-stride mirrors `_window_starts` per question: for questions of every
     length, transformers' tokenizer cuts the same windows (the same ids) as bertwb's featurize, so the parity
-    benchmark compares training, not windowing."""
+    benchmark compares training, not windowing. Questions over ``max_query_length`` are cut to it on both sides;
+    one longer than the window once left transformers a negative stride, which its tokenizer refused."""
     transformers = pytest.importorskip("transformers")
     import sys
 
@@ -56,13 +57,13 @@ def test_the_parity_benchmark_gives_transformers_the_windows_bertwb_reads(tmp_pa
     words = TOPIC_WORDS["sea"].split()
     context = " ".join(words[i % len(words)] for i in range(150))
     questions = [Question(n, f"q{n}", " ".join(words[:n % len(words)] * (1 + n // len(words))), context)
-                 for n in range(1, 40, 3)]
-    settings = QASettings(type="qa", max_seq_length=64, doc_stride=24, max_query_length=64, max_answer_length=10)
+                 for n in range(1, 80, 3)]  # up to 79 words: past the 64-token window
+    settings = QASettings(type="qa", max_seq_length=64, doc_stride=24, max_query_length=20, max_answer_length=10)
     features = QATask(settings, "t", {}).featurize(questions, load_tokenizer(tmp_path), None)
     ours = [features.tokens[features.offsets[i]:features.offsets[i + 1]].tolist() for i in range(len(features))]
     theirs = _hf_finetune.qa_windows(transformers.BertTokenizerFast.from_pretrained(str(tmp_path)),
                                      [{"question": q.question, "context": q.context} for q in questions],
-                                     64, 0, doc_stride=24, max_answer_length=10)
+                                     64, 0, doc_stride=24, max_answer_length=10, max_query_length=20)
     assert len(ours) > 3 * len(questions)  # long contexts: several windows each
     assert [w["input_ids"] for w in theirs] == ours
     assert [w["owner"] for w in theirs] == features.example.tolist()
