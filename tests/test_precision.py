@@ -19,7 +19,6 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -31,7 +30,6 @@ from bertwb.errors import BertwbError
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.model.heads import new_model
 from bertwb.tasks.finetune.batches import TaskExamples
-from bertwb.tasks.finetune.features import IGNORE, Features
 from bertwb.tasks.finetune.objectives import objective_for
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, task_type
 from bertwb.tasks.pretraining.objective import PretrainingObjective
@@ -40,6 +38,9 @@ from bertwb.train.device import MatmulCheck, choose_precision, precision_rule
 from bertwb.train.trainer import Trainer
 from bertwb.workspace import Workspace
 from conftest import Project, bf16_cpu, run_metrics, stand_in_pairs, tiny_model_dir
+from test_losses import CONFIG as LOSS_CONFIG
+from test_losses import TASKS as FINETUNE_TASKS
+from test_losses import _features as finetune_features
 
 STEPS = 6
 CPU = torch.device("cpu")
@@ -253,6 +254,36 @@ def test_bf16_autocast_loss_tracks_the_fp32_loss_over_the_first_steps():
     assert fp32 != bf16  # bf16 really ran: its rounding shows in the losses
 
 
+class _StepDtypes:
+    """The dtypes one training step of ``model`` meets: each encoder LayerNorm's and Linear's (input, output),
+    and every gradient's; `check` asserts what "Where fp32 stays" says of them and of the optimizer's state."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model, self.seen, self.gradients = model, {}, set()
+        self.encoder_norms = [m for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)
+                              and name.startswith("bert.")]
+        self.handles = [m.register_forward_hook(self._record("encoder LayerNorm")) for m in self.encoder_norms]
+        self.handles += [m.register_forward_hook(self._record("Linear")) for m in model.modules()
+                         if isinstance(m, torch.nn.Linear)]
+        for parameter in model.parameters():
+            parameter.register_hook(lambda grad: self.gradients.add(grad.dtype))
+
+    def _record(self, kind: str):
+        def hook(module, inputs, output):
+            self.seen.setdefault(kind, set()).add((inputs[0].dtype, output.dtype))
+        return hook
+
+    def check(self, trainer: Trainer) -> None:
+        for handle in self.handles:
+            handle.remove()
+        assert len(self.encoder_norms) == 5  # the embeddings' and two per block
+        assert self.seen["encoder LayerNorm"] == {(torch.float32, torch.float32)}
+        assert {out for _, out in self.seen["Linear"]} == {torch.bfloat16}  # autocast ran the matmuls in bf16
+        assert self.gradients == {torch.float32} and all(p.dtype == torch.float32 for p in self.model.parameters())
+        moments = [t for state in trainer.optimizer.state.values() for t in state.values() if t.dim() > 0]
+        assert moments and all(t.dtype == torch.float32 for t in moments)
+
+
 @pytest.mark.parametrize("fast_paths", [True, False], ids=["fast", "plain"])
 def test_under_bf16_the_matmuls_are_bf16_and_the_residual_layernorm_loss_and_optimizer_stay_fp32(fast_paths: bool):
     """docs/commands.md, "Where fp32 stays": autocast runs Linear/matmul in bf16; the residual stream (embeddings plus
@@ -263,17 +294,7 @@ def test_under_bf16_the_matmuls_are_bf16_and_the_residual_layernorm_loss_and_opt
                              "pretrain.precision=bf16", f"pretrain.cpu_fast_paths={str(fast_paths).lower()}"])
     objective = PretrainingObjective(fast=fast.choose(model, CPU, cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, Batches(stand_in_pairs(64), 8, seed=0), total_steps=2)
-    seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {}
-
-    def record(kind: str):
-        def hook(module, inputs, output):
-            seen.setdefault(kind, set()).add((inputs[0].dtype, output.dtype))
-        return hook
-
-    encoder_norms = [m for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)
-                     and name.startswith("bert.")]
-    handles = [m.register_forward_hook(record("encoder LayerNorm")) for m in encoder_norms]
-    handles += [m.register_forward_hook(record("Linear")) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    dtypes = _StepDtypes(model)
     losses = []
     original_loss = objective.loss
 
@@ -283,19 +304,9 @@ def test_under_bf16_the_matmuls_are_bf16_and_the_residual_layernorm_loss_and_opt
         return value, sums
 
     objective.loss = loss
-    gradients: set[torch.dtype] = set()
-    for parameter in model.parameters():
-        parameter.register_hook(lambda grad: gradients.add(grad.dtype))
     trainer.train_step(0)
-    for handle in handles:
-        handle.remove()
-    assert len(encoder_norms) == 5  # the embeddings' and two per block
-    assert seen["encoder LayerNorm"] == {(torch.float32, torch.float32)}
-    assert {out for _, out in seen["Linear"]} == {torch.bfloat16}  # autocast really ran the matmuls in bf16
+    dtypes.check(trainer)
     assert losses == [(torch.float32, torch.float64)]
-    assert gradients == {torch.float32} and all(p.dtype == torch.float32 for p in model.parameters())
-    moments = [t for state in trainer.optimizer.state.values() for t in state.values() if t.dim() > 0]
-    assert moments and all(t.dtype == torch.float32 for t in moments)
 
 
 @pytest.mark.parametrize("kind", ["classify", "tag", "qa"])
@@ -303,28 +314,18 @@ def test_a_fine_tuning_step_under_bf16_keeps_the_residual_loss_and_optimizer_fp3
                                                                                   monkeypatch: pytest.MonkeyPatch):
     """The fine-tuning side of "Where fp32 stays", per head: under bf16 autocast the Linear layers run in bf16, every
     encoder LayerNorm reads and writes fp32, the head's bf16 logits are cast to fp32 in `bertwb.tasks.losses` before
-    its cross-entropy (or MSE) reads them, and the loss is fp32; gradients, weights and AdamW's moments stay fp32."""
-    type_name, options, label_names = _FINETUNE_TASKS[kind]
+    its cross-entropy reads them, and the loss is fp32; gradients, weights and AdamW's moments stay fp32."""
+    type_name, options, label_names = FINETUNE_TASKS[kind]
     settings = TASK_TYPES[type_name].settings_class(type=type_name, device="cpu", precision="bf16", **options)
     task = task_type(settings, f"finetune.tasks.{kind}")
     torch.manual_seed(0)
-    model = new_model(_model().config, task.model_kind, label_names)
-    features = _finetune_features(kind, [12, 7, 9, 5, 12, 8])  # padded rows: the masked paths run too
+    model = new_model(LOSS_CONFIG, task.model_kind, label_names)
+    features = finetune_features(kind, [12, 7, 9, 5, 12, 8])  # padded rows: the masked paths run too
     batches = Batches(TaskExamples(features), len(features), 0, drop_last=False)
     objective = objective_for(task, label_names)
     trainer = Trainer(settings, objective, model.train(), batches, total_steps=2)
     assert trainer.precision.bf16
-    seen: dict[str, set[tuple[torch.dtype, torch.dtype]]] = {}
-
-    def record(name: str):
-        def hook(module, inputs, output):
-            seen.setdefault(name, set()).add((inputs[0].dtype, output.dtype))
-        return hook
-
-    encoder_norms = [m for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)
-                     and name.startswith("bert.")]
-    handles = [m.register_forward_hook(record("encoder LayerNorm")) for m in encoder_norms]
-    handles += [m.register_forward_hook(record("Linear")) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    dtypes = _StepDtypes(model)
     reached: list[tuple[set[torch.dtype], torch.dtype]] = []
     original_loss = objective.loss
 
@@ -343,39 +344,10 @@ def test_a_fine_tuning_step_under_bf16_keeps_the_residual_loss_and_optimizer_fp3
         return cross_entropy(scores, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "cross_entropy", recording_cross_entropy)
-    gradients: set[torch.dtype] = set()
-    for parameter in model.parameters():
-        parameter.register_hook(lambda grad: gradients.add(grad.dtype))
     trainer.train_step(0)
-    for handle in handles:
-        handle.remove()
-    assert len(encoder_norms) == 5  # the embeddings' and two per block
-    assert seen["encoder LayerNorm"] == {(torch.float32, torch.float32)}
-    assert {out for _, out in seen["Linear"]} == {torch.bfloat16}  # autocast really ran the matmuls in bf16
+    dtypes.check(trainer)
     assert reached == [({torch.bfloat16}, torch.float32)]  # the head's Linear ran in bf16; the loss is fp32
     assert scored == {torch.float32}  # cross-entropy read fp32 scores
-    assert gradients == {torch.float32} and all(p.dtype == torch.float32 for p in model.parameters())
-    moments = [t for state in trainer.optimizer.state.values() for t in state.values() if t.dim() > 0]
-    assert moments and all(t.dtype == torch.float32 for t in moments)
-
-
-_FINETUNE_TASKS = {"classify": ("classify", {}, ["a", "b", "c"]), "tag": ("tag", {}, ["O", "B-X", "I-X"]),
-                   "qa": ("qa", {}, None)}
-
-
-def _finetune_features(kind: str, lengths: list[int]) -> Features:
-    """Random features of ``lengths`` tokens (ids under the small model's 100) with model ``kind``'s targets."""
-    rng = np.random.default_rng(0)
-    ids = [[2, *rng.integers(5, 100, n - 2).tolist(), 3] for n in lengths]
-    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]
-    if kind == "classify":
-        return Features.from_encodings(ids, types, list(range(len(lengths))), labels=rng.integers(0, 3, len(lengths)))
-    if kind == "tag":
-        labels = [[IGNORE, *rng.choice([IGNORE, 0, 1, 2], n - 2).tolist(), IGNORE] for n in lengths]
-        return Features.from_encodings(ids, types, list(range(len(lengths))), token_labels=labels)
-    start = np.array([rng.integers(0, n) for n in lengths])
-    end = np.array([min(s + 1, n - 1) for s, n in zip(start, lengths, strict=True)])
-    return Features.from_encodings(ids, types, list(range(len(lengths))), start=start, end=end)
 
 
 def test_a_compiled_cpu_step_matches_an_eager_one():
