@@ -107,9 +107,9 @@ def bound_kernel_cache(environ: Any = None, capacity: int = KERNEL_CACHE_CAPACIT
     a Linear layer's input is new at almost every batch, and memory grew with the input: the published MiniLM
     over 20,000 sentences in chunks of 2,500 (bf16) went from 588 MB after the first chunk to 1,257 MB after the
     eighth, nearly all of it during batches of a new shape. With both caches at 64 (and glibc's tcache off) it
-    stays at 498 MB, no slower; either cache alone still grows (BENCHMARKS.md, "Embedding at scale"). A batch's
-    few kernels serve all its layers, so 64 lose nothing within a batch. Read at the first kernel: call this
-    before any matmul.
+    stays at 498 MB, no slower; either cache alone still grows (benchmarks/log/2026-11.md, "Embed's memory: the
+    two kernel caches"). A batch's few kernels serve all its layers, so 64 lose nothing within a batch. Read
+    at the first kernel: call this before any matmul.
     """
     environ = os.environ if environ is None else environ
     made = [name for name in KERNEL_CACHE_ENVS if name not in environ]
