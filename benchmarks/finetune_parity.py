@@ -37,6 +37,9 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
 * fp32 compute floor (fp32 runs): the matmul FLOPs of training on bertwb's own windows (`training_flops`,
   checked against torch's FLOP counter in the tests) over this machine's fp32 matmul peak: the least time any
   fp32 implementation could train in, so transformers' time over it is the most speed-up fp32 allows here.
+  A tighter one beside it: the same products at the rates torch's kernels reach on this run's own shapes
+  (`step_products` of a batch of mean-length windows, timed after the runs by `shape_rates`), the time a
+  training whose every other operation cost nothing would take.
 * ``--sides bertwb`` runs bertwb's commands only (a what-if of its settings over many seeds, where the
   reference's scores are known from earlier runs): the report then has no speed-up and no gap, and says so.
 
@@ -48,6 +51,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import shutil
 import statistics
@@ -224,8 +228,73 @@ def window_lengths(config: Path, train: Path, init: Path) -> np.ndarray:
     return task.featurize(examples, tokenizer, labels).lengths
 
 
-def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, theirs: float | None) -> str:
-    """What the fp32 compute floor says of both sides' training times (see `training_flops`)."""
+def step_products(config: BertConfig, length: int, batch: int) -> dict[str, list[tuple[str, tuple, tuple]]]:
+    """The matrix products of one training step on ``batch`` windows of ``length`` tokens each, by part, as
+    autograd runs them: each Linear's forward, input gradient and weight gradient (M = batch·length rows), and
+    each layer's six batched attention products (scores and weighted sum forward, four gradients), one entry
+    per layer. An entry is (kind, a's shape, b's shape): kind "mm" multiplies a by b, "mm_t" aᵀ by b (a
+    gradient's layout), "bmm" and "bmm_t" likewise per matrix of a batch."""
+    H, inner, A = config.hidden_size, config.intermediate_size, config.num_heads
+    M, BA, T, d = batch * length, batch * A, length, H // A
+    linear = []
+    for k, n in [(H, H)] * 4 + [(H, inner), (inner, H)]:
+        linear += [("mm", (M, k), (k, n)), ("mm", (M, n), (n, k)), ("mm_t", (M, n), (M, k))]
+    attention = [("bmm", (BA, T, d), (BA, d, T)), ("bmm", (BA, T, T), (BA, T, d)),  # forward: scores, weighted sum
+                 ("bmm", (BA, T, d), (BA, d, T)), ("bmm_t", (BA, T, T), (BA, T, d)),  # grads of probs and of v
+                 ("bmm", (BA, T, T), (BA, T, d)), ("bmm_t", (BA, T, T), (BA, T, d))]  # grads of q and of k
+    return {"linear": linear * config.num_layers, "attention": attention * config.num_layers}
+
+
+def product_flops(kind: str, a: tuple, b: tuple) -> float:
+    """2·m·k·n (per matrix of a batch) for one `step_products` entry: a's elements times b's columns, whether
+    a is multiplied as it is (m, k) or transposed ((k, m) read as aᵀ)."""
+    return 2.0 * math.prod(a) * b[-1]
+
+
+def shape_rates(config: BertConfig, length: int, batch: int, repeats: int = 3) -> dict[str, float]:
+    """The fp32 FLOP/s torch's kernels reach on each part of `step_products` at these shapes, on all of torch's
+    threads: each distinct product timed alone (the best of ``repeats`` after a warm-up), on fresh random
+    matrices. What a training step's matmuls could reach on this machine at best, shape for shape."""
+    rates = {}
+    for part, products in step_products(config, length, batch).items():
+        seconds, flops, best = 0.0, 0.0, {}
+        for kind, a_shape, b_shape in products:
+            key = (kind, a_shape, b_shape)
+            if key not in best:
+                a, b = torch.randn(a_shape), torch.randn(b_shape)
+                _timed(kind, a, b)  # warm-up
+                best[key] = min(_timed(kind, a, b) for _ in range(repeats))
+            seconds += best[key]
+            flops += product_flops(kind, a_shape, b_shape)
+        rates[part] = flops / seconds
+    return rates
+
+
+_PRODUCTS = {"mm": lambda a, b: torch.mm(a, b), "mm_t": lambda a, b: torch.mm(a.t(), b),
+             "bmm": lambda a, b: torch.bmm(a, b), "bmm_t": lambda a, b: torch.bmm(a.transpose(1, 2), b)}
+
+
+def _timed(kind: str, a: torch.Tensor, b: torch.Tensor) -> float:
+    """Seconds of one `step_products` product of ``kind`` on a and b."""
+    started = time.perf_counter()
+    _PRODUCTS[kind](a, b)
+    return time.perf_counter() - started
+
+
+def part_flops(config: BertConfig, lengths: np.ndarray, epochs: int, batch: int) -> dict[str, float]:
+    """`training_flops` split into the Linear layers' share (8·H² + 4·H·I per token and layer) and attention's
+    (4·T·H per token and layer); the two sum to it."""
+    H, L, inner = config.hidden_size, config.num_layers, config.intermediate_size
+    trained = (len(lengths) // batch) * batch / max(len(lengths), 1)
+    tokens, squares = float(lengths.sum()), float((lengths.astype(np.float64) ** 2).sum())
+    return {"linear": 3 * L * (8 * H * H + 4 * H * inner) * tokens * trained * epochs,
+            "attention": 3 * L * 4 * H * squares * trained * epochs}
+
+
+def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, theirs: float | None,
+               parts: dict[str, float] | None = None, rates: dict[str, float] | None = None) -> str:
+    """What the fp32 compute floors say of both sides' training times: at the 2048³ peak (see `training_flops`),
+    and, with ``parts`` and ``rates``, at the rates this run's own product shapes reach (`shape_rates`)."""
     floor = flops / peak
     line = (f"* fp32 compute floor: training's matmuls are {flops / 1e12:.1f} TFLOP ({len(lengths):,} windows, "
             f"{lengths.mean():.0f} tokens on average, padding not counted); at this machine's fp32 matmul peak "
@@ -233,9 +302,23 @@ def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, thei
             f"{floor:.0f} s of any fp32 training. bertwb's training command took {ours:.0f} s "
             f"({floor / ours:.0%} of it at the peak's rate)")
     if theirs is None:
+        line += "."
+    else:
+        line += (f", transformers' {theirs:.0f} s: no fp32 implementation of this training, with the same "
+                 f"windows and model, can be more than **{theirs / floor:.2f}×** transformers' speed on this machine.")
+    if not parts or not rates:
+        return line
+    at_shapes = sum(parts[part] / rates[part] for part in parts)
+    line += (f"\n* At this run's own shapes (a batch of windows of the mean length), torch's fp32 products run at "
+             f"{rates['linear'] / 1e9:.0f} GFLOP/s for the Linear layers ({parts['linear'] / 1e12:.1f} TFLOP) and "
+             f"{rates['attention'] / 1e9:.0f} GFLOP/s for attention's batched products "
+             f"({parts['attention'] / 1e12:.1f} TFLOP): {at_shapes:.0f} s of products alone, "
+             f"{at_shapes / ours:.0%} of bertwb's training command; the rest is everything else (softmax, dropout, "
+             f"LayerNorm, GELU, the optimizer, the data)")
+    if theirs is None:
         return line + "."
-    return (line + f", transformers' {theirs:.0f} s: no fp32 implementation of this training, with the same "
-            f"windows and model, can be more than **{theirs / floor:.2f}×** transformers' speed on this machine.")
+    return line + (f". With every other operation free, an implementation that multiplies through torch's fp32 "
+                   f"kernels reaches at most **{theirs / at_shapes:.2f}×** transformers' speed here.")
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -354,9 +437,12 @@ def main() -> None:
             if args.precision == "fp32":
                 lengths = window_lengths(work / "bertwb.yaml", train, init)
                 config = config_from_hf_dict(json.loads((init / "config.json").read_text()))
-                floors[variant] = (training_flops(config, lengths, args.epochs, args.batch), lengths)
+                floors[variant] = (training_flops(config, lengths, args.epochs, args.batch), lengths, config)
     if floors:
         peak = max(peak, matmul_peak())  # before and after the runs: the better one counts
+    shapes = {variant: (part_flops(config, lengths, args.epochs, args.batch),
+                        shape_rates(config, int(round(lengths.mean())), args.batch))
+              for variant, (_, lengths, config) in floors.items()}
 
     if args.model:
         hf = json.loads((args.model / "config.json").read_text())
@@ -413,7 +499,7 @@ def main() -> None:
             headline.append(f"{name}: bertwb only, {main} {ours[main]:.1f} (mean of {len(spread)} seeds)")
         if variant in floors:
             theirs_s = by_side["transformers"]["train"] if "transformers" in by_side else None
-            verdict += "\n" + floor_line(*floors[variant], peak, ours["train"], theirs_s)
+            verdict += "\n" + floor_line(*floors[variant][:2], peak, ours["train"], theirs_s, *shapes[variant])
         sections.append(f"{name}: {n_train:,} train, {n_dev:,} dev{windows}.\n\n" + "\n".join(lines) + "\n\n"
                         + verdict)
     command = " ".join(["python benchmarks/finetune_parity.py", *sys.argv[1:]])

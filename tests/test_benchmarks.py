@@ -282,6 +282,36 @@ def test_the_compute_floor_counts_the_matmuls_torch_counts_in_a_training_step():
     assert training_flops(config, lengths, 1, 2) == pytest.approx(2 / 3 * training_flops(config, lengths, 1, 1))
 
 
+def test_the_shape_floor_times_the_products_the_compute_floor_counts():
+    """`step_products`, the products `shape_rates` times, are the matmuls `training_flops` counts (which the
+    test above checks against torch's counter): for windows of one length, batch for batch, part for part.
+    The floor line then bounds the speed-up by transformers' time over the products' time at those rates."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from finetune_parity import floor_line, part_flops, product_flops, shape_rates, step_products, training_flops
+
+    from bertwb.model.bert import BertConfig
+
+    config = BertConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    lengths = np.full(8, 12)  # two batches of 4 windows of 12 tokens
+    parts = part_flops(config, lengths, epochs=1, batch=4)
+    per_step = {part: sum(product_flops(*entry) for entry in entries)
+                for part, entries in step_products(config, 12, 4).items()}
+    assert per_step == {part: flops / 2 for part, flops in parts.items()}
+    assert sum(parts.values()) == training_flops(config, lengths, epochs=1, batch=4)
+    rates = shape_rates(config, 12, 4, repeats=1)
+    assert set(rates) == {"linear", "attention"} and all(rate > 0 for rate in rates.values())
+    # a made-up machine: 1 GFLOP/s at the peak, 0.5 at the shapes; bertwb 10 s, transformers 8 s
+    parts = {"linear": 3e9, "attention": 1e9}
+    line = floor_line(4e9, lengths, 1e9, 10.0, 8.0, parts, {"linear": 0.5e9, "attention": 0.5e9})
+    assert "at most **1.00×** transformers' speed" in line  # 8 s over 4 GFLOP at 0.5 GFLOP/s
+    assert "**2.00×**" in line and "80% of bertwb's training command" in line
+    assert "at most" not in floor_line(4e9, lengths, 1e9, 10.0, None, parts, {"linear": 1e9, "attention": 1e9})
+
+
 def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_up(tmp_path):
     """``--sides bertwb``: only bertwb's commands run, one seed per repeat from ``--first-seed``, each seed's
     scores printed as it finishes; the report has bertwb's row, each seed's score with their mean and spread,
