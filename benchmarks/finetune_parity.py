@@ -21,6 +21,8 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   windows where bertwb's start (``_hf_finetune.qa_windows``): the same windows as bertwb's, a question over
   ``max_query_length`` tokens cut to them on both sides (as the original BERT cuts it). A single stride, from the median
   question's length, gave transformers 6% more windows on a set of long kernel-doc questions.
+  ``--hf-stride N`` leaves transformers its own windows instead (its docs' loop: one ``stride`` of N shared
+  tokens), to compare each side as its user would set it; the report's title and windows line say so.
 * bertwb: what a user runs, with a config written here: ``bertwb finetune`` (no dev file, so no evaluation
   during training) then ``bertwb predict`` on the dev file.
 * transformers: ``benchmarks/_hf_finetune.py train`` then ``predict``, its docs' feature code, loop and
@@ -161,7 +163,8 @@ def commands(task: str, work: Path, train: Path, dev: Path, init: Path, version_
     bertwb = [sys.executable, "-m", "bertwb"]
     ours = (work / "bertwb_predictions.jsonl")
     theirs_dir, theirs = work / "hf_model", work / "hf_predictions.jsonl"
-    common = ["--max-seq-length", str(args.max_seq_length), "--doc-stride", str(args.doc_stride),
+    windows = ["--stride", str(args.hf_stride)] if args.hf_stride else ["--doc-stride", str(args.doc_stride)]
+    common = ["--max-seq-length", str(args.max_seq_length), *windows,
               "--max-query-length", str(args.max_query_length),
               "--n-best", str(N_BEST), "--max-answer-length", str(MAX_ANSWER_LENGTH), "--precision", args.precision,
               *(["--version-2"] if version_2 else [])]
@@ -378,6 +381,8 @@ def main() -> None:
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--doc-stride", type=int, default=64)
     parser.add_argument("--max-query-length", type=int, default=64)
+    parser.add_argument("--hf-stride", type=int, default=0, help="qa: transformers' own windows, sharing this many "
+                        "tokens (its stride), instead of bertwb's windows of --doc-stride")
     parser.add_argument("--train-limit", type=int, default=0, help="first N training sentences/questions (0: all)")
     parser.add_argument("--dev-limit", type=int, default=0, help="first N dev sentences/questions (0: all)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side, every other one in the "
@@ -457,6 +462,8 @@ def main() -> None:
     if (json.loads((args.data / "about.json").read_text()) if (args.data / "about.json").is_file() else {}).get(
             "builder") == "make_qa_snippets.py":  # the second QA set: a row of its own beside the Debian set's
         title += ", review snippets"
+    if args.task == "qa" and args.hf_stride:  # not the same windows: another comparison, with a row of its own
+        title += ", each side's own windows"
     if args.precision == "bf16":  # another precision is another result, with a row of its own
         title += ", bf16"
     sections, headline = [], []
@@ -474,8 +481,14 @@ def main() -> None:
         name = "tag" if args.task == "tag" else f"SQuAD {variant}"
         runs = {side: ", ".join(f"{v:.1f}" for v in by_side[side]["spread"][main]) for side in only}
         n_train, n_dev = sizes[variant]
-        windows = (f", doc_stride {args.doc_stride} on both sides (transformers' stride per question: the same "
-                   f"windows), max_query_length {args.max_query_length}" if args.task == "qa" else "")
+        windows = ""
+        if args.task == "qa" and args.hf_stride:
+            windows = (f", bertwb's doc_stride {args.doc_stride} (tokens between two windows' starts), transformers' "
+                       f"own windows (its stride {args.hf_stride}: tokens two windows share), max_query_length "
+                       f"{args.max_query_length}")
+        elif args.task == "qa":
+            windows = (f", doc_stride {args.doc_stride} on both sides (transformers' stride per question: the same "
+                       f"windows), max_query_length {args.max_query_length}")
         seeds = f"seeds {args.first_seed}–{args.first_seed + args.repeats - 1}"
         ours = by_side["bertwb"]
         if "transformers" in by_side:

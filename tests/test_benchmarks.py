@@ -207,7 +207,8 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     """benchmarks/finetune_parity.py end to end on a few sentences: both sides' whole commands, scored by
     bertwb's scorers; qa on SQuAD v2.0, where the decoding of unanswerable questions is exercised; once from
     a published-style model (its tokenizer padding to 128) with a new head instead of a preset from scratch,
-    that time with both sides under bf16 autocast (``--precision bf16``), a result with a row of its own."""
+    that time with both sides under bf16 autocast (``--precision bf16``) and transformers on its own windows
+    (``--hf-stride``), each a result with a row of its own."""
     transformers = pytest.importorskip("transformers")
     import sys
 
@@ -221,7 +222,7 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
         from publishedkit import tiny_published_model
 
         tiny_published_model(tmp_path / "published", transformers, "BertModel")
-        start = ["--model", str(tmp_path / "published"), "--precision", "bf16"]
+        start = ["--model", str(tmp_path / "published"), "--precision", "bf16", "--hf-stride", "12"]
     before = benchmark_records()
     result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "finetune_parity.py"), "--task", task, "--squad", "2.0",
                              "--data", str(tmp_path), *start, "--epochs", "1", "--batch", "4",
@@ -247,8 +248,11 @@ def test_the_tag_and_qa_parity_benchmark_runs_both_sides_and_scores_them(task: s
     if floor is not None:  # a floor below the time bertwb really took, and a positive ceiling
         assert int(floor.group(1)) <= int(floor.group(2)) and float(floor.group(3)) > 0, floor.group(0)
     heading = next(line for line in result.stdout.splitlines() if line.startswith("## "))
-    suffix = ", CPU, SQuAD 2.0, bf16 — " if published else ", CPU, SQuAD 2.0 — "
+    suffix = ", CPU, SQuAD 2.0, each side's own windows, bf16 — " if published else ", CPU, SQuAD 2.0 — "
     assert heading.endswith("UTC") and (suffix in heading) == (task == "qa"), heading
+    own = "bertwb's doc_stride 24 (tokens between two windows' starts), transformers' own windows (its stride 12"
+    assert (own in result.stdout) == published and ("doc_stride 24 on both sides" in result.stdout) == (
+        task == "qa" and not published), result.stdout
     assert benchmark_records() == before  # --no-append
 
 
