@@ -295,9 +295,11 @@ def part_flops(config: BertConfig, lengths: np.ndarray, epochs: int, batch: int)
 
 
 def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, theirs: float | None,
-               parts: dict[str, float] | None = None, rates: dict[str, float] | None = None) -> str:
+               parts: dict[str, float] | None = None, rates: dict[str, float] | None = None,
+               same_windows: bool = True) -> str:
     """What the fp32 compute floors say of both sides' training times: at the 2048³ peak (see `training_flops`),
-    and, with ``parts`` and ``rates``, at the rates this run's own product shapes reach (`shape_rates`)."""
+    and, with ``parts`` and ``rates``, at the rates this run's own product shapes reach (`shape_rates`). Both
+    count bertwb's windows; without ``same_windows`` (transformers on its own) the line says so."""
     floor = flops / peak
     line = (f"* fp32 compute floor: training's matmuls are {flops / 1e12:.1f} TFLOP ({len(lengths):,} windows, "
             f"{lengths.mean():.0f} tokens on average, padding not counted); at this machine's fp32 matmul peak "
@@ -307,8 +309,9 @@ def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, thei
     if theirs is None:
         line += "."
     else:
-        line += (f", transformers' {theirs:.0f} s: no fp32 implementation of this training, with the same "
-                 f"windows and model, can be more than **{theirs / floor:.2f}×** transformers' speed on this machine.")
+        windows = "the same windows" if same_windows else "bertwb's windows (transformers trained on its own)"
+        line += (f", transformers' {theirs:.0f} s: no fp32 implementation of this training, with {windows} "
+                 f"and model, can be more than **{theirs / floor:.2f}×** transformers' speed on this machine.")
     if not parts or not rates:
         return line
     at_shapes = sum(parts[part] / rates[part] for part in parts)
@@ -512,7 +515,8 @@ def main() -> None:
             headline.append(f"{name}: bertwb only, {main} {ours[main]:.1f} (mean of {len(spread)} seeds)")
         if variant in floors:
             theirs_s = by_side["transformers"]["train"] if "transformers" in by_side else None
-            verdict += "\n" + floor_line(*floors[variant][:2], peak, ours["train"], theirs_s, *shapes[variant])
+            verdict += "\n" + floor_line(*floors[variant][:2], peak, ours["train"], theirs_s, *shapes[variant],
+                                      same_windows=not args.hf_stride)
         sections.append(f"{name}: {n_train:,} train, {n_dev:,} dev{windows}.\n\n" + "\n".join(lines) + "\n\n"
                         + verdict)
     command = " ".join(["python benchmarks/finetune_parity.py", *sys.argv[1:]])

@@ -314,6 +314,9 @@ def test_the_shape_floor_times_the_products_the_compute_floor_counts():
     assert "at most **1.00×** transformers' speed" in line  # 8 s over 4 GFLOP at 0.5 GFLOP/s
     assert "**2.00×**" in line and "80% of bertwb's training command" in line
     assert "at most" not in floor_line(4e9, lengths, 1e9, 10.0, None, parts, {"linear": 1e9, "attention": 1e9})
+    assert "with the same windows and model" in line
+    own = floor_line(4e9, lengths, 1e9, 10.0, 8.0, parts, {"linear": 0.5e9, "attention": 0.5e9}, same_windows=False)
+    assert "with bertwb's windows (transformers trained on its own) and model" in own
 
 
 def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_up(tmp_path):
