@@ -217,8 +217,12 @@ def training_flops(config: BertConfig, lengths: np.ndarray, epochs: int, batch: 
     counted, so this is a floor. Only full batches train (drop_last): a share ⌊n/batch⌋·batch/n of the windows.
     """
     forward = sum(encoder_flops(config, int(length)) for length in lengths)
-    trained = (len(lengths) // batch) * batch / max(len(lengths), 1)
-    return 3 * forward * trained * epochs
+    return 3 * forward * trained_share(lengths, batch) * epochs
+
+
+def trained_share(lengths: np.ndarray, batch: int) -> float:
+    """The share of windows that train when only full batches do (drop_last): ⌊n/batch⌋·batch/n."""
+    return (len(lengths) // batch) * batch / max(len(lengths), 1)
 
 
 def window_lengths(config: Path, train: Path, init: Path) -> np.ndarray:
@@ -285,13 +289,12 @@ def _timed(kind: str, a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def part_flops(config: BertConfig, lengths: np.ndarray, epochs: int, batch: int) -> dict[str, float]:
-    """`training_flops` split into the Linear layers' share (8·H² + 4·H·I per token and layer) and attention's
-    (4·T·H per token and layer); the two sum to it."""
-    H, L, inner = config.hidden_size, config.num_layers, config.intermediate_size
-    trained = (len(lengths) // batch) * batch / max(len(lengths), 1)
-    tokens, squares = float(lengths.sum()), float((lengths.astype(np.float64) ** 2).sum())
-    return {"linear": 3 * L * (8 * H * H + 4 * H * inner) * tokens * trained * epochs,
-            "attention": 3 * L * 4 * H * squares * trained * epochs}
+    """`training_flops` split in two: attention's batched products (the 4·T·H per token and layer of
+    `encoder_flops`, three times for forward and backward) and the Linear layers' share, the rest."""
+    total = training_flops(config, lengths, epochs, batch)
+    squares = float((lengths.astype(np.float64) ** 2).sum())
+    attention = 3 * config.num_layers * 4 * config.hidden_size * squares * trained_share(lengths, batch) * epochs
+    return {"linear": total - attention, "attention": attention}
 
 
 def floor_line(flops: float, lengths: np.ndarray, peak: float, ours: float, theirs: float | None,
@@ -400,6 +403,9 @@ def main() -> None:
     args = parser.parse_args()
     if any("=" not in item for item in args.set):
         sys.exit("--set takes KEY=VALUE, e.g. --set bucket_batches=1")
+    if args.hf_stride and (args.task != "qa" or not 0 < args.hf_stride < args.max_seq_length):
+        sys.exit(f"--hf-stride {args.hf_stride}: give it with --task qa, from 1 to under --max-seq-length "
+                 f"({args.max_seq_length}), e.g. --hf-stride 64 for 128-token windows")
     files = {"tag": [("tag", "tags_{}.conll")],
              "qa": [(v, f"squad{v[0]}_{{}}.json") for v in (["1.1", "2.0"] if args.squad == "both" else [args.squad])]}
     missing = [args.data / name.format("train") for _, name in files[args.task]

@@ -319,6 +319,17 @@ def test_the_shape_floor_times_the_products_the_compute_floor_counts():
     assert "with bertwb's windows (transformers trained on its own) and model" in own
 
 
+@pytest.mark.parametrize("args", [["--task", "tag", "--hf-stride", "64"], ["--task", "qa", "--hf-stride", "128"],
+                                  ["--task", "qa", "--hf-stride", "-3"]], ids=["tag", "window-long", "negative"])
+def test_the_parity_benchmark_refuses_an_hf_stride_that_cannot_cut_windows(args: list[str], monkeypatch):
+    """``--hf-stride`` is a QA setting under the window's length: anything else is one line naming the option and
+    the range, exit 1, before any data is read or any model built."""
+    result = run_script(monkeypatch, REPO / "benchmarks" / "finetune_parity.py", *args, "--data", "/nonexistent")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"--hf-stride {args[-1]}: give it with --task qa, from 1 to under --max-seq-length "
+                             "(128), e.g. --hf-stride 64 for 128-token windows\n")
+
+
 def test_the_parity_benchmark_runs_bertwb_alone_over_seeds_and_claims_no_speed_up(tmp_path):
     """``--sides bertwb``: only bertwb's commands run, one seed per repeat from ``--first-seed``, each seed's
     scores printed as it finishes; the report has bertwb's row, each seed's score with their mean and spread,
