@@ -176,8 +176,8 @@ class TrainingConfig:
         "precision of evaluate, fill-mask and nsp (pretrain's) and of predict (the task's).", in_key=False)
     compile: bool = option(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
                            "slower on CPU).", in_key=False)
-    cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, attention and MLM loss "
-                                  "(the same math, faster; BENCHMARKS.md); false: plain PyTorch.", in_key=False)
+    cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, Linear, attention and MLM "
+                                  "loss (the same math, faster; BENCHMARKS.md); false: plain PyTorch.", in_key=False)
     log_every: int = option(10, "Steps between progress lines and metrics.jsonl lines.", min=1, in_key=False)
     eval_every: int = option(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
                              min=0, in_key=False)

@@ -3,6 +3,8 @@
 * attention with dropout (`fast.attention.attention_with_dropout`) against plain softmax attention, with
   and without a padding mask: the same dropout masks from the same seed, the same gradients;
 * the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed;
+* the oneDNN Linear (`fast.linear.OneDnnLinear`) against ``F.linear``: outputs and the three gradients, through
+  oneDNN in fp32 on CPU and through ``F.linear`` under autocast, in float64 and with oneDNN switched off;
 * the MLM head's (V, n) output layout (`fast.mlm.TransposedMLMHead`) against the plain (n, V) one;
 * the MLM loss's fast branch (`fast.mlm.VocabCrossEntropy`) against its plain one (`F.cross_entropy`,
   `argmax` accuracy, in `bertwb.tasks.losses.masked_lm`), ties
@@ -24,6 +26,7 @@ from bertwb.config import Config
 from bertwb.data.batching import Batches
 from bertwb.data.pair_batches import PairBatch
 from bertwb.fast.attention import attention_with_dropout
+from bertwb.fast import linear as fast_linear
 from bertwb.fast.dropout import dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
@@ -87,6 +90,60 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     assert not torch.equal(dropout(x, 0.1), y)
     assert dropout(x, 0.0) is x and dropout(x, 0.1, training=False) is x
     assert (dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
+
+
+def _count_onednn_products(monkeypatch) -> list[tuple[int, ...]]:
+    """The shapes of the inputs `fast.linear` hands to oneDNN from now on, one entry per product."""
+    calls: list[tuple[int, ...]] = []
+    product = fast_linear._product
+
+    def counted(x, weight, bias):
+        calls.append(tuple(x.shape))
+        return product(x, weight, bias)
+
+    monkeypatch.setattr(fast_linear, "_product", counted)
+    return calls
+
+
+@pytest.mark.skipif(not fast_linear.onednn_available(), reason="this torch has no oneDNN")
+@pytest.mark.parametrize("case", ["3d", "strided input", "no bias", "frozen input"])
+def test_onednn_linear_gives_linear_s_outputs_and_gradients(case, monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(24, 40, bias=case != "no bias")
+    leaf = torch.randn(5, 7, 24, generator=gen).requires_grad_(case != "frozen input")
+    upstream = torch.randn(5, 40 if case == "strided input" else 7 * 40, generator=gen)  # an arbitrary gradient
+    results = []
+    for cls in (torch.nn.Linear, fast_linear.OneDnnLinear):
+        layer.__class__ = cls
+        for t in (leaf, *layer.parameters()):
+            t.grad = None
+        calls = _count_onednn_products(monkeypatch)
+        x = leaf[:, 0] if case == "strided input" else leaf  # (5, 24) with a row stride of 7·24, or (5, 7, 24)
+        out = layer(x)
+        (out.reshape(5, -1) * upstream).sum().backward()
+        results.append((out.detach(), leaf.grad, layer.weight.grad, layer.bias.grad if layer.bias is not None else None))
+        assert len(calls) == (0 if cls is torch.nn.Linear else 1 if case == "frozen input" else 2), calls
+    for name, plain, ours in zip(("output", "input grad", "weight grad", "bias grad"), *results, strict=True):
+        if plain is None:
+            assert ours is None, name
+        else:
+            torch.testing.assert_close(ours, plain, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # torch's flags() restores a GPU-only setting too
+def test_onednn_linear_is_linear_under_autocast_in_float64_and_with_onednn_off(monkeypatch):
+    layer = torch.nn.Linear(16, 8)
+    plain = copy.deepcopy(layer)
+    layer.__class__ = fast_linear.OneDnnLinear
+    calls = _count_onednn_products(monkeypatch)
+    x = torch.randn(6, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16
+        torch.testing.assert_close(layer(x), plain(x))
+    assert torch.equal(layer.double()(x.double()), plain.double()(x.double()))
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert torch.equal(layer.float()(x), plain.float()(x))
+    assert calls == []
 
 
 def test_mlm_head_output_layout_does_not_change_the_logits():
@@ -176,7 +233,8 @@ def test_install_keeps_parameters_ties_and_names_and_evaluation_outputs():
     assert list(fast_model.state_dict()) == list(plain.state_dict())
     assert fast_model.mlm_head.decoder.weight is fast_model.bert.embeddings.tokens.weight  # still tied
     kinds = {type(m).__name__ for m in fast_model.modules()}
-    assert {"PackedDropout", "FastSelfAttention", "TransposedMLMHead"} <= kinds and "Dropout" not in kinds
+    assert {"PackedDropout", "OneDnnLinear", "FastSelfAttention", "TransposedMLMHead"} <= kinds
+    assert not {"Dropout", "Linear"} & kinds
     ids, masked = torch.randint(5, VOCAB, (2, 9)), torch.tensor([1, 12])
     with torch.no_grad():  # without dropout and gradients every fast piece computes the plain math
         a, b = plain(ids, masked_positions=masked), fast_model(ids, masked_positions=masked)

@@ -1,9 +1,9 @@
-"""Faster CPU versions of four pieces of the model, switched on in one place: `install`.
+"""Faster CPU versions of five pieces of the model, switched on in one place: `install`.
 
-Each is a subclass of a plain module of :mod:`bertwb.model.bert` (`PackedDropout` for ``nn.Dropout``,
-`FastSelfAttention`, `TransposedMLMHead`, `UnpaddedBertModel`) that overrides one method and adds no state, so
-switching changes the class in place: parameters, ties and state-dict names stay, and a model trained fast loads
-anywhere. They compute the plain math up to float rounding and dropout draws (tests/test_fast_paths.py); whoever
+Each is a subclass of a plain module of :mod:`bertwb.model.bert` or torch (`PackedDropout` for ``nn.Dropout``,
+`OneDnnLinear` for ``nn.Linear``, `FastSelfAttention`, `TransposedMLMHead`, `UnpaddedBertModel`) that overrides
+one method and adds no state, so switching changes the class in place: parameters, ties and state-dict names
+stay, and a model trained fast loads anywhere. They compute the plain math up to float rounding and dropout draws (tests/test_fast_paths.py); whoever
 builds a model to train it calls `choose`, which installs them on CPU unless ``cpu_fast_paths: false``.
 """
 
@@ -14,12 +14,14 @@ import torch.nn as nn
 
 from bertwb.fast.attention import FastSelfAttention
 from bertwb.fast.dropout import PackedDropout
+from bertwb.fast.linear import OneDnnLinear
 from bertwb.fast.mlm import TransposedMLMHead
 from bertwb.fast.unpad import UnpaddedBertModel
 from bertwb.model.bert import BertModel, MLMHead, SelfAttention
 
 PIECES: dict[str, tuple[type[nn.Module], type[nn.Module]]] = {
     "dropout": (nn.Dropout, PackedDropout),
+    "linear": (nn.Linear, OneDnnLinear),
     "attention": (SelfAttention, FastSelfAttention),
     "mlm": (MLMHead, TransposedMLMHead),
     "unpad": (BertModel, UnpaddedBertModel),

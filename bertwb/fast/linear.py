@@ -1,0 +1,93 @@
+"""fp32 Linear layers through oneDNN's matrix product on CPU, for ``nn.Linear``.
+
+torch hands an fp32 ``nn.Linear`` on CPU to MKL's sgemm, and its bf16 ones to oneDNN. At a BERT layer's
+shapes (thousands of tokens by a hidden size of 256 to 1,536), oneDNN's fp32 product ran the forward and the
+input gradient 5-30% faster than MKL on an AMD EPYC, while MKL stayed as fast or faster on the weight
+gradient, whose inner dimension is the thousands of tokens (BENCHMARKS.md, "fp32 Linear layers through
+oneDNN"). So `OneDnnLinear` runs the forward and the input gradient through
+``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for a Linear on CPU) and leaves the
+weight gradient to ``mm``. In any other case (another dtype, autocast, another device, a torch built without
+oneDNN) it is ``nn.Linear``: under bf16 autocast torch already takes oneDNN.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def onednn_available() -> bool:
+    """Whether this torch can run an fp32 Linear through oneDNN: built with it, enabled (``torch.backends.mkldnn
+    .flags`` can switch it off for a while), and with the op."""
+    return torch.backends.mkldnn.enabled and _has_op()
+
+
+@functools.cache
+def _has_op() -> bool:
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        torch.ops.mkldnn._linear_pointwise
+    except (AttributeError, RuntimeError):  # an older torch, or one built without the op
+        return False
+    return True
+
+
+def autocast_on() -> bool:
+    """Whether CPU autocast is on (the call's name changed in torch 2.4)."""
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+class OneDnnLinear(nn.Linear):
+    """``nn.Linear`` whose fp32 products on CPU are `onednn_linear`'s (see the module docstring)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu" and x.dtype == torch.float32 and not autocast_on() and onednn_available():
+            return onednn_linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for fp32 CPU tensors of any leading shape, its products through oneDNN."""
+    return _OneDnnLinearFunction.apply(x, weight, bias)
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # x (M, K) @ weight (N, K)ᵀ + bias (N,) -> (M, N); oneDNN reads a transposed weight view as it is.
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDnnLinearFunction(torch.autograd.Function):
+    """y = x Wᵀ + b through oneDNN; backward: dx = dy W through oneDNN, dW = dyᵀ x and db = Σ dy as torch does."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        rows = x.reshape(-1, x.size(-1))  # (..., K) -> (M, K)
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        ctx.save_for_backward(rows, weight)
+        ctx.lead = x.shape[:-1]
+        ctx.has_bias = bias is not None
+        return _product(rows, weight, bias).view(*ctx.lead, weight.size(0))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, weight = ctx.saved_tensors
+        grad_rows = grad.reshape(-1, grad.size(-1))  # (..., N) -> (M, N)
+        if not grad_rows.is_contiguous():
+            grad_rows = grad_rows.contiguous()
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _product(grad_rows, weight.t(), None).view(*ctx.lead, weight.size(1))  # (M, N) @ (N, K)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad_rows.t().mm(rows)  # (N, M) @ (M, K): MKL is as fast or faster here
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_rows.sum(0)
+        return grad_x, grad_weight, grad_bias
