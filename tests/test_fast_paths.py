@@ -121,7 +121,8 @@ def test_onednn_linear_gives_linear_s_outputs_and_gradients(case, monkeypatch):
         x = leaf[:, 0] if case == "strided input" else leaf  # (5, 24) with a row stride of 7·24, or (5, 7, 24)
         out = layer(x)
         (out.reshape(5, -1) * upstream).sum().backward()
-        results.append((out.detach(), leaf.grad, layer.weight.grad, layer.bias.grad if layer.bias is not None else None))
+        bias_grad = layer.bias.grad if layer.bias is not None else None
+        results.append((out.detach(), leaf.grad, layer.weight.grad, bias_grad))
         assert len(calls) == (0 if cls is torch.nn.Linear else 1 if case == "frozen input" else 2), calls
     for name, plain, ours in zip(("output", "input grad", "weight grad", "bias grad"), *results, strict=True):
         if plain is None:

@@ -31,10 +31,9 @@ def _has_op() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        torch.ops.mkldnn._linear_pointwise
+        return torch.ops.mkldnn._linear_pointwise is not None
     except (AttributeError, RuntimeError):  # an older torch, or one built without the op
         return False
-    return True
 
 
 def autocast_on() -> bool:
