@@ -27,7 +27,8 @@ Usage: ``python benchmarks/pretrain_cpu.py [--steps 24] [--warmup 8] [--threads 
   fused AdamW (the Trainer's default ``adamw_torch_fused``).
 * Both: one training step = collation, forward, loss, backward, clip to 1.0, AdamW step; tokens/s
   counts real (non-pad) tokens, so padding is cost, not throughput.
-* Peaks: the best of a few 2048³ ``torch.mm`` calls, as FLOP/s, of fp32 matrices and of bf16 ones; each
+* Peaks: the best of a few 2048³ products (`_common.matmul_peak`: fp32 through MKL or oneDNN, whichever is
+  faster, bf16 through oneDNN), as FLOP/s, of fp32 matrices and of bf16 ones; each
   bertwb row's share is of its own precision's peak.
 * bertwb with a token budget (``pretrain.batch_tokens`` = 32 × 128): the same loop on batches of as
   many length-sorted pairs as fit in 4,096 padded tokens (32 of the longest, more of the shorter ones).
@@ -228,7 +229,7 @@ def _report(args: argparse.Namespace, host: str, shape_name: str, shape: dict, a
                      + (", forward under `torch.autocast`" if precision == "bf16" else ""))]
         speedup, share = ours["tokens_per_s"] / theirs["tokens_per_s"], ours["useful_flops"] / peaks[precision]
         lines.append(f"* {precision}: bertwb **{speedup:.2f}×** transformers' tokens/s in the same precision. "
-                     f"{precision} matmul peak ({peak_n}³ `torch.mm`): {peaks[precision] / 1e9:,.1f} GFLOP/s; bertwb "
+                     f"{precision} matmul peak ({peak_n}³): {peaks[precision] / 1e9:,.1f} GFLOP/s; bertwb "
                      f"useful FLOP/s {ours['useful_flops'] / 1e9:,.1f} = **{100 * share:.1f}%** of it (target ≥ 85%: "
                      f"{'met' if share >= 0.85 else 'NOT met'}); with the token budget "
                      f"{100 * budgeted['useful_flops'] / peaks[precision]:.1f}%.")

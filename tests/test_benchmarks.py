@@ -295,8 +295,11 @@ def test_the_shape_floor_times_the_products_the_compute_floor_counts():
     import numpy as np
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from finetune_parity import floor_line, part_flops, product_flops, shape_rates, step_products, training_flops
+    import torch
+    from finetune_parity import (_kernels, floor_line, part_flops, product_flops, shape_rates, step_products,
+                                 training_flops)
 
+    from bertwb.fast.linear import onednn_available
     from bertwb.model.bert import BertConfig
 
     config = BertConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -308,6 +311,11 @@ def test_the_shape_floor_times_the_products_the_compute_floor_counts():
     assert sum(parts.values()) == training_flops(config, lengths, epochs=1, batch=4)
     rates = shape_rates(config, 12, 4, repeats=1)
     assert set(rates) == {"linear", "attention"} and all(rate > 0 for rate in rates.values())
+    a, b, c = torch.randn(48, 32), torch.randn(32, 64), torch.randn(48, 64)  # every kernel timed gives the product
+    for kind, left, right, expected in (("mm", a, b, a @ b), ("mm_t", a, c, a.t() @ c)):
+        for product in _kernels(kind):
+            torch.testing.assert_close(product(left, right), expected, atol=1e-4, rtol=1e-5)
+    assert len(_kernels("mm")) == 1 + onednn_available() and len(_kernels("bmm")) == 1
     # a made-up machine: 1 GFLOP/s at the peak, 0.5 at the shapes; bertwb 10 s, transformers 8 s
     parts = {"linear": 3e9, "attention": 1e9}
     line = floor_line(4e9, lengths, 1e9, 10.0, 8.0, parts, {"linear": 0.5e9, "attention": 0.5e9})
