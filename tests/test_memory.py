@@ -61,6 +61,24 @@ def test_the_kernel_caches_are_bounded_unless_the_user_chose_a_size():
     assert chosen == {"LRU_CACHE_CAPACITY": "2048", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}  # theirs kept
 
 
+def test_every_bertwb_command_bounds_the_kernel_caches_before_it_runs(monkeypatch, capsys):
+    """Training's unpadded batches give oneDNN a new shape at nearly every step, as embed's chunks do: the
+    ``bertwb`` entry point bounds both caches before any command, so none reaches its first matmul unbounded."""
+    from bertwb import cli  # noqa: PLC0415
+
+    for name in memory.KERNEL_CACHE_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["bertwb", "--help"])
+    seen: dict[str, str | None] = {}
+
+    def command(prog_name: str) -> None:  # the click group, which would run the command
+        seen.update({name: os.environ.get(name) for name in memory.KERNEL_CACHE_ENVS})
+
+    monkeypatch.setattr(cli, "cli", command)
+    cli.main()
+    assert seen == {name: str(memory.KERNEL_CACHE_CAPACITY) for name in memory.KERNEL_CACHE_ENVS}
+
+
 def test_embed_bounds_the_kernel_cache_before_its_first_matrix_product(tmp_path, monkeypatch):
     """oneDNN and ideep read their capacities once, at their first kernel: embed's first matrix products are the
     precision check's (`choose_precision`), so the settings must be in the environment by then."""

@@ -16,4 +16,5 @@ __all__ = ["cli", "main"]
 
 def main() -> None:
     memory.reexec_with_malloc_tunables()  # training and embed: glibc's tcache off, before torch loads
+    memory.bound_kernel_cache()  # every command: torch's CPU kernel caches bounded before its first matmul
     cli(prog_name="bertwb")
