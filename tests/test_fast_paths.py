@@ -27,6 +27,7 @@ from bertwb.data.batching import Batches
 from bertwb.data.pair_batches import PairBatch
 from bertwb.fast.attention import attention_with_dropout
 from bertwb.fast import linear as fast_linear
+from bertwb.fast import mlm as fast_mlm
 from bertwb.fast.dropout import dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
@@ -95,13 +96,14 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
 def _count_onednn_products(monkeypatch) -> list[tuple[int, ...]]:
     """The shapes of the inputs `fast.linear` hands to oneDNN from now on, one entry per product."""
     calls: list[tuple[int, ...]] = []
-    product = fast_linear._product
+    product = fast_linear.onednn_product
 
     def counted(x, weight, bias):
         calls.append(tuple(x.shape))
         return product(x, weight, bias)
 
-    monkeypatch.setattr(fast_linear, "_product", counted)
+    monkeypatch.setattr(fast_linear, "onednn_product", counted)
+    monkeypatch.setattr(fast_mlm, "onednn_product", counted)
     return calls
 
 
@@ -147,19 +149,34 @@ def test_onednn_linear_is_linear_under_autocast_in_float64_and_with_onednn_off(m
     assert calls == []
 
 
-def test_mlm_head_output_layout_does_not_change_the_logits():
+@pytest.mark.parametrize("onednn", [True, False])
+def test_mlm_head_output_layout_does_not_change_the_logits_or_gradients(onednn, monkeypatch):
     torch.manual_seed(0)
     model = fast.install(BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
                                                        intermediate_size=64)).eval())
+    if not onednn:  # MKL's addmm in the same layout, as on a torch without oneDNN
+        monkeypatch.setattr(fast_mlm, "onednn_available", lambda: False)
+    calls = _count_onednn_products(monkeypatch)
+    head = model.mlm_head
     with torch.no_grad():
-        model.mlm_head.bias.normal_()
-    h = torch.randn(7, 32)
-    logits = model.mlm_head(h)  # with gradients: the (V, n) layout, seen as (n, V)
+        head.bias.normal_()
+    h = torch.randn(7, 32, requires_grad=True)
+    upstream = torch.randn(7, VOCAB)
+    logits = head.logits(h)  # with gradients: the (V, n) layout, seen as (n, V)
     assert logits.shape == (7, VOCAB) and logits.t().is_contiguous()
+    (logits * upstream).sum().backward()
+    ours = [t.grad.clone() for t in (h, head.decoder.weight, head.bias)]
+    assert len(calls) == (2 if onednn and fast_linear.onednn_available() else 0)  # scores, weight gradient
     with torch.no_grad():
-        plain = model.mlm_head(h)  # without: the plain contiguous (n, V) logits
+        plain = head.logits(h)  # without: the plain contiguous (n, V) logits
     assert plain.is_contiguous()
     torch.testing.assert_close(logits, plain, atol=1e-5, rtol=1e-5)
+    for t in (h, head.decoder.weight, head.bias):
+        t.grad = None
+    (torch.nn.functional.linear(h, head.decoder.weight, head.bias) * upstream).sum().backward()
+    for name, mine, theirs in zip(("h", "weight", "bias"), ours, (h.grad, head.decoder.weight.grad, head.bias.grad),
+                                  strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-5, msg=name)
 
 
 def _logits_and_reference(n=40, seed=0, plant_hits=True):

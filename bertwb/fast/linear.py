@@ -58,8 +58,8 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _OneDnnLinearFunction.apply(x, weight, bias)
 
 
-def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # x (M, K) @ weight (N, K)ᵀ + bias (N,) -> (M, N); oneDNN reads a transposed weight view as it is.
+def onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x (M, K) @ weight (N, K)ᵀ + bias (N,) -> (M, N) through oneDNN; it reads a transposed weight view as it is."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
@@ -74,7 +74,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(rows, weight)
         ctx.lead = x.shape[:-1]
         ctx.has_bias = bias is not None
-        return _product(rows, weight, bias).view(*ctx.lead, weight.size(0))
+        return onednn_product(rows, weight, bias).view(*ctx.lead, weight.size(0))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -84,7 +84,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
             grad_rows = grad_rows.contiguous()
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_x = _product(grad_rows, weight.t(), None).view(*ctx.lead, weight.size(1))  # (M, N) @ (N, K)
+            grad_x = onednn_product(grad_rows, weight.t(), None).view(*ctx.lead, weight.size(1))  # (M, N) @ (N, K)
         if ctx.needs_input_grad[1]:
             grad_weight = grad_rows.t().mm(rows)  # (N, M) @ (M, K): MKL is as fast or faster here
         if ctx.has_bias and ctx.needs_input_grad[2]:
