@@ -3,9 +3,8 @@
 Each is a subclass of a plain module of :mod:`bertwb.model.bert` or torch (`PackedDropout` for ``nn.Dropout``,
 `OneDnnLinear` for ``nn.Linear``, `FastSelfAttention`, `TransposedMLMHead`, `UnpaddedBertModel`) that overrides one
 method and adds no state, so switching changes the class in place: parameters, ties and state-dict names stay, and a
-model trained fast loads anywhere. They compute the plain math up to float rounding and dropout draws
-(tests/test_fast_paths.py); whoever builds a model to train it calls `choose`, which installs them on CPU unless
-``cpu_fast_paths: false``.
+model trained fast loads anywhere. They compute the plain math up to float rounding and dropout draws (tests/
+test_fast_paths.py); whoever builds a model to train it calls `choose`: on CPU unless ``cpu_fast_paths: false``.
 """
 
 from __future__ import annotations

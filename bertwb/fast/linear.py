@@ -1,13 +1,10 @@
 """fp32 Linear layers through oneDNN's matrix product on CPU, for ``nn.Linear``.
 
-torch hands an fp32 ``nn.Linear`` on CPU to MKL's sgemm, and its bf16 ones to oneDNN. At a BERT layer's
-shapes (thousands of tokens by a hidden size of 256 to 1,536), oneDNN's fp32 product ran the forward and the
-input gradient 5-30% faster than MKL on an AMD EPYC, while MKL stayed as fast or faster on the weight
-gradient, whose inner dimension is the thousands of tokens (BENCHMARKS.md, "fp32 Linear layers through
-oneDNN"). So `OneDnnLinear` runs the forward and the input gradient through
-``torch.ops.mkldnn._linear_pointwise`` (the op torch's own compiler emits for a Linear on CPU) and leaves the
-weight gradient to ``mm``. In any other case (another dtype, autocast, another device, a torch built without
-oneDNN) it is ``nn.Linear``: under bf16 autocast torch already takes oneDNN.
+torch hands an fp32 ``nn.Linear`` on CPU to MKL and its bf16 ones to oneDNN. At a BERT layer's shapes oneDNN's
+fp32 product ran the forward and the input gradient faster than MKL, which kept the weight gradient (inner
+dimension: the tokens) as fast or faster (benchmarks/log/2026-11.md, 2026-11-27 20:42). So `OneDnnLinear` runs
+those two through ``torch.ops.mkldnn._linear_pointwise`` (the op torch's compiler emits for a CPU Linear) and
+the weight gradient through ``mm``; in any other case (dtype, autocast, device, no oneDNN) it is ``nn.Linear``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The MLM head's biggest matmul in its fast layout, and a loss that consumes it in place.
 
-While training on CPU, `TransposedMLMHead` computes the vocabulary scores as (V, H) @ (H, n) + bias
--> (V, n) and hands back its (n, V) transpose (a view): the same numbers, but MKL runs this output
-layout faster than (n, H) @ (H, V) (BENCHMARKS.md), and the bias is added inside the GEMM. In fp32 with oneDNN
-(`bertwb.fast.linear`) the scores and the weight's gradient are oneDNN's products instead, faster again at these
-shapes on an AMD EPYC (73 against 77 ms and 44 against 60 ms for 608 masked tokens at H256; the input's
-gradient stays MKL's, 51 against 120 ms). `mlm_loss_sum` reads that layout. Without gradients (evaluation,
-inference) the head gives the plain contiguous (n, V) logits, which row-wise softmax and argmax read faster.
+While training on CPU, `TransposedMLMHead` computes the vocabulary scores as (V, H) @ (H, n) + bias -> (V, n)
+and hands back its (n, V) transpose (a view): the same numbers, but this output layout runs faster than (n, H) @
+(H, V) (BENCHMARKS.md); in fp32 with oneDNN (`bertwb.fast.linear`) the scores and the weight's gradient are
+oneDNN's products, faster again, the input's gradient MKL's. `mlm_loss_sum` reads that layout. Without gradients
+(evaluation, inference) the head gives the plain contiguous (n, V) logits, which softmax and argmax read faster.
 """
 
 from __future__ import annotations
