@@ -176,12 +176,12 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> floa
     the yardstick of "% of peak" and of compute floors."""
     import torch  # noqa: PLC0415 - only the benchmarks that train import torch
 
-    from bertwb.fast.linear import onednn_available  # noqa: PLC0415
+    from bertwb.fast.linear import onednn_available, onednn_product  # noqa: PLC0415
 
     a, b = (torch.randn(n, n).to(getattr(torch, dtype)) for _ in range(2))
     products = [lambda: torch.mm(a, b)]
     if dtype == "float32" and onednn_available():
-        products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], ""))
+        products.append(lambda: onednn_product(a, b.t(), None))
     best = float("inf")
     for product in products:
         product()

@@ -72,7 +72,7 @@ import yaml  # noqa: E402
 
 from bertwb.configfile import load_config  # noqa: E402
 from bertwb.data.tokenizer import write_tokenizer_files  # noqa: E402
-from bertwb.fast.linear import onednn_available  # noqa: E402
+from bertwb.fast.linear import onednn_available, onednn_product  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import new_model  # noqa: E402
 from bertwb.model import modeldir  # noqa: E402
@@ -282,11 +282,6 @@ def shape_rates(config: BertConfig, length: int, batch: int, repeats: int = 3) -
     return rates
 
 
-def _onednn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b through oneDNN's fp32 product, as `bertwb.fast.linear` calls it (b read as a transposed weight)."""
-    return torch.ops.mkldnn._linear_pointwise(a, b.t(), None, "none", [], "")
-
-
 _PRODUCTS = {"mm": lambda a, b: torch.mm(a, b), "mm_t": lambda a, b: torch.mm(a.t(), b),
              "bmm": lambda a, b: torch.bmm(a, b), "bmm_t": lambda a, b: torch.bmm(a.transpose(1, 2), b)}
 
@@ -295,7 +290,9 @@ def _kernels(kind: str) -> list:
     """The ways torch can run a `step_products` product of ``kind``: MKL's always, oneDNN's for a 2-D one."""
     kernels = [_PRODUCTS[kind]]
     if onednn_available():
-        kernels += {"mm": [_onednn], "mm_t": [lambda a, b: _onednn(a.t(), b)]}.get(kind, [])
+        # a @ b as `bertwb.fast.linear` runs it: b read as a transposed weight
+        kernels += {"mm": [lambda a, b: onednn_product(a, b.t(), None)],
+                    "mm_t": [lambda a, b: onednn_product(a.t(), b.t(), None)]}.get(kind, [])
     return kernels
 
 

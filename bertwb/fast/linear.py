@@ -42,17 +42,12 @@ def autocast_on() -> bool:
 
 
 class OneDnnLinear(nn.Linear):
-    """``nn.Linear`` whose fp32 products on CPU are `onednn_linear`'s (see the module docstring)."""
+    """``nn.Linear`` whose fp32 products on CPU go through oneDNN (see the module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu" and x.dtype == torch.float32 and not autocast_on() and onednn_available():
-            return onednn_linear(x, self.weight, self.bias)
+            return _OneDnnLinearFunction.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
-
-
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` for fp32 CPU tensors of any leading shape, its products through oneDNN."""
-    return _OneDnnLinearFunction.apply(x, weight, bias)
 
 
 def onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
