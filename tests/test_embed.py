@@ -363,7 +363,7 @@ def test_bf16_is_obeyed_where_the_cpu_would_emulate_it_and_auto_is_fp32_there(mo
     embed(tmp_path / "ws", str(corpus), "--model", str(model), "-o", str(tmp_path / "a.pq"))  # auto, the default
     for name, precision in (("b.pq", "bf16"), ("a.pq", "fp32")):
         settings = json.loads(pq.read_table(tmp_path / name).schema.metadata[b"bertwb.embed"])["settings"]
-        assert settings["precision"] == precision  # as it resolved here: what the vectors are keyed on
+        assert settings["precision"] == precision  # as it resolved here: how the vectors were computed
 
 
 # --- --into, status and similar --------------------------------------------------------------------------
@@ -405,6 +405,23 @@ def test_into_stores_a_table_keyed_like_a_stage(model: Path, tmp_path: Path, cor
                    "select id from vecs order by array_cosine_similarity(embedding, "
                    "(select embedding from vecs where id = 3)) desc limit 1")
     assert query.stdout == "id\n3\n"
+
+
+def test_auto_precision_keys_a_table_alike_on_every_cpu_and_an_explicit_one_rebuilds_it(
+        model: Path, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch):
+    ws, manifest = tmp_path / "ws", tmp_path / "ws" / "manifests" / "embed" / "vecs.json"
+    with monkeypatch.context() as patched:  # made where auto resolves to bf16
+        bf16_cpu(patched)
+        embed(ws, str(corpus), "--model", str(model), "--into", "vecs")
+    made = json.loads(manifest.read_text())
+    assert made["settings"]["precision"] == "bf16"  # the record says how the vectors were computed
+    plain = bertwb("embed", str(corpus), "--model", str(model), "--into", "vecs", "--workdir", str(ws), "-v")
+    assert "precision auto → fp32" in plain.output and "skipped" in plain.output, plain.output  # auto: same key
+    assert json.loads(manifest.read_text())["build"] == made["build"]
+    embed(ws, str(corpus), "--model", str(model), "--into", "vecs", "--precision", "fp32")  # asked for: rebuilt
+    rebuilt = json.loads(manifest.read_text())
+    assert rebuilt["build"] != made["build"] and rebuilt["settings"]["precision"] == "fp32"
+    assert rebuilt["key"] != made["key"]
 
 
 def test_similar_returns_the_brute_force_top_k(model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

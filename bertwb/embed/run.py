@@ -83,7 +83,8 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
     record = {"model": {"choice": source.choice, "identity": source.identity(ws)}, "settings": settings.as_dict(),
               "input": {"where": inputs.where, "digest": digest,
                         "file": store.file_identity(str(path.resolve())) if path else None}}
-    key = store.key_of(record["model"], record["settings"], {"digest": digest})
+    # the precision as asked, not as resolved: auto keys the same on a CPU with bf16 units and on one without
+    key = store.key_of(record["model"], {**record["settings"], "precision": request.precision}, {"digest": digest})
     if request.into and not request.force and not request.output:
         found = store.state(cfg, ws, request.into, store.labels_of(ws), key)
         if found.state == "fresh":

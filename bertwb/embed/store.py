@@ -29,7 +29,8 @@ from bertwb.embed.source import find_model
 from bertwb.errors import BertwbError
 from bertwb.workspace import Workspace
 
-VERSION = 2  # bump when the vectors change for the same model, settings and input, or the key's form does
+VERSION = 3  # bump when the vectors change for the same model, settings and input, or the key's form does
+# v3: the key holds --precision as asked (auto), not as it resolved on the machine
 PREFIX = "embed"  # manifests/embed/<table>.json; the row `bertwb status` shows is embed/<table>
 SCAN_MEMORY = "64MB"  # DuckDB's cache while `similar` scans a table (`read_batches`)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
