@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from bertwb import ui
+from bertwb import fast, ui
 from bertwb.artifacts import IMPORT_FILE, read_json
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -44,7 +44,7 @@ class PretrainedModel:
         (``pretrain.precision``: auto decides as `choose_precision` does)."""
         tokenizer = modeldir.load_tokenizer(model_dir, tokenizer_dir)
         torch_device = resolve_device(device, "--device")
-        model, _ = modeldir.load_model(model_dir, torch_device, kind="pretraining")
+        model = fast.for_inference(modeldir.load_model(model_dir, torch_device, kind="pretraining")[0], torch_device)
         imported = model_dir.path / IMPORT_FILE
         made = read_json(imported, "import the model again with `bertwb import-hf`", {"initialised": list[str]}) \
             .get("initialised", []) if imported.is_file() else []

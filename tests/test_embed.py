@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 from bertwb.cli import cli
 from bertwb.embed import search
 from bertwb.embed.encoder import BATCH_TOKENS, Encoder
+from bertwb.fast import linear as fast_linear
 from bertwb.model import modeldir
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from conftest import GLUE_WORDS, TOPIC_WORDS, assert_one_line_error, bf16_cpu
@@ -352,6 +353,23 @@ def test_bf16_vectors_stay_close_to_fp32_ones(model: Path, tmp_path: Path, corpu
     cosine = (full * half).sum(1) / (np.linalg.norm(full, axis=1) * np.linalg.norm(half, axis=1))
     assert cosine.min() >= 0.999 and 0 < np.abs(full - half).max() <= 2e-2 * np.abs(full).max()
     assert np.array_equal(auto, half)
+
+
+@pytest.mark.skipif(not fast_linear.onednn_available(), reason="this torch has no oneDNN")
+def test_fp32_vectors_multiply_through_onednn_and_bf16_ones_through_autocast(model: Path, tmp_path: Path, corpus: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    shapes: list[tuple[int, ...]] = []
+    product = fast_linear.onednn_product
+    monkeypatch.setattr(fast_linear, "onednn_product", lambda x, *rest: shapes.append(tuple(x.shape)) or product(x, *rest))
+    _, full = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32"))
+    assert shapes and all(cols == 32 or cols == 64 for _, cols in shapes)  # hidden 32, intermediate 64
+    made = len(shapes)
+    with monkeypatch.context() as off:  # MKL's products through nn.Linear: the same vectors up to rounding
+        off.setattr(fast_linear, "onednn_available", lambda: False)
+        _, plain = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32"))
+    assert len(shapes) == made and 0 < np.abs(full - plain).max() <= 1e-5
+    embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "bf16")
+    assert len(shapes) == made  # under autocast torch sends the products to oneDNN itself
 
 
 def test_bf16_is_obeyed_where_the_cpu_would_emulate_it_and_auto_is_fp32_there(model: Path, tmp_path: Path,

@@ -10,6 +10,7 @@
   `argmax` accuracy, in `bertwb.tasks.losses.masked_lm`), ties
   included, and the gradients it hands to the head;
 * `fast.install` keeps parameters, ties and state-dict names, and leaves evaluation outputs as they were;
+  `fast.for_inference` puts only the Linear layers on oneDNN, on CPU, without a graph;
 * `fast.choose` installs them on CPU only, and only when asked; the trainer trains a model as it comes;
 * one whole training step of the trainer with the fast pieces against the reference step (plain
   attention, the plain loss, the per-tensor AdamW), from the same weights and dropout seed.
@@ -258,6 +259,28 @@ def test_install_keeps_parameters_ties_and_names_and_evaluation_outputs():
         a, b = plain(ids, masked_positions=masked), fast_model(ids, masked_positions=masked)
     torch.testing.assert_close(a.mlm_logits, b.mlm_logits)
     torch.testing.assert_close(a.nsp_logits, b.nsp_logits)
+
+
+@pytest.mark.skipif(not fast_linear.onednn_available(), reason="this torch has no oneDNN")
+def test_for_inference_puts_only_the_linear_layers_on_onednn_on_cpu_and_keeps_no_graph(monkeypatch):
+    torch.manual_seed(0)
+    plain = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
+                                          intermediate_size=64)).eval()
+    model = fast.for_inference(copy.deepcopy(plain), torch.device("cpu"))
+    kinds = {type(m) for m in model.modules()}
+    assert fast_linear.OneDnnLinear in kinds and not {torch.nn.Linear, *(f for _, f in fast.PIECES.values()
+                                                                          if f is not fast_linear.OneDnnLinear)} & kinds
+    assert list(model.state_dict()) == list(plain.state_dict())
+    layers = sum(isinstance(m, fast_linear.OneDnnLinear) for m in model.modules())
+    calls = _count_onednn_products(monkeypatch)
+    ids, masked = torch.randint(5, VOCAB, (3, 11)), torch.tensor([1, 12, 30])
+    with torch.inference_mode():
+        a, b = plain(ids, masked_positions=masked), model(ids, masked_positions=masked)
+    assert len(calls) == layers and calls[0] == (33, 32)  # every Linear once, on the (tokens, hidden) rows
+    torch.testing.assert_close(b.mlm_logits, a.mlm_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.nsp_logits, a.nsp_logits, atol=1e-5, rtol=1e-5)
+    elsewhere = fast.for_inference(copy.deepcopy(plain), torch.device("cuda"))  # only its type is read
+    assert fast_linear.OneDnnLinear not in {type(m) for m in elsewhere.modules()}
 
 
 def test_choose_installs_on_cpu_when_asked_and_the_trainer_installs_nothing():

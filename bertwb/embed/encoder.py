@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from bertwb import fast
 from bertwb.embed.pooling import EmbedSettings
 from bertwb.errors import BertwbError
 from bertwb.model import modeldir
@@ -70,7 +71,8 @@ class Encoder:
     def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 256) -> Encoder:
         """The encoder of ``model_dir`` (a model of any kind: its head is not used) and its tokenizer."""
         tokenizer = modeldir.load_tokenizer(model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir))
-        model, _ = modeldir.load_model(model_dir, resolve_device(device, "--device"))
+        torch_device = resolve_device(device, "--device")
+        model = fast.for_inference(modeldir.load_model(model_dir, torch_device)[0], torch_device)
         return cls(model.bert, tokenizer, next(model.parameters()).device, batch_size)
 
     @property

@@ -46,8 +46,16 @@ class OneDnnLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu" and x.dtype == torch.float32 and not autocast_on() and onednn_available():
+            if not torch.is_grad_enabled():  # inference: the product alone, nothing kept for a backward
+                return onednn_product(_rows(x), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
             return _OneDnnLinearFunction.apply(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """(..., K) -> (M, K), contiguous as oneDNN reads it."""
+    rows = x.reshape(-1, x.size(-1))
+    return rows if rows.is_contiguous() else rows.contiguous()
 
 
 def onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -60,9 +68,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        rows = x.reshape(-1, x.size(-1))  # (..., K) -> (M, K)
-        if not rows.is_contiguous():
-            rows = rows.contiguous()
+        rows = _rows(x)
         ctx.save_for_backward(rows, weight)
         ctx.lead = x.shape[:-1]
         ctx.has_bias = bias is not None
@@ -71,9 +77,7 @@ class _OneDnnLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         rows, weight = ctx.saved_tensors
-        grad_rows = grad.reshape(-1, grad.size(-1))  # (..., N) -> (M, N)
-        if not grad_rows.is_contiguous():
-            grad_rows = grad_rows.contiguous()
+        grad_rows = _rows(grad)  # (..., N) -> (M, N)
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = onednn_product(grad_rows, weight.t(), None).view(*ctx.lead, weight.size(1))  # (M, N) @ (N, K)

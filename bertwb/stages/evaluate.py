@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
     from bertwb.model import modeldir  # torch loads only when the stage runs
+    from bertwb import fast
     from bertwb.tasks.pretraining.evaluation import evaluate_pairs
     from bertwb.train.device import choose_precision, model_shapes, resolve_device
 
@@ -41,7 +42,7 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if len(pairs) == 0:
         raise BertwbError("the valid split has no pairs; raise ingest.valid_fraction so some documents are held out")
     device = resolve_device(cfg.evaluate.device, str(cfg.origin("evaluate.device")))
-    model, _ = modeldir.load_model(model_dir, device, kind="pretraining")
+    model = fast.for_inference(modeldir.load_model(model_dir, device, kind="pretraining")[0], device)
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
                           f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import torch
 
-from bertwb import ui
+from bertwb import fast, ui
 from bertwb.artifacts import TASK_FILE, read_task_file
 from bertwb.config import Config, FinetuneTaskConfig
 from bertwb.data.batching import Batches
@@ -46,7 +46,7 @@ class TaskPredictor:
         self.task, self.name = task_type(settings, config_key, recorded, **options), config_key.rsplit(".", 1)[-1]
         self.source = model_dir
         self.tokenizer = modeldir.load_tokenizer(model_dir)
-        self.model, _ = modeldir.load_model(model_dir, device, kind=self.task.model_kind)
+        self.model = fast.for_inference(modeldir.load_model(model_dir, device, kind=self.task.model_kind)[0], device)
         self.label_names = model_dir.label_names
         self.device, self.batch_size = device, batch_size
         self.precision = choose_precision(settings.precision, device, *model_shapes(self.model))
