@@ -360,7 +360,8 @@ def test_fp32_vectors_multiply_through_onednn_and_bf16_ones_through_autocast(mod
                                                                              monkeypatch: pytest.MonkeyPatch):
     shapes: list[tuple[int, ...]] = []
     product = fast_linear.onednn_product
-    monkeypatch.setattr(fast_linear, "onednn_product", lambda x, *rest: shapes.append(tuple(x.shape)) or product(x, *rest))
+    monkeypatch.setattr(fast_linear, "onednn_product",
+                        lambda x, *rest: shapes.append(tuple(x.shape)) or product(x, *rest))
     _, full = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32"))
     assert shapes and all(cols == 32 or cols == 64 for _, cols in shapes)  # hidden 32, intermediate 64
     made = len(shapes)
