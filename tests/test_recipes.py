@@ -129,6 +129,23 @@ def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_pa
     text = project.config.read_text()
     assert "pairs of 32 tokens (the mean pair of the ingested documents):" in text
     assert f"#   corpus: {400 * 100:,} characters after ingest" in text
+    assert load_config(project.config).workspace.dir == workspace  # the config sized by it works on it
+
+
+@pytest.mark.parametrize("recipe", [[], ["--recipe", "bert-base"]], ids=["defaults", "bert-base"])
+def test_init_force_keeps_the_workspace_the_old_config_named(tmp_path: Path, recipe: list[str]):
+    """``init --force`` over a project whose bertwb.yaml names another workspace.dir writes that dir as the user
+    wrote it (relative to the project), so the next command works on the stages already built there."""
+    project = _project(tmp_path / "p")
+    project.write_config(project.config.read_text().replace("dir: .bertwb ", "dir: runs/notes ", 1))
+    project.run("ingest")
+    result = _init(str(project.root), *recipe, "--force")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^  dir: runs/notes +# Kept from the bertwb.yaml", project.config.read_text(), re.M)
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").output)}
+    assert rows["ingest"]["rows"]["documents"] == 200  # what was built, found (a recipe may make it stale)
+    assert rows["ingest"]["state"] == "fresh" or recipe
+    assert not project.workspace.exists()  # nothing started over in the default workspace
 
 
 def _state(folder: Path) -> dict[str, torch.Tensor]:
