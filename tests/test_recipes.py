@@ -148,6 +148,30 @@ def test_init_force_keeps_the_workspace_the_old_config_named(tmp_path: Path, rec
     assert not project.workspace.exists()  # nothing started over in the default workspace
 
 
+@pytest.mark.parametrize(("edit", "problem"), [
+    (("dir: .bertwb ", "dir: [runs "), "invalid YAML"),
+    (("  dir: .bertwb ", "  dri: runs/notes "), "unknown key 'workspace.dri'; did you mean 'dir'?"),
+    (("masked_lm_prob: 0.15", "masked_lm_prob: lots"), "pairs.masked_lm_prob must be a number"),
+], ids=["yaml", "key", "value"])
+@pytest.mark.parametrize("recipe", [[], ["--recipe", "bert-base"]], ids=["defaults", "bert-base"])
+def test_init_force_over_a_config_that_does_not_load_writes_nothing(tmp_path: Path, edit: tuple[str, str],
+                                                                     problem: str, recipe: list[str]):
+    """Which workspace a config that does not load names is unknown, and the default one would silently abandon
+    the user's: one line names the file and its fault, says to fix or remove it, and nothing is written."""
+    project = _project(tmp_path / "p")
+    broken = project.config.read_text().replace(*edit, 1)
+    project.write_config(broken)
+    (project.root / "Makefile").unlink()
+    result = _init(str(project.root), *recipe, "--force")
+    assert_one_line_error(result, f"error: {project.config} line ", problem,
+                          "init --force keeps this file's workspace.dir", "remove it to start a new project")
+    assert project.config.read_text() == broken and not (project.root / "Makefile").exists()
+    assert_one_line_error(_init(str(project.root), *recipe), "bertwb.yaml already exists; pass --force")
+    project.config.unlink()  # the other way out the line gives: a new project in the default workspace
+    assert _init(str(project.root), *recipe, "--force").exit_code == 0
+    assert load_config(project.config).workspace.dir == ".bertwb"
+
+
 def _state(folder: Path) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(str(folder / "model.safetensors"))
 

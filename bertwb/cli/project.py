@@ -20,12 +20,16 @@ from bertwb.scaffold import write_project
 
 def _project_config(directory: Path) -> Config:
     """The config of the project already in ``directory`` (``init --force`` over it), whose workspace a recipe
-    measures and the new config keeps; the defaults when there is no bertwb.yaml."""
+    measures and the new config keeps; the defaults when there is no bertwb.yaml. One that does not load is
+    its load error: init cannot tell which workspace it names, and another one would abandon the user's."""
     config = directory / DEFAULT_CONFIG_NAME
+    if not config.is_file():
+        return Config(base_dir=directory.resolve())
     try:
         return load_config(config)
-    except BertwbError:  # none, or one init is about to replace: nothing of it to measure or keep
-        return Config(base_dir=directory.resolve())
+    except BertwbError as exc:
+        raise BertwbError(f"{exc} (init --force keeps this file's workspace.dir, so the file must load; or remove "
+                          "it to start a new project in the default workspace)") from None
 
 
 @cli.command("init")
