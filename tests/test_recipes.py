@@ -3,6 +3,7 @@
 ``continue`` starts from an import-hf folder of a model bertwb exported (first step at lr 0: the weights are
 the imported ones, the vocabulary its own, NSP on as its head was trained) and from a Hugging Face masked-LM
 folder (no NSP head: NSP off); ``budget`` times a real step here and its run stops at the hours (fake clock).
+``init --force``, recipe or not, keeps the old config's workspace.dir, and refuses a config that does not load.
 """
 
 from __future__ import annotations
