@@ -3,6 +3,7 @@
 ``continue`` starts from an import-hf folder of a model bertwb exported (first step at lr 0: the weights are
 the imported ones, the vocabulary its own, NSP on as its head was trained) and from a Hugging Face masked-LM
 folder (no NSP head: NSP off); ``budget`` times a real step here and its run stops at the hours (fake clock).
+``init --force``, recipe or not, keeps the old config's workspace.dir, and refuses a config that does not load.
 """
 
 from __future__ import annotations
@@ -129,6 +130,47 @@ def test_budget_recipe_times_pairs_as_long_as_the_ingested_documents_make(tmp_pa
     text = project.config.read_text()
     assert "pairs of 32 tokens (the mean pair of the ingested documents):" in text
     assert f"#   corpus: {400 * 100:,} characters after ingest" in text
+    assert load_config(project.config).workspace.dir == workspace  # the config sized by it works on it
+
+
+@pytest.mark.parametrize("recipe", [[], ["--recipe", "bert-base"]], ids=["defaults", "bert-base"])
+def test_init_force_keeps_the_workspace_the_old_config_named(tmp_path: Path, recipe: list[str]):
+    """``init --force`` over a project whose bertwb.yaml names another workspace.dir writes that dir as the user
+    wrote it (relative to the project), so the next command works on the stages already built there."""
+    project = _project(tmp_path / "p")
+    project.write_config(project.config.read_text().replace("dir: .bertwb ", "dir: runs/notes ", 1))
+    project.run("ingest")
+    result = _init(str(project.root), *recipe, "--force")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^  dir: runs/notes +# Kept from the bertwb.yaml", project.config.read_text(), re.M)
+    rows = {row["stage"]: row for row in json.loads(project.run("status", "--json").output)}
+    assert rows["ingest"]["rows"]["documents"] == 200  # what was built, found (a recipe may make it stale)
+    assert rows["ingest"]["state"] == "fresh" or recipe
+    assert not project.workspace.exists()  # nothing started over in the default workspace
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (("dir: .bertwb ", "dir: [runs "), "invalid YAML"),
+    (("  dir: .bertwb ", "  dri: runs/notes "), "unknown key 'workspace.dri'; did you mean 'dir'?"),
+    (("masked_lm_prob: 0.15", "masked_lm_prob: lots"), "pairs.masked_lm_prob must be a number"),
+], ids=["yaml", "key", "value"])
+@pytest.mark.parametrize("recipe", [[], ["--recipe", "bert-base"]], ids=["defaults", "bert-base"])
+def test_init_force_over_a_config_that_does_not_load_writes_nothing(tmp_path: Path, edit: tuple[str, str],
+                                                                     problem: str, recipe: list[str]):
+    """Which workspace a config that does not load names is unknown, and the default one would silently abandon
+    the user's: one line names the file and its fault, says to fix or remove it, and nothing is written."""
+    project = _project(tmp_path / "p")
+    broken = project.config.read_text().replace(*edit, 1)
+    project.write_config(broken)
+    (project.root / "Makefile").unlink()
+    result = _init(str(project.root), *recipe, "--force")
+    assert_one_line_error(result, f"error: {project.config} line ", problem,
+                          "init --force keeps this file's workspace.dir", "remove it to start a new project")
+    assert project.config.read_text() == broken and not (project.root / "Makefile").exists()
+    assert_one_line_error(_init(str(project.root), *recipe), "bertwb.yaml already exists; pass --force")
+    project.config.unlink()  # the other way out the line gives: a new project in the default workspace
+    assert _init(str(project.root), *recipe, "--force").exit_code == 0
+    assert load_config(project.config).workspace.dir == ".bertwb"
 
 
 def _state(folder: Path) -> dict[str, torch.Tensor]:

@@ -16,17 +16,20 @@ from bertwb.config import DEFAULT_CONFIG_NAME, Config
 from bertwb.configfile import load_config
 from bertwb.errors import BertwbError
 from bertwb.scaffold import write_project
-from bertwb.workspace import Workspace
 
 
-def _project_workspace(directory: Path) -> Workspace:
-    """The workspace of the project already in ``directory`` (``init --force`` over it), where a recipe finds
-    the corpus ingested: its bertwb.yaml's workspace.dir, or the default one when it has none that loads."""
+def _project_config(directory: Path) -> Config:
+    """The config of the project already in ``directory`` (``init --force`` over it), whose workspace a recipe
+    measures and the new config keeps; the defaults when there is no bertwb.yaml. One that does not load is
+    its load error: init cannot tell which workspace it names, and another one would abandon the user's."""
     config = directory / DEFAULT_CONFIG_NAME
+    if not config.is_file():
+        return Config(base_dir=directory.resolve())
     try:
-        return workspace_of(load_config(config))
-    except BertwbError:  # none, or one init is about to replace: nothing of it to measure
-        return workspace_of(Config(base_dir=directory.resolve()))
+        return load_config(config)
+    except BertwbError as exc:
+        raise BertwbError(f"{exc} (init --force keeps this file's workspace.dir, so the file must load; or remove "
+                          "it to start a new project in the default workspace)") from None
 
 
 @cli.command("init")
@@ -43,8 +46,12 @@ def init_command(directory: str, inputs: tuple[str, ...], force: bool, recipe: s
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
     if recipe == "list":
         return click.echo("\n".join(recipes.listing()))
-    config = lambda: recipes.config_text(recipe, Path(directory), list(inputs), source, hours,  # noqa: E731
-                                         _project_workspace(Path(directory)))
+
+    def config() -> str | None:  # write_project calls it after its checks: nothing is read for a folder it refuses
+        old = _project_config(Path(directory))
+        return recipes.config_text(recipe, Path(directory), list(inputs), source, hours, workspace_of(old),
+                                   old.workspace.dir)
+
     for path in write_project(Path(directory), list(inputs), force, config):
         ui.info(f"wrote {path}")
 

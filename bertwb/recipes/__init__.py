@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from bertwb.config import WorkspaceConfig
 from bertwb.errors import BertwbError
 from bertwb.recipes.base import Recipe
 from bertwb.recipes.paper import paper_recipe
@@ -66,17 +67,23 @@ def listing() -> list[str]:
 
 
 def config_text(recipe: str | None, directory: Path, inputs: list[str], source: str | None,
-                hours: str | None, workspace: Workspace) -> str | None:
+                hours: str | None, workspace: Workspace, kept_dir: str | None = None) -> str | None:
     """The recipe's bertwb.yaml text, or None for the default config; a one-line error for a wrong option.
-    ``workspace`` is the project's, where a corpus already ingested is measured."""
+    ``workspace`` is the project's, where a corpus already ingested is measured; ``kept_dir`` is the
+    workspace.dir its bertwb.yaml gave, which the new config keeps as written (recipe or not), so that
+    ``init --force`` never moves a project off the workspace its stages built."""
     given = {"--from": source, "--hours": hours}
+    kept = Recipe([])
+    if kept_dir is not None and kept_dir != WorkspaceConfig().dir:
+        kept.set("workspace.dir", kept_dir, "Kept from the bertwb.yaml that init --force replaced: the workspace its "
+                 "stages built, relative to this file.")
     if recipe is None:
         for option, value in given.items():
             if value is not None:
                 owner = next(name for name, kind in RECIPES.items() if kind.option == option)
                 raise BertwbError(f"{option} goes with a recipe: `bertwb init --recipe {owner} {option} "
                                   f"{OPTION_METAVAR[option]}`")
-        return None
+        return render_config(inputs, [], kept.values, kept.notes) if kept.values else None
     kind = RECIPES.get(recipe)
     if kind is None:
         raise BertwbError(f"--recipe {recipe}: no such recipe; choose one of {', '.join(RECIPES)} "
@@ -90,7 +97,8 @@ def config_text(recipe: str | None, directory: Path, inputs: list[str], source: 
                           f"`bertwb init --recipe {recipe} {kind.option} {OPTION_METAVAR[kind.option]}`")
     value = _hours(hours) if kind.option == "--hours" else source
     built = kind.build(directory, inputs, value, workspace)
-    return render_config(inputs, [f"# Recipe {recipe}: {kind.purpose}.", *built.about], built.values, built.notes)
+    return render_config(inputs, [f"# Recipe {recipe}: {kind.purpose}.", *built.about],
+                         {**built.values, **kept.values}, {**built.notes, **kept.notes})
 
 
 def _hours(text: str) -> float:
