@@ -198,6 +198,30 @@ def test_tokenizer_loads_in_transformers_with_identical_ids(project: Project):
     assert slow("The captain's ship!")["input_ids"] == hf("The captain's ship!")["input_ids"]
 
 
+def test_workspace_prints_the_folder_the_config_names_and_makes_nothing(tmp_path, monkeypatch):
+    """`bertwb workspace`: workspace.dir as the config resolves it (--workdir and --set win), relative to the
+    current folder when inside it, else absolute; a broken config is its one-line error."""
+    assert CliRunner().invoke(cli, ["init", str(tmp_path)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+
+    def printed(*args: str) -> str:
+        result = CliRunner().invoke(cli, [*args, "workspace"])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert printed() == ".bertwb\n"
+    config = tmp_path / "bertwb.yaml"
+    config.write_text(config.read_text().replace("\n  dir: .bertwb ", "\n  dir: runs/x  ", 1))
+    assert printed() == "runs/x\n"
+    assert printed("--workdir", "other") == "other\n" and printed("--set", "workspace.dir=../up") == "../up\n"
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert printed("--config", "../bertwb.yaml") == f"{tmp_path.resolve() / 'runs' / 'x'}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Makefile", "bertwb.yaml", "corpus", "sub"]
+    broken = CliRunner().invoke(cli, ["--config", "missing.yaml", "workspace"])
+    assert broken.exit_code == 1 and "missing.yaml: config file not found" in broken.output and not broken.stdout
+
+
 def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
     import dataclasses
 

@@ -1,5 +1,6 @@
 """The project commands: ``bertwb init`` (a new project's files, or a recipe's config), ``run`` (the pipeline),
-``status``, ``report`` (figures and a page) and ``compare`` (several workspaces side by side).
+``status``, ``workspace`` (where it builds), ``report`` (figures and a page) and ``compare`` (several workspaces side
+by side).
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ def status(config_path: str | None, overrides: tuple[str, ...], workdir: str | N
                ", ".join(f"{t} {n:,}" for t, n in (r["rows"] or {}).items()),
                r["finished_at"], f"{r['duration_s']:.1f}s" if r["duration_s"] is not None else ""] for r in rows])
     ui.table("disk (bytes per corpus MB: the corpus ingest read)", *disk.usage_table(rows))
+
+
+@cli.command()
+@config_options
+def workspace(config_path: str | None, overrides: tuple[str, ...], workdir: str | None) -> None:
+    """Print the workspace folder the config names (workspace.dir, or --workdir), for scripts and make."""
+    _, ws = load(config_path, overrides, workdir)
+    here = Path.cwd()  # relative where it can be: as the config wrote it, and usable by make in a path with spaces
+    click.echo(ws.root.relative_to(here) if ws.root.is_relative_to(here) else ws.root)
 
 
 @cli.command()
