@@ -1,10 +1,10 @@
 """``bertwb init [DIR]``: a commented ``bertwb.yaml``, a ``Makefile`` and a ``corpus/`` folder to start from.
 
-The config holds every key at its default with its one-line doc (BERT's own recipe); the Makefile
-chains the stages with their manifests as targets. Init replaces nothing it did not write: the folder
-must be outside any workspace or folder another command made, an existing file is replaced only with
-``--force`` and only when its first line is init's own, links are never written through, everything
-is checked before anything is written, and each file is written whole (`write_text_atomic`).
+The config holds every key at its default with its one-line doc (BERT's own recipe); the Makefile chains the
+stages with their manifests as targets, in the workspace the config names (`bertwb workspace`). Init replaces
+nothing it did not write: the folder must be outside any workspace or folder another command made, an existing
+file is replaced only with ``--force`` and only when its first line is init's own, links are never written
+through, everything is checked before anything is written, and each file is written whole (`write_text_atomic`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ _MAKEFILE = """\
 # The bertwb pipeline, stage by stage. Each target is a stage's manifest: a stage runs again when the
 # stage before it ran, or the config or this Makefile changed, and bertwb itself skips a stage that is
 # fresh; the recipes then touch the manifest, so that a second `make` asks nothing.
+# The stages build in the config's workspace.dir, which make asks bertwb for on every run, so an edit of
+# it needs nothing more; `make WORKDIR=DIR` builds in DIR instead.
 # Make sees files, not variables: after changing BERTWB, CONFIG or WORKDIR, run `make -B`.
 BERTWB ?= bertwb
 CONFIG ?= bertwb.yaml
-WORKDIR ?= .bertwb
-RUN = $(BERTWB) --config $(CONFIG) --workdir $(WORKDIR)
-M = $(WORKDIR)/manifests
+WORKDIR ?=
+RUN = $(BERTWB) --config $(CONFIG)$(if $(WORKDIR), --workdir $(WORKDIR))
+WORKSPACE := $(or $(WORKDIR),$(shell $(RUN) workspace))
+ifneq ($(words $(WORKSPACE)),1)
+$(error no workspace make can use: got "$(WORKSPACE)", not one folder without spaces (bertwb's error, if any, \\
+is above); fix workspace.dir in $(CONFIG), or give WORKDIR=DIR)
+endif
+M = $(WORKSPACE)/manifests
 ASK = $(CONFIG) Makefile
 
 all: $(M)/evaluate.json finetune

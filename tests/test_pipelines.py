@@ -119,22 +119,76 @@ def test_make_finetune_imports_a_hugging_face_bert_and_fine_tunes_it(pipelines: 
     assert bertwb_commands(make(pipelines, "finetune", f"HF_MODEL={hf}", extra="--set finetune.steps=4")) == []
 
 
+def fake_bertwb(folder: Path) -> Path:
+    """A stand-in for bertwb that logs each command line it gets to ``folder``/asked.log and does nothing else,
+    but answers `workspace` as bertwb does (make asks it which workspace the config names)."""
+    fake = folder / "fake-bertwb"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {folder / "asked.log"}\n'
+                    f'if [ "$3" = workspace ]; then exec {PYTHON} -m bertwb "$@"; fi\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def asked(project: Path, fake: Path, *variables: str) -> list[str]:
+    """`make` in ``project`` with ``fake`` for bertwb: the command lines it gave bertwb, in order."""
+    subprocess.run(["make", "-C", str(project), f"BERTWB={fake}", *variables], check=True, capture_output=True)
+    log = fake.parent / "asked.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return lines
+
+
 def test_the_makefile_init_writes_asks_each_stage_once_and_again_after_a_config_edit(tmp_path: Path):
     """`bertwb init`'s Makefile, with a stand-in for bertwb that logs its command: make's part only."""
     subprocess.run([PYTHON, "-m", "bertwb", "init", str(tmp_path)], check=True, capture_output=True)
-    log = tmp_path / "asked.log"
-    fake = tmp_path / "fake-bertwb"
-    fake.write_text(f'#!/bin/sh\nmkdir -p .bertwb/manifests\necho "$5" >> {log}\n')
-    fake.chmod(0o755)
+    fake = fake_bertwb(tmp_path)
+    (tmp_path / ".bertwb" / "manifests").mkdir(parents=True)  # what bertwb would make: the fake does not
 
-    def asked() -> list[str]:
-        subprocess.run(["make", "-C", str(tmp_path), f"BERTWB={fake}"], check=True, capture_output=True)
-        names = log.read_text().split() if log.exists() else []
-        log.unlink(missing_ok=True)
-        return names
+    def stages() -> list[str]:
+        return [line.split()[-1] for line in asked(tmp_path, fake) if not line.endswith(" workspace")]
 
-    assert asked() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
-    assert asked() == ["finetune"]  # the tasks decide for themselves (one target for all of them)
+    assert stages() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+    assert stages() == ["finetune"]  # the tasks decide for themselves (one target for all of them)
     config = tmp_path / "bertwb.yaml"
     config.write_text(config.read_text() + "\n")
-    assert asked() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+    assert stages() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+
+
+def test_the_makefile_init_writes_builds_in_the_workspace_the_config_names_or_in_workdir(tmp_path: Path):
+    """Issue: the Makefile passed --workdir .bertwb whatever bertwb.yaml's workspace.dir said, so a project
+    that names another workspace started from nothing in .bertwb. Now bertwb gets the config's workspace and
+    make watches its manifests; `make WORKDIR=DIR` builds in DIR; `init --force` keeps the workspace."""
+    project = tmp_path / "project"
+    subprocess.run([PYTHON, "-m", "bertwb", "init", str(project)], check=True, capture_output=True)
+    config = project / "bertwb.yaml"
+    config.write_text(config.read_text().replace("\n  dir: .bertwb ", "\n  dir: runs/x  ", 1))
+    fake = fake_bertwb(tmp_path)
+    stages = ["ingest", "vocab", "pairs", "pretrain", "evaluate"]
+    for workspace in ("runs/x", "other"):  # only the right folder exists: touching another one fails make
+        (project / workspace / "manifests").mkdir(parents=True)
+
+    commands = [f"--config bertwb.yaml {stage}" for stage in [*stages, "finetune"]]
+    assert asked(project, fake) == ["--config bertwb.yaml workspace", *commands]
+    assert all((project / "runs/x/manifests" / f"{stage}.json").is_file() for stage in stages)
+    assert not (project / ".bertwb").exists()
+
+    elsewhere = asked(project, fake, "WORKDIR=other")  # given: no question, and every command is told
+    assert elsewhere == [command.replace(" bertwb.yaml ", " bertwb.yaml --workdir other ") for command in commands]
+    assert all((project / "other/manifests" / f"{stage}.json").is_file() for stage in stages)
+
+    built = (project / "runs/x/manifests/ingest.json").stat().st_mtime_ns
+    forced = subprocess.run([PYTHON, "-m", "bertwb", "init", str(project), "--force"], capture_output=True, text=True)
+    assert forced.returncode == 0, forced.stderr
+    assert asked(project, fake) == ["--config bertwb.yaml workspace", *commands]  # a new Makefile: make asks again
+    assert (project / "runs/x/manifests/ingest.json").stat().st_mtime_ns > built
+    assert not (project / ".bertwb").exists()
+
+
+def test_the_makefile_init_writes_stops_on_a_config_that_names_no_workspace(tmp_path: Path):
+    """A config bertwb cannot load: its own error line, then make's, before any stage is asked."""
+    subprocess.run([PYTHON, "-m", "bertwb", "init", str(tmp_path)], check=True, capture_output=True)
+    result = subprocess.run(["make", "-C", str(tmp_path), f"BERTWB={PYTHON} -m bertwb", "CONFIG=missing.yaml"],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "missing.yaml: config file not found" in result.stderr
+    assert "no workspace make can use" in result.stderr and "give WORKDIR=DIR" in result.stderr
+    assert " ingest" not in result.stdout
