@@ -10,6 +10,7 @@ share, so `TrainingConfig` is declared once. Reading the file and ``--set`` into
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -415,3 +416,9 @@ def is_subsections(hint: Any) -> bool:
     """Whether a field's type is ``dict[str, <section dataclass>]`` (named sub-sections)."""
     return typing.get_origin(hint) is dict and dataclasses.is_dataclass(typing.get_args(hint)[1])
 
+
+def union_words(hint: Any) -> list[Any]:
+    """The words a field of a union type takes beside its other type (``int | Literal["auto"]``: auto); none else."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return []
+    return [word for arg in typing.get_args(hint) if typing.get_origin(arg) is Literal for word in typing.get_args(arg)]
