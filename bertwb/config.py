@@ -73,7 +73,10 @@ class VocabConfig:
     vocab_size: int = option(8192, "Target WordPiece vocabulary size (padded to pad_to_multiple).",
                              min=64, max=1_000_000)
     min_frequency: int = option(2, "Minimum count for a merge to enter the vocabulary.", min=1)
-    limit_alphabet: int = option(1000, "Most distinct characters kept in the initial alphabet.", min=1)
+    limit_alphabet: int | Literal["auto"] = option(
+        "auto", "The initial alphabet: auto keeps the most frequent characters that make up 99.99% of the training "
+        "text, at least 1,000 (all of a text with fewer) and, with their ## pieces, at most half of vocab_size; a "
+        "number keeps that many of the most frequent.", min=1)
     lowercase: bool = option(True, "Uncased model: lowercase the text (strip_accents says what happens to accents).")
     strip_accents: Literal["auto", True, False] = option(
         "auto", "auto: strip accents as BERT does when lowercasing, unless the training text has a script that BERT's "
