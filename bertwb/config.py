@@ -10,6 +10,7 @@ share, so `TrainingConfig` is declared once. Reading the file and ``--set`` into
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +73,10 @@ class VocabConfig:
     vocab_size: int = option(8192, "Target WordPiece vocabulary size (padded to pad_to_multiple).",
                              min=64, max=1_000_000)
     min_frequency: int = option(2, "Minimum count for a merge to enter the vocabulary.", min=1)
-    limit_alphabet: int = option(1000, "Most distinct characters kept in the initial alphabet.", min=1)
+    limit_alphabet: int | Literal["auto"] = option(
+        "auto", "The initial alphabet: auto keeps the most frequent characters that make up 99.99% of the training "
+        "text, at least 1,000 (all of a text with fewer) and, with their ## pieces, at most half of vocab_size; a "
+        "number keeps that many of the most frequent.", min=1)
     lowercase: bool = option(True, "Uncased model: lowercase the text (strip_accents says what happens to accents).")
     strip_accents: Literal["auto", True, False] = option(
         "auto", "auto: strip accents as BERT does when lowercasing, unless the training text has a script that BERT's "
@@ -415,3 +419,9 @@ def is_subsections(hint: Any) -> bool:
     """Whether a field's type is ``dict[str, <section dataclass>]`` (named sub-sections)."""
     return typing.get_origin(hint) is dict and dataclasses.is_dataclass(typing.get_args(hint)[1])
 
+
+def union_words(hint: Any) -> list[Any]:
+    """The words a field of a union type takes beside its other type (``int | Literal["auto"]``: auto); none else."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return []
+    return [word for arg in typing.get_args(hint) if typing.get_origin(arg) is Literal for word in typing.get_args(arg)]

@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 import yaml
 
-from bertwb.config import DEFAULT_CONFIG_NAME, SECTIONS, Config, FinetuneTaskConfig, Provenance, is_subsections
+from bertwb.config import (DEFAULT_CONFIG_NAME, SECTIONS, Config, FinetuneTaskConfig, Provenance, is_subsections,
+                           union_words)
 from bertwb.errors import BertwbError
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES, settings_class
 
@@ -244,10 +245,14 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
     """Check ``value`` against the field's type and range; return it in canonical form."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    words = ""  # an integer or a word (``limit_alphabet: auto``): the words, for the integer's errors
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        hint = next(a for a in args if a is not type(None))
+        if isinstance(value, str) and value in union_words(hint):
+            return value
+        words = "".join(f" or {_yaml_word(word)}" for word in union_words(hint))
+        hint = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
         if not any(value == arg and type(value) is type(arg) for arg in args):  # 1 is not true
@@ -272,7 +277,7 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise BertwbError(prefix + f"{name} must be an integer, got {value!r}")
+            raise BertwbError(prefix + f"{name} must be an integer{words}, got {value!r}")
     elif hint is float:
         # PyYAML reads "3e-4" (no dot) as a string, so numbers in strings are accepted.
         try:
@@ -290,5 +295,5 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, name: str, prefix: str)
     low, high = f.metadata.get("min"), f.metadata.get("max")
     if low is not None and value < low or high is not None and value > high:
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise BertwbError(prefix + f"{name} must be {bounds}, got {value!r}")
+        raise BertwbError(prefix + f"{name} must be {bounds}{words}, got {value!r}")
     return value

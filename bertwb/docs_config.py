@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bertwb import ui
-from bertwb.config import SECTIONS, FinetuneConfig, FinetuneTaskConfig, PretrainConfig, PretrainPhase, is_subsections
+from bertwb.config import (SECTIONS, FinetuneConfig, FinetuneTaskConfig, PretrainConfig, PretrainPhase, is_subsections,
+                           union_words)
 from bertwb.tasks.finetune.tasktypes import TASK_TYPES
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -113,7 +114,9 @@ def _type(hint: Any) -> str:
         return "named sections"
     args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_type(arg) for arg in args) + " or null"
+        named = [_type(arg) for arg in args if typing.get_origin(arg) is not Literal]
+        named += map(_value, union_words(hint))
+        return " or ".join(named + ["null"] * (type(None) in typing.get_args(hint)))  # int or null, int or auto
     if typing.get_origin(hint) is Literal:
         return "choice"
     if typing.get_origin(hint) is list:
@@ -136,10 +139,12 @@ def _range(hint: Any, meta: dict[str, Any]) -> str:
         return ", ".join(f"`{_value(choice)}`" for choice in choices)
     low, high = meta["min"], meta["max"]
     if low is not None and high is not None:
-        return f"{_number(low)} to {_number(high)}"
-    if low is not None:
-        return f"≥ {_number(low)}"
-    return f"≤ {_number(high)}" if high is not None else ""
+        bounds = f"{_number(low)} to {_number(high)}"
+    elif low is not None:
+        bounds = f"≥ {_number(low)}"
+    else:
+        bounds = f"≤ {_number(high)}" if high is not None else ""
+    return ", ".join([bounds] * bool(bounds) + [f"`{_value(word)}`" for word in union_words(hint)])  # ≥ 1, `auto`
 
 
 def _in_key(hint: Any, meta: dict[str, Any]) -> str:

@@ -276,11 +276,12 @@ def test_a_script_with_some_of_its_tokens_unk_gets_a_warning_too(tmp_path: Path)
     assert "warning: vocab: Han: 10% of its tokens are [UNK] (words with a character the vocabulary lacks); use a " \
            "model whose vocabulary covers it" in result.output
     trained = script_report.ScriptRow("Hangul", characters=100, words=40, word_characters=100, tokens=50,
-                                      unk_tokens=6, unk_words=6)  # a trained vocabulary's fix names its settings
-    assert script_report._warning(trained, published=False) == (
-        "Hangul: 12% of its tokens are [UNK] (words with a character the vocabulary lacks); raise vocab.vocab_size "
-        "or vocab.limit_alphabet, or turn on vocab.language_sampling")
-    assert script_report._warning(script_report.ScriptRow("Hangul", words=40, tokens=50, unk_tokens=2), False) == ""
+                                      unk_tokens=6, unk_words=6)  # a trained vocabulary's fix is its alphabet's
+    fix = "raise vocab.vocab_size, or turn on vocab.language_sampling"
+    assert script_report._warning(trained, False, fix) == (
+        f"Hangul: 12% of its tokens are [UNK] (words with a character the vocabulary lacks); {fix}")
+    assert script_report._warning(script_report.ScriptRow("Hangul", words=40, tokens=50, unk_tokens=2), False, fix) \
+        == ""
 
 
 def test_the_report_page_shows_the_scripts_and_their_warnings(tmp_path: Path):

@@ -23,7 +23,7 @@ from bertwb.data.scripts import COMMON, INHERITED, NAMES, UNSPACED, dominant_scr
 
 REPORT_SENTENCES = 20_000
 # A script with this share of its tokens [UNK], but not most of its words, still warns: each is a word the model
-# cannot read (a mixed corpus's rare Han and Hangul characters fell outside limit_alphabet: 10-15%, unwarned).
+# cannot read (a mixed corpus's rare Han and Hangul characters fell outside a limit_alphabet of 1000: 10-15%).
 SOME_UNK = 0.05
 # A script's words average more characters than this: its text was not cut into words (Thai, kana, Khmer...).
 LONG_WORD_CHARS = 6
@@ -65,9 +65,11 @@ class ScriptRow:
     vocab_tokens: int = 0
 
 
-def script_report(tokenizer: Tokenizer, con: Any, published: bool, limit: int = REPORT_SENTENCES) -> list[dict]:
+def script_report(tokenizer: Tokenizer, con: Any, published: bool, lacks: str,
+                  limit: int = REPORT_SENTENCES) -> list[dict]:
     """Per script of the corpus (most characters first): the `ScriptRow` counts, shares and rates, and its warning
-    ("" when none). ``published``: the tokenizer came from vocab.from_file, so the fixes name other models."""
+    ("" when none). ``published``: the tokenizer came from vocab.from_file, so the fixes name other models;
+    ``lacks``: the fix for a script whose characters the vocabulary lacks (`Alphabet.fix`, or another model)."""
     total = con.execute("select count(*) from sentences").fetchone()[0]
     per_million = math.ceil(1_000_000 * min(1.0, limit / max(total, 1)))
     texts = [row[0] for row in con.execute(
@@ -89,7 +91,7 @@ def script_report(tokenizer: Tokenizer, con: Any, published: bool, limit: int = 
     for token in tokenizer.get_vocab(with_added_tokens=False):
         if not (token.startswith("[") and token.endswith("]")):
             row(dominant_script(token.removeprefix("##"))).vocab_tokens += 1
-    return _shares(sorted(rows.values(), key=lambda r: (-r.characters, r.script)), published)
+    return _shares(sorted(rows.values(), key=lambda r: (-r.characters, r.script)), published, lacks)
 
 
 def _count_characters(texts: list[str], row: Any) -> None:
@@ -147,9 +149,9 @@ def _count_altered(tokenizer: Tokenizer, texts: list[str], rows: dict[str, Scrip
             rows[name].decomposed |= split
 
 
-def _warning(row: ScriptRow, published: bool) -> str:
+def _warning(row: ScriptRow, published: bool, lacks: str) -> str:
     """The one line a script deserves, or "": text altered beyond its accents, then mostly [UNK], then unspaced,
-    then `SOME_UNK` of its tokens [UNK]."""
+    then `SOME_UNK` of its tokens [UNK] (``lacks``: the fix for characters the vocabulary lacks)."""
     if row.script in (COMMON, INHERITED):
         return ""
     altered = row.altered_characters / max(row.characters, 1)
@@ -161,8 +163,6 @@ def _warning(row: ScriptRow, published: bool) -> str:
         return f"{row.script}: accent stripping {how.format(altered)}; {fix}"
     unspaced = row.script in UNSPACED and row.word_characters / max(row.words, 1) > LONG_WORD_CHARS
     segment = f"cut its text into words before ingest (with {_SEGMENTERS[row.script]}, say)" if unspaced else ""
-    lacks = "use a model whose vocabulary covers it" if published else \
-        "raise vocab.vocab_size or vocab.limit_alphabet, or turn on vocab.language_sampling"
     if row.unk_words / max(row.words, 1) >= 0.5:
         why = f"its words average {row.word_characters / row.words:.0f} characters, and a word over " \
               f"{_LONGEST_WORD} is [UNK] whole; {segment}" if unspaced else \
@@ -177,12 +177,13 @@ def _warning(row: ScriptRow, published: bool) -> str:
     return ""
 
 
-def _shares(rows: list[ScriptRow], published: bool) -> list[dict]:
+def _shares(rows: list[ScriptRow], published: bool, lacks: str) -> list[dict]:
     """The rows as dicts, with each script's warning, its share of the characters and of the vocabulary and its
-    rates (``published``: as `script_report`'s)."""
+    rates (``published`` and ``lacks``: as `script_report`'s)."""
     characters = sum(r.characters for r in rows)
     vocab = sum(r.vocab_tokens for r in rows)
-    return [{**asdict(r), "warning": _warning(r, published), "share": round(r.characters / max(characters, 1), 6),
+    return [{**asdict(r), "warning": _warning(r, published, lacks),
+             "share": round(r.characters / max(characters, 1), 6),
              "tokens_per_word": round(r.tokens / max(r.words, 1), 4),
              "unk_rate": round(r.unk_tokens / max(r.tokens, 1), 6),
              "vocab_share": round(r.vocab_tokens / max(vocab, 1), 6)} for r in rows]

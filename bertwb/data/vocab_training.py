@@ -8,10 +8,11 @@ script's cost (`Accents`), and ``language_sampling`` reads each script as often 
 
 from __future__ import annotations
 
+import math
 import string
 import time
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -28,12 +29,47 @@ from bertwb.data.tokenizer import SPECIAL_TOKENS, build_tokenizer
 _WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(map(chr, range(0x2000, 0x200B))))
 _CODEPOINTS = 0x110000
+# limit_alphabet auto keeps the most frequent characters that make up this share of the training text. SentencePiece
+# covers 0.9995 of a CJK text's characters (character_coverage); here a character left out makes its whole word
+# [UNK] (a Hangul word of four syllables, not one), so more: at most 1 in 10,000 characters is left out.
+ALPHABET_COVERAGE = 0.9999
+# ... and never fewer than this many, the old fixed limit: a text with fewer distinct characters (any European one)
+# keeps all of them, the alphabet and the vocabulary it had before auto.
+ALPHABET_FLOOR = 1000
 
 
 def strip_setting(cfg: Config) -> bool | None:
     """``vocab.strip_accents`` as a tokenizer takes it: true or false, or None for auto (as BERT, or as a
     vocab.txt's tokenizer_config.json says)."""
     return None if cfg.vocab.strip_accents == "auto" else cfg.vocab.strip_accents
+
+
+@dataclass
+class Alphabet:
+    """The trainer's initial alphabet, in a fixed order, and how much of the training text it covers."""
+
+    characters: list[str]  # the kept characters, by codepoint
+    continuing: list[str]  # those of them that occur after another character of the same word: the ``##x`` pieces
+    present: list[str]  # every distinct character of the text before normalisation
+    distinct: int  # distinct characters of the normalised text's words
+    coverage: float  # the kept characters' share of the normalised text's characters (spaces left out)
+    capped: bool  # auto stopped short of ALPHABET_COVERAGE: the characters and their ## pieces reached vocab_size / 2
+    seconds: float = 0.0  # the alphabet pass (both of them, when auto kept accents)
+
+    def described(self) -> str:
+        """What the summary says: "2,961 of 3,009 characters, 99.9912% of the text" (the share rounded down)."""
+        share = f"{math.floor(self.coverage * 1e6) / 1e4:.4f}".rstrip("0").rstrip(".")
+        return f"{len(self.characters):,} of {self.distinct:,} characters, {share}% of the text"
+
+    def fix(self, limit: int | str) -> str:
+        """For a warning: what gets a trained vocabulary the characters it lacks, and what left them out."""
+        if limit != "auto" and len(self.characters) < self.distinct:
+            return (f"set vocab.limit_alphabet to auto (the alphabet keeps {len(self.characters):,} of the text's "
+                    f"{self.distinct:,} characters)")
+        if self.capped:
+            return (f"raise vocab.vocab_size (the alphabet keeps {len(self.characters):,} of the text's "
+                    f"{self.distinct:,} characters, as many as half the vocabulary holds)")
+        return "raise vocab.vocab_size, or turn on vocab.language_sampling"
 
 
 @dataclass
@@ -45,11 +81,11 @@ class Accents:
     damaged: dict[str, list[str]]
 
 
-def train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSample, Accents,
+def train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, Alphabet, TrainingSample, Accents,
                                                      dict[str, tuple[float, float]]]:
-    """A deterministic WordPiece vocabulary (docs/data.md, "A deterministic vocabulary"), padded; the seconds of the
-    alphabet pass; the sample of training sentences it was trained on; what it does with accents; and with
-    ``language_sampling``, each script's share of the sample's letters before and after smoothing.
+    """A deterministic WordPiece vocabulary (docs/data.md, "A deterministic vocabulary"), padded; its alphabet (with
+    the seconds of the alphabet pass); the sample of training sentences it was trained on; what it does with accents;
+    and with ``language_sampling``, each script's share of the sample's letters before and after smoothing.
 
     ``strip_accents: auto`` strips as BERT does unless the sample holds characters that stripping damages
     (`bertwb.data.scripts.stripping_damages`): the alphabet pass, which reads every character anyway, finds
@@ -68,36 +104,35 @@ def train_tokenizer(cfg: Config, con: Any) -> tuple[Tokenizer, float, TrainingSa
         shares = language_sampling.smoothed_shares(letters)
         # the same sentences, each read as often as its script's smoothed share asks
         sample = TrainingSample(cfg.vocab.train_sentences, n_train, cfg.vocab.seed, language_sampling.repeats(letters))
+    limit, size = cfg.vocab.limit_alphabet, cfg.vocab.vocab_size
     with ui.progress("vocab: alphabet", total=n_train, unit="sentences") as bar:
-        alphabet, continuing, present = _alphabet(tokenizer, sample.batches(con, bar, count=True),
-                                                  cfg.vocab.limit_alphabet)
-    damaged = stripping_damages(present) if strip is None and lowercase else {}
+        alphabet = _alphabet(tokenizer, sample.batches(con, bar, count=True), limit, size)
+    damaged = stripping_damages(alphabet.present) if strip is None and lowercase else {}
     if damaged:
         strip = False
         tokenizer = build_tokenizer(None, lowercase, strip)
         with ui.progress("vocab: alphabet, accents kept", total=n_train, unit="sentences") as bar:
-            alphabet, continuing, _ = _alphabet(tokenizer, sample.batches(con, bar), cfg.vocab.limit_alphabet)
-    alphabet_seconds = time.perf_counter() - started
+            alphabet = _alphabet(tokenizer, sample.batches(con, bar), limit, size)
+    alphabet = replace(alphabet, seconds=time.perf_counter() - started)
     trainer = trainers.WordPieceTrainer(
-        vocab_size=cfg.vocab.vocab_size, min_frequency=cfg.vocab.min_frequency,
-        limit_alphabet=len(alphabet), initial_alphabet=alphabet,
-        special_tokens=SPECIAL_TOKENS + [f"##{char}" for char in continuing],
+        vocab_size=size, min_frequency=cfg.vocab.min_frequency,
+        limit_alphabet=len(alphabet.characters), initial_alphabet=alphabet.characters,
+        special_tokens=SPECIAL_TOKENS + [f"##{char}" for char in alphabet.continuing],
         continuing_subword_prefix="##", show_progress=False)
     with ui.progress("vocab: training", total=n_train, unit="sentences") as bar:
         tokenizer.train_from_iterator(sample.batches(con, bar), trainer=trainer, length=sample.sentences)
     return _padded(tokenizer.get_vocab(with_added_tokens=False), cfg.vocab.pad_to_multiple, lowercase, strip), \
-        alphabet_seconds, sample, Accents(strip, damaged), shares
+        alphabet, sample, Accents(strip, damaged), shares
 
 
-def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) -> tuple[list[str], list[str], list[str]]:
+def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int | str, vocab_size: int) -> Alphabet:
     """The trainer's alphabet and continuation characters, computed in a fixed order; and every distinct
     character of the text before normalisation.
 
-    Returns the ``limit`` most frequent characters of the normalised training text (ties broken by the
-    character), sorted, and those of them that occur after another character of the same word (the
-    ``##x`` pieces the trainer makes). The BERT normaliser works character by character, so each distinct
-    character is normalised once and the text is mapped through a table, then counted with numpy.
-    """
+    Keeps the most frequent characters of the normalised training text (ties broken by the character), as many
+    as `_alphabet_size` says, sorted; the continuation characters are those that occur after another character
+    of the same word (the ``##x`` pieces). The normaliser works character by character, so each distinct
+    character is normalised once and the text is mapped through a table, then counted with numpy."""
     table = _NormalisingTable(tokenizer)
     counts = np.zeros(_CODEPOINTS, dtype=np.int64)
     continuing = np.zeros(_CODEPOINTS, dtype=bool)
@@ -108,9 +143,26 @@ def _alphabet(tokenizer: Tokenizer, batches: Iterable[list[str]], limit: int) ->
         continuing[text[1:][in_word[1:] & in_word[:-1]]] = True
     counts[[ord(char) for char in _WHITESPACE]] = 0  # never part of a word
     present = np.flatnonzero(counts)
-    kept = np.sort(present[np.lexsort((present, -counts[present]))][:limit])  # by count, then by codepoint
+    ranked = present[np.lexsort((present, -counts[present]))]  # by count, then by codepoint
+    size, capped = _alphabet_size(counts[ranked], continuing[ranked], limit, vocab_size)
+    kept = np.sort(ranked[:size])
     raw = np.flatnonzero(table.length >= 0)  # the table learnt every character the text holds
-    return [chr(code) for code in kept], [chr(code) for code in kept if continuing[code]], [chr(c) for c in raw]
+    return Alphabet([chr(code) for code in kept], [chr(code) for code in kept if continuing[code]],
+                    [chr(code) for code in raw], len(present),
+                    float(counts[kept].sum() / max(counts[present].sum(), 1)) if len(present) else 1.0, capped)
+
+
+def _alphabet_size(counts: np.ndarray, continuing: np.ndarray, limit: int | str, vocab_size: int) -> tuple[int, bool]:
+    """How many of the ranked characters (their ``counts``, most frequent first) the alphabet keeps, and whether
+    auto's cap stopped it short: ``limit`` of them, or under auto the fewest that make up `ALPHABET_COVERAGE` of
+    the text, never fewer than `ALPHABET_FLOOR` and, past the floor, never more than fit with their ``##x`` pieces
+    (``continuing``) in half of ``vocab_size``: the merges keep the other half."""
+    if limit != "auto":
+        return min(limit, len(counts)), False
+    covering = int(np.searchsorted(np.cumsum(counts), ALPHABET_COVERAGE * counts.sum())) + 1
+    affordable = int(np.searchsorted(np.cumsum(1 + continuing), vocab_size // 2, side="right"))
+    size = max(min(covering, affordable, len(counts)), min(ALPHABET_FLOOR, len(counts)))
+    return size, size < min(covering, len(counts))
 
 
 class _NormalisingTable:

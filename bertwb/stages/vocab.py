@@ -54,15 +54,14 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     con = build.con
     workers = build.workers(1)  # before any work: a cluster missing or unreachable is one line
     n_sentences = con.execute("select count(*) from sentences").fetchone()[0]
-    alphabet_seconds = 0.0
-    sample = None  # a vocabulary from a file saw none of this corpus
+    alphabet = sample = None  # a vocabulary from a file has its own alphabet, and saw none of this corpus
     if cfg.vocab.from_file:
         # kept exactly as given: a model that came with this vocabulary must find its own ids; its file's
         # padding and truncation are off (load_tokenizer), so every sentence keeps its own length
         tokenizer = load_tokenizer(cfg.resolve(cfg.vocab.from_file), cfg.vocab.lowercase, strip_setting(cfg))
         accents, shares = Accents(strips_accents(tokenizer), {}), {}
     else:
-        tokenizer, alphabet_seconds, sample, accents, shares = train_tokenizer(cfg, con)
+        tokenizer, alphabet, sample, accents, shares = train_tokenizer(cfg, con)
     write_tokenizer_files(tokenizer, build.out_dir)
     train_seconds = time.perf_counter() - started
 
@@ -82,10 +81,12 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "is_special": [t in SPECIAL_TOKENS or t.startswith("[unused") for t in tokens],
     })
     build.rows("vocab").create_from(vocab_batch)
-    script_rows = script_report(tokenizer, con, published=bool(cfg.vocab.from_file))
+    # what a script whose characters the vocabulary lacks should do: another model, or what keeps more characters
+    lacks = "use a model whose vocabulary covers it" if alphabet is None else alphabet.fix(cfg.vocab.limit_alphabet)
+    script_rows = script_report(tokenizer, con, published=bool(cfg.vocab.from_file), lacks=lacks)
     build.rows("scripts").create_from(scripts_table(script_rows))
     if n_unk > cfg.vocab.max_unk_rate * n_tokens:  # before the commit: the vocabulary built before stays
-        raise BertwbError(_too_many_unk(cfg, tokens, n_unk / n_tokens, script_rows))
+        raise BertwbError(_too_many_unk(cfg, tokens, n_unk / n_tokens, script_rows, lacks))
     order = np.argsort(-counts[:vocab_size], kind="stable")[:TOP_TOKENS]
     seconds = time.perf_counter() - started
     return {
@@ -101,6 +102,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         # language_sampling: each script's share of the training letters, and the share it was trained with
         **({"language_sampling": ", ".join(f"{name} {before:.1%} → {after:.1%}" for name, (before, after)
                                            in shares.items())} if shares else {}),
+        # the characters the trained vocabulary starts from, and their share of the training text
+        **({"alphabet": alphabet.described()} if alphabet is not None else {}),
         # the sample the vocabulary was trained on, and how well it covers the text it never saw
         "train_sentences": sample.sentences if sample is not None else 0,
         "unseen_sentences": tokenised.unseen_sentences,
@@ -111,14 +114,15 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
         "top_tokens": [[tokens[i], int(counts[i])] for i in order],
         **scripts_summary(script_rows),  # each script's shares and rates, and the warnings
         "train_seconds": round(train_seconds, 3),
-        "alphabet_seconds": round(alphabet_seconds, 3),
+        "alphabet_seconds": round(alphabet.seconds if alphabet is not None else 0.0, 3),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(n_tokens / max(seconds - train_seconds, 1e-9)),
     }
 
 
-def _too_many_unk(cfg: Config, tokens: list[str], rate: float, script_rows: list[dict[str, Any]]) -> str:
-    """The line that stops a vocabulary most of whose tokens would be [UNK]: the rate and its likely cause."""
+def _too_many_unk(cfg: Config, tokens: list[str], rate: float, script_rows: list[dict[str, Any]], lacks: str) -> str:
+    """The line that stops a vocabulary most of whose tokens would be [UNK]: the rate and its likely cause (``lacks``:
+    what keeps the characters a trained vocabulary lacks, `Alphabet.fix`)."""
     source = cfg.vocab.from_file
     words = [token for token in tokens if token not in SPECIAL_TOKENS and not token.startswith("[unused")]
     warnings = [row["warning"] for row in script_rows if row["warning"]]
@@ -131,8 +135,7 @@ def _too_many_unk(cfg: Config, tokens: list[str], rate: float, script_rows: list
         cause = (f"the vocabulary of {source} does not cover this text (another language or script?); use a model "
                  "whose vocabulary covers it, or leave vocab.from_file unset to train one")
     else:
-        cause = "the vocabulary is too small for the corpus's characters; raise vocab.vocab_size or " \
-            "vocab.limit_alphabet"
+        cause = f"the vocabulary lacks some of the corpus's characters; {lacks}"
     return (f"{rate:.1%} of the corpus's tokens are [UNK], above vocab.max_unk_rate {cfg.vocab.max_unk_rate:.0%}: "
             f"{cause} (or raise vocab.max_unk_rate to keep it)")
 
