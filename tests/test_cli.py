@@ -222,6 +222,19 @@ def test_workspace_prints_the_folder_the_config_names_and_makes_nothing(tmp_path
     assert broken.exit_code == 1 and "missing.yaml: config file not found" in broken.output and not broken.stdout
 
 
+@pytest.mark.parametrize("before, named", [
+    (["--workdir", "elsewhere"], "--workdir"),
+    (["--set", "vocab.vocab_size=512", "--config", "x.yaml"], "--config and --set")])
+def test_config_options_before_init_or_compare_are_refused_not_dropped(tmp_path, before, named):
+    init = CliRunner().invoke(cli, [*before, "init", str(tmp_path / "p")])
+    assert_one_line_error(init, f"{named}: init reads no config", "edit the bertwb.yaml it writes")
+    assert not (tmp_path / "p").exists()  # nothing written
+    (tmp_path / "ws").mkdir()
+    compare = CliRunner().invoke(cli, [*before, "compare", str(tmp_path / "ws")])
+    assert_one_line_error(compare, f"{named}: compare reads no config", "name the workspaces")
+    assert CliRunner().invoke(cli, ["init", str(tmp_path / "p")]).exit_code == 0  # without them, as always
+
+
 def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
     import dataclasses
 

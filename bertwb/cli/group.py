@@ -139,6 +139,18 @@ def load(config_path: str | None, overrides: tuple[str, ...], workdir: str | Non
     return cfg, ws
 
 
+def no_config_options(command: str, instead: str) -> None:
+    """Refuse --config, --set or --workdir given before a command that reads no config (init, compare), which
+    would otherwise be dropped without a word; ``instead`` says what to do."""
+    group = click.get_current_context().find_root().params
+    given = [name for name, key in (("--config", "config_path"), ("--set", "overrides"), ("--workdir", "workdir"))
+             if group.get(key)]
+    if given:
+        them = "them" if len(given) > 1 else "it"
+        raise BertwbError(f"{' and '.join(given)}: {command} reads no config and would ignore {them}; leave {them} "
+                          f"out and {instead}")
+
+
 def workspace_of(cfg: Config) -> Workspace:
     """The workspace ``cfg`` names: workspace.dir, with DuckDB's memory limit."""
     return Workspace(cfg.resolve(cfg.workspace.dir), cfg.workspace.memory_limit)

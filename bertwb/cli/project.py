@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from bertwb import disk, engine, recipes, stages, ui
-from bertwb.cli.group import cli, config_options, load, workspace_of
+from bertwb.cli.group import cli, config_options, load, no_config_options, workspace_of
 from bertwb.cli.paths import PathArg
 from bertwb.compare import compare as compare_runs
 from bertwb.config import DEFAULT_CONFIG_NAME, Config
@@ -45,6 +45,7 @@ def _project_config(directory: Path) -> Config:
 def init_command(directory: str, inputs: tuple[str, ...], force: bool, recipe: str | None, source: str | None,
                  hours: str | None) -> None:
     """Write a commented bertwb.yaml, a Makefile and a corpus/ folder into DIRECTORY (default: here)."""
+    no_config_options("init", "edit the bertwb.yaml it writes (workspace.dir names the workspace)")
     if recipe == "list":
         return click.echo("\n".join(recipes.listing()))
 
@@ -85,6 +86,7 @@ def run(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def compare(workdirs: tuple[str, ...], as_json: bool) -> None:
     """One table of several workspaces' differing settings and results (a sweep's runs), from their manifests."""
+    no_config_options("compare", "name the workspaces to compare as its arguments")
     columns, rows = compare_runs([Path(w) for w in workdirs])
     if as_json:
         ui.print_json([dict(zip(columns, row, strict=True)) for row in rows])
