@@ -18,7 +18,7 @@ LOCK_DEV     = requirements/dev.txt
 # to the step before, so a CUDA build installed into the venv by hand is kept.
 PIP_LOCKED   = $(BIN)/pip install --quiet --require-hashes --no-deps
 
-.PHONY: demo test test-latest lock install install-dev lint clean-workspace
+.PHONY: demo test test-latest lock install install-dev lint clean-workspace slow-tests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ demo: install
 TEST_WORKERS ?= 2
 test: install-dev
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# After a full `make test`: the tests that took 10 s or more, from pytest's cache into tests/slow_tests.json,
+# which a run without that cache (a fresh clone, CI) reads to start them first.
+slow-tests:
+	$(BIN)/python -c 'import json, pathlib; seconds = json.loads(pathlib.Path(".pytest_cache/v/bertwb/test_seconds").read_text()); pathlib.Path("tests/slow_tests.json").write_text(json.dumps({k.split("@")[0]: round(v, 1) for k, v in sorted(seconds.items()) if v >= 10}, indent=1) + "\n")'
 
 # The suite on the newest versions pyproject.toml allows, in a venv of its own: run before `make lock`.
 test-latest: VENV = .venv-latest

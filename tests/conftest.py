@@ -192,11 +192,12 @@ class SlowTestsFirst:
     groups first (the units with the most tests); this orders the single tests after them: those that took
     at least `SLOW_S` seconds last time, longest first, then all the others in pytest-randomly's order.
     The times come from the last run's reports, which the controller keeps in pytest's cache (.pytest_cache);
-    a first run, or one without the cache, keeps the random order. The workers order their collections alike
-    (xdist requires it) from the same cache file."""
+    a run without the cache (a fresh clone, CI) takes `SHIPPED`, written by `make slow-tests`. The workers order
+    their collections alike (xdist requires it) from the same file."""
 
     KEY = "bertwb/test_seconds"
     SLOW_S = 10.0
+    SHIPPED = Path(__file__).with_name("slow_tests.json")
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -208,7 +209,10 @@ class SlowTestsFirst:
         result = yield
         cache = getattr(config, "cache", None)  # none under -p no:cacheprovider
         last = cache.get(self.KEY, {}) if cache is not None else {}
-        slow = {item.nodeid: last[item.nodeid] for item in items if last.get(item.nodeid, 0.0) >= self.SLOW_S}
+        if not last and self.SHIPPED.is_file():
+            last = json.loads(self.SHIPPED.read_text())
+        seconds = {item.nodeid: last.get(item.nodeid, last.get(item.nodeid.split("@")[0], 0.0)) for item in items}
+        slow = {nodeid: s for nodeid, s in seconds.items() if s >= self.SLOW_S}  # "@group": loadgroup's suffix
         items.sort(key=lambda item: -slow.get(item.nodeid, 0.0))  # stable: the rest keep their order
         return result
 

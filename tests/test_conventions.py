@@ -232,3 +232,21 @@ def test_every_module_docstring_says_what_it_owns_in_at_most_8_lines():
                for path in sorted((REPO / "bertwb").rglob("*.py"))}
     wrong = {name: lines for name, lines in lengths.items() if not 1 <= lines <= MAX_DOCSTRING_LINES}
     assert not wrong, f"module docstrings missing (0) or over {MAX_DOCSTRING_LINES} lines: {wrong}"
+
+
+def test_a_run_without_pytest_s_cache_starts_the_shipped_slow_tests_first():
+    import types  # noqa: PLC0415
+
+    from conftest import SlowTestsFirst  # noqa: PLC0415
+    shipped = json.loads(SlowTestsFirst.SHIPPED.read_text())
+    for nodeid in shipped:  # each names a test that exists: `make slow-tests` after renaming one
+        path, name = nodeid.split("::")
+        assert f"def {name.split('[')[0]}(" in (REPO / path).read_text(), nodeid
+    slowest = max(shipped, key=shipped.get)
+    items = [types.SimpleNamespace(nodeid=n) for n in ("tests/test_x.py::quick", f"{slowest}@its_group")]
+    nocache = types.SimpleNamespace(cache=None)
+    order = SlowTestsFirst(nocache).pytest_collection_modifyitems(nocache, items)
+    next(order)
+    with pytest.raises(StopIteration):
+        order.send(None)
+    assert [item.nodeid for item in items] == [f"{slowest}@its_group", "tests/test_x.py::quick"]
