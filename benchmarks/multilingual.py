@@ -1,7 +1,8 @@
-"""Text in eight languages through bertwb's whole pipeline, with the accent stripping of before and after issue #48.
+"""Text in eight languages through bertwb's pipeline: the accent stripping of before and after issue #48, and the
+alphabet of a corpus of every language, ``vocab.limit_alphabet`` 1000 (the old default) against auto.
 
 Usage: ``python benchmarks/multilingual.py [--chars 100000] [--steps 120] [--languages ko ja ...] [--jobs 5]
-[--no-mixed] [--no-append]``; ``--append-from WORK/results.json`` appends an earlier run's section.
+[--vocab-only] [--no-mixed] [--no-append]``; ``--append-from WORK/results.json`` appends an earlier run's section.
 
 * **Text**: the translated documentation and manual pages that Debian ships, the same amount of prose for each
   language (``--chars`` characters, spaces left out; Korean has about 100,000 in all): Korean from the Debian FAQ
@@ -24,8 +25,13 @@ Usage: ``python benchmarks/multilingual.py [--chars 100000] [--steps 120] [--lan
   give the same tokenizer files (the text has no character that stripping damages), the tokens, pairs and model are
   the same: pre-trained once. Runs go ``--jobs`` at a time, each on ``--threads`` torch threads (one by default: on
   a shared machine OpenMP's spinning threads made two several times slower than one).
-* **Mixed** (``--no-mixed`` leaves it out): every language's text in one corpus, today's defaults, with
-  ``vocab.language_sampling`` off and on: the per-script report of each (vocab only, no pre-training).
+* **Mixed** (``--no-mixed`` leaves it out): every language's text in one corpus, vocab only (no pre-training), in
+  the runs of `MIXED_RUNS`: ``vocab.limit_alphabet: 1000`` (the old default), auto (today's), and auto with
+  ``vocab.language_sampling``. Each run's alphabet (the characters kept, of how many, and their share of the
+  training text; its entries in the vocabulary, characters and ``##`` pieces), [UNK] rate and tokens per word,
+  overall and per script, and the scripts' warnings.
+* ``--vocab-only``: no pairs, pre-training or evaluate, so every vocabulary figure in minutes and no masked-token
+  accuracy (the report says so and leaves that column out).
 
 Appends a section to the benchmark log and a row to BENCHMARKS.md (``--no-append``: print it only).
 A missing package is one line with the
@@ -204,11 +210,14 @@ def prepare(work: Path, project: Path, corpus: Path, values: dict[str, str]) -> 
 
 
 def vocab_figures(project: Path) -> dict:
-    """The vocab stage's summary (the per-script report included) and the decomposed share of the vocabulary."""
+    """The vocab stage's summary (the per-script report and the alphabet's description included), the decomposed
+    share of the vocabulary, and its entries of one character, ``##`` or not: the alphabet's place in it."""
     summary = json.loads((project / ".bertwb" / "manifests" / "vocab.json").read_text())["summary"]
     counts = json.loads(bertwb(project, "sql", "--format", "json", DECOMPOSED_SQL))[0]
+    entries = (project / ".bertwb" / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     return {**summary, "not_nfc_share": counts["not_nfc"] / max(counts["entries"], 1),
-            "pieces_share": counts["pieces"] / max(counts["entries"], 1)}
+            "pieces_share": counts["pieces"] / max(counts["entries"], 1),
+            "alphabet_entries": sum(len(entry.removeprefix("##")) == 1 for entry in entries)}
 
 
 def same_tokenizer(first: Path, second: Path) -> bool:
@@ -271,20 +280,33 @@ def pretrain_all(results: dict, jobs: int) -> None:
             result["settings"]["after"]["metrics"] = result["settings"]["before"]["metrics"]
 
 
-def run_mixed(work: Path, languages: list[Language]) -> dict:
-    """Every language's text in one corpus, today's defaults, ``language_sampling`` off and on: the vocab figures."""
+# The runs over every language's text in one corpus, by the name the report gives them: the alphabet of before
+# (limit_alphabet's old default) and of today, and today's with language_sampling.
+MIXED_RUNS = {"1000": {"vocab.limit_alphabet": "1000", "vocab.language_sampling": "false"},
+              "auto": {"vocab.limit_alphabet": "auto", "vocab.language_sampling": "false"},
+              "auto, sampling": {"vocab.limit_alphabet": "auto", "vocab.language_sampling": "true"}}
+# ... each measured at the [UNK] rate it gets: none stops at max_unk_rate (the old alphabet's can pass 5%).
+MIXED_SETTINGS = {"vocab.max_unk_rate": "1"}
+
+
+def run_mixed(work: Path, languages: list[Language], jobs: int) -> dict:
+    """Every language's text in one corpus, through vocab in each of `MIXED_RUNS` (``jobs`` at a time): the
+    vocab figures of each, by its name."""
     corpus = work / "text" / "mixed"
     corpus.mkdir(parents=True, exist_ok=True)
     for language in languages:
         shutil.copy(work / "text" / language.code / "text.txt", corpus / f"{language.code}.txt")
-    result = {}
-    for sampling in ("false", "true"):
-        project = work / "mixed" / f"sampling_{sampling}"
-        prepare(work, project, corpus, {**COMMON_SETTINGS, "vocab.language_sampling": sampling})
-        result[sampling] = vocab_figures(project)
-        _progress(f"mixed, language_sampling {sampling}: [UNK] {result[sampling]['unk_rate']:.2%}, tokens/word "
-                  f"{result[sampling]['tokens_per_word']:.2f}")
-    return result
+
+    def run(name: str) -> dict:
+        project = work / "mixed" / re.sub(r"\W+", "_", name)
+        prepare(work, project, corpus, {**COMMON_SETTINGS, **MIXED_SETTINGS, **MIXED_RUNS[name]})
+        figures = vocab_figures(project)
+        _progress(f"mixed, {name}: alphabet {figures.get('alphabet', '–')}; [UNK] {figures['unk_rate']:.2%}, "
+                  f"tokens/word {figures['tokens_per_word']:.2f}")
+        return figures
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip(MIXED_RUNS, pool.map(run, MIXED_RUNS), strict=True))
 
 
 def _progress(line: str) -> None:
@@ -299,24 +321,37 @@ def _script_rows(figures: dict) -> list[dict]:
     return [row for row in figures["scripts"] if row["share"] >= 0.01 and row["script"] not in ("Common", "Inherited")]
 
 
+TITLE = "Text in eight languages: strip_accents and the alphabet"
+
+
 def report(results: dict, mixed: dict | None, args: argparse.Namespace, seconds: float, command: list[str],
            appended_later: bool = False) -> tuple[str, str]:
-    """The BENCHMARKS.md section of a run of ``command`` (its options) and its one-line headline."""
+    """The BENCHMARKS.md section of a run of ``command`` (its options) and its one-line headline. A run with
+    ``--vocab-only`` measured no masked-token accuracy: its section says so and has no column for it."""
     languages = [language for language in LANGUAGES if language.code in results]
+    trained = not args.vocab_only
     now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    lines = [f"## Text in eight languages, strip_accents before and after — {now}",
+    if trained:
+        stages = (f"`ingest`, `vocab`, `pairs`, `pretrain` ({args.steps} steps of 32 pairs of up to 128 tokens) "
+                  "and `evaluate`")
+        settings = COMMON_SETTINGS
+    else:
+        stages = ("`ingest` and `vocab` only (`--vocab-only`: no pairs, pre-training or evaluate, so **no "
+                  "masked-token accuracy was measured**)")
+        settings = {key: value for key, value in COMMON_SETTINGS.items() if key.startswith(("ingest.", "vocab."))}
+    same = ("When both give the same tokenizer files, the tokens, pairs and model are the same, and the model is "
+            "pre-trained once (\\*)." if trained else "(\\*): the same tokenizer files as *before*.")
+    lines = [f"## {TITLE} — {now}",
              "",
-             f"Machine: {cpu_model()}, {os.cpu_count()} CPUs, {args.threads} torch thread(s) per run, {args.jobs} "
-             f"run(s) at a time; {seconds / 60:.0f} min in all.",
+             f"Machine: {cpu_model()}, {os.cpu_count()} CPUs, "
+             + (f"{args.threads} torch thread(s) per run, " if trained else "")
+             + f"{args.jobs} run(s) at a time; {seconds / 60:.0f} min in all.",
              f"Script: `python benchmarks/multilingual.py {' '.join(command)}`"
              + (" (its results.json appended here by `--append-from`)" if appended_later else "")
-             + ". Each run is `bertwb init` "
-             f"(tiny preset) then `bertwb run` through `ingest`, `vocab`, `pairs`, `pretrain` ({args.steps} steps of "
-             "32 pairs of up to 128 tokens) and `evaluate`, with "
-             + ", ".join(f"`{key}: {value}`" for key, value in COMMON_SETTINGS.items())
+             + f". Each run is `bertwb init` (tiny preset) then `bertwb run` through {stages}, with "
+             + ", ".join(f"`{key}: {value}`" for key, value in settings.items())
              + ". *before*: `vocab.strip_accents: true` (the old default: BERT's stripping on every script); "
-               "*after*: `strip_accents: auto` (today's default). When both give the same tokenizer files, the "
-               "tokens, pairs and model are the same, and the model is pre-trained once (\\*).",
+               f"*after*: `strip_accents: auto` (today's default). {same}",
              "",
              "| language | text (packages) | pages | documents | characters |",
              "|---|---|---|---|---|"]
@@ -326,19 +361,18 @@ def report(results: dict, mixed: dict | None, args: argparse.Namespace, seconds:
         lines.append(f"| {language.name} | {packages} | {text.get('pages', '–')} | {text.get('documents', '–')} | "
                      f"{text['characters']:,} |" if text.get("characters") else
                      f"| {language.name} | {packages} | – | – | – |")
-    lines += ["", "| language | setting | strip_accents | vocabulary | [UNK] | [UNK], text the vocabulary did not "
-              "see | "
-              "tokens per word | vocabulary not NFC | vocabulary: pieces of a character | masked-token accuracy "
-              "(masked tokens) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    columns = ["language", "setting", "strip_accents", "vocabulary", "[UNK]", "[UNK], text the vocabulary did not see",
+               "tokens per word", "vocabulary not NFC", "vocabulary: pieces of a character",
+               *(["masked-token accuracy (masked tokens)"] if trained else [])]
+    lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for language in languages:
         for name, figures in results[language.code]["settings"].items():
-            metrics = figures["metrics"]
-            same = " \\*" if figures.get("same_as_before") else ""
-            lines.append(f"| {language.name} | {name} | {figures['strip_accents']} | {figures['vocab_size']:,} | "
-                         f"{_pct(figures['unk_rate'], 2)} | {_pct(figures['unseen_unk_rate'], 2)} | "
-                         f"{figures['tokens_per_word']:.2f} | {_pct(figures['not_nfc_share'])} | "
-                         f"{_pct(figures['pieces_share'])} | {_pct(metrics['mlm_acc'])} ({metrics['masked_tokens']:,})"
-                         f"{same} |")
+            cells = [language.name, name, str(figures["strip_accents"]), f"{figures['vocab_size']:,}",
+                     _pct(figures["unk_rate"], 2), _pct(figures["unseen_unk_rate"], 2),
+                     f"{figures['tokens_per_word']:.2f}", _pct(figures["not_nfc_share"]), _pct(figures["pieces_share"])]
+            if trained:
+                cells.append(f"{_pct(figures['metrics']['mlm_acc'])} ({figures['metrics']['masked_tokens']:,})")
+            lines.append("| " + " | ".join(cells) + (" \\*" if figures.get("same_as_before") else "") + " |")
     lines += ["", "Each script of each text (at least 1% of its characters), from the vocab stage's per-script report "
               "(`vocab_scripts`); *before* is shown where its vocabulary differs:", "",
               "| language | setting | script | share of text | tokens per word | [UNK] | share of vocabulary | "
@@ -354,51 +388,101 @@ def report(results: dict, mixed: dict | None, args: argparse.Namespace, seconds:
                              f"{_pct(row['vocab_share'])} | "
                              f"{row['warning'] or ''} |")
     if mixed is not None:
-        off, on = mixed["false"], mixed["true"]
-        lines += ["", f"All {len(languages)} texts in one corpus, today's defaults (strip_accents decided: "
-                  f"{off['strip_accents']}; {off.get('accents_kept_for', '')}), `vocab.language_sampling` off and on "
-                  f"(its shares: {on.get('language_sampling', '–')}). Overall [UNK] {_pct(off['unk_rate'], 2)} → "
-                  f"{_pct(on['unk_rate'], 2)}, tokens per word {off['tokens_per_word']:.2f} → "
-                  f"{on['tokens_per_word']:.2f}:", "",
-                  "| script | share of text | tokens per word, off → on | [UNK], off → on | "
-                  "share of vocabulary, off → on |",
-                  "|---|---|---|---|---|"]
-        by_script = {row["script"]: row for row in _script_rows(on)}
-        for row in _script_rows(off):
-            other = by_script.get(row["script"], row)
-            lines.append(f"| {row['script']} | {_pct(row['share'])} | {row['tokens_per_word']:.2f} → "
-                         f"{other['tokens_per_word']:.2f} | {_pct(row['unk_rate'], 2)} → "
-                         f"{_pct(other['unk_rate'], 2)} | "
-                         f"{_pct(row['vocab_share'])} → {_pct(other['vocab_share'])} |")
-    reading, headline = _reading(results, languages)
+        lines += _mixed_lines(mixed, len(languages))
+    reading, headline = _reading(results, languages, trained)
+    if mixed is not None:
+        mixed_reading, mixed_headline = _mixed_reading(mixed)
+        reading, headline = [*reading, mixed_reading], f"{mixed_headline}; {headline}"
+    if not trained:
+        reading.append("No masked-token accuracy: this run stopped after the vocab stage (`--vocab-only`).")
     lines += ["", *reading, ""]
     return headline, "\n".join(lines)
 
 
-def _reading(results: dict, languages: list[Language]) -> tuple[list[str], str]:
+def _mixed_lines(mixed: dict, count: int) -> list[str]:
+    """The mixed corpus's part of the section: each run's alphabet and overall figures, then each script's."""
+    auto, sampled = mixed["auto"], mixed["auto, sampling"]
+    lines = ["", f"All {count} texts in one corpus, through vocab only, `strip_accents: auto` (decided: "
+             f"{auto['strip_accents']}; {auto.get('accents_kept_for') or 'no script it would damage'}), "
+             + ", ".join(f"`{key}: {value}`" for key, value in MIXED_SETTINGS.items()) + " (no run stops at its "
+             "[UNK] rate). *1000*: "
+             "`vocab.limit_alphabet: 1000` (the old default); *auto*: `limit_alphabet: auto` (today's default); "
+             "*auto, sampling*: auto with `vocab.language_sampling: true` (its shares: "
+             f"{sampled.get('language_sampling', '–')}). The alphabet is the summary's: the characters the vocabulary "
+             "starts from, of the distinct characters of the training text, and their share of its characters "
+             "(spaces left out); its entries are those characters and their `##` pieces in the vocabulary.", "",
+             "| run | alphabet | alphabet's entries in the vocabulary | [UNK] | [UNK], text the vocabulary did not "
+             "see | tokens per word |",
+             "|---|---|---|---|---|---|"]
+    for name, figures in mixed.items():
+        lines.append(f"| {name} | {figures['alphabet']} | {figures['alphabet_entries']:,} of "
+                     f"{figures['vocab_size']:,} | {_pct(figures['unk_rate'], 2)} | "
+                     f"{_pct(figures['unseen_unk_rate'], 2)} | {figures['tokens_per_word']:.2f} |")
+    shown = (("[UNK]", "unk_rate", lambda value: _pct(value, 2)), ("tokens per word", "tokens_per_word",
+             lambda value: f"{value:.2f}"), ("share of vocabulary", "vocab_share", _pct))
+    header = [f"{label}, {name}" for label, _, _ in shown for name in mixed]
+    lines += ["", "Each script (at least 1% of the characters), from each run's per-script report:", "",
+              "| script | share of text | " + " | ".join(header) + " |", "|---|---|" + "---|" * len(header)]
+    by_script = {name: {row["script"]: row for row in figures["scripts"]} for name, figures in mixed.items()}
+    for row in _script_rows(auto):
+        cells = [row["script"], _pct(row["share"])]
+        for _, key, show in shown:
+            cells += [show(by_script[name][row["script"]][key]) if row["script"] in by_script[name] else "–"
+                      for name in mixed]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "The scripts' warnings:", "", *(f"- *{name}*: {warning}" for name, figures in mixed.items()
+                                                   for warning in figures["warnings"] or ["none"])]
+    return lines
+
+
+def _mixed_reading(mixed: dict) -> tuple[str, str]:
+    """What the mixed runs say, in a sentence made from their numbers, and the headline: 1000 against auto."""
+    old, new = mixed["1000"], mixed["auto"]
+    scripts = {row["script"]: row for row in new["scripts"]}
+    worst = sorted((row for row in _script_rows(old) if row["unk_rate"] >= 0.01 and row["script"] in scripts),
+                   key=lambda row: -row["unk_rate"])
+    changed = ", ".join(f"{row['script']} {_pct(row['unk_rate'], 2)} → {_pct(scripts[row['script']]['unk_rate'], 2)}"
+                        for row in worst)
+    rest = {name: figures["vocab_size"] - figures["alphabet_entries"] for name, figures in (("1000", old),
+                                                                                           ("auto", new))}
+    reading = (f"Mixed corpus: the alphabet of 1000 keeps {old['alphabet']}; auto keeps {new['alphabet']}, and with "
+               f"its `##` pieces takes {new['alphabet_entries']:,} of the {new['vocab_size']:,} entries (1000: "
+               f"{old['alphabet_entries']:,}). [UNK] {_pct(old['unk_rate'], 2)} → {_pct(new['unk_rate'], 2)}"
+               + (f" ({changed})" if changed else "") + f", tokens per word {old['tokens_per_word']:.2f} → "
+               f"{new['tokens_per_word']:.2f}"
+               + (f": the words that were [UNK] are pieces now, and {rest['auto']:,} entries are left to the rest of "
+                  f"the vocabulary (1000: {rest['1000']:,})." if new["alphabet"] != old["alphabet"] else
+                  ": the same alphabet both ways (the text has no more characters than 1000 keeps)."))
+    headline = (f"alphabet 1000 → auto, mixed corpus: [UNK] {_pct(old['unk_rate'], 2)} → "
+                f"{_pct(new['unk_rate'], 2)}, tokens/word {old['tokens_per_word']:.2f} → {new['tokens_per_word']:.2f}"
+                + (f"; [UNK] {changed}" if changed else ""))
+    return reading, headline
+
+
+def _reading(results: dict, languages: list[Language], trained: bool) -> tuple[list[str], str]:
     """What the numbers say, in sentences made from them (the languages whose vocabulary changed, then the rest),
-    and the headline: each changed language's figures in brief."""
+    and the headline: each changed language's figures in brief (masked-token accuracy when ``trained``)."""
     changed, same, brief = [], [], []
     for language in languages:
         before, after = (results[language.code]["settings"][name] for name in ("before", "after"))
         if after.get("same_as_before"):
             same.append(language.name)
             continue
-        accuracy = f"{_pct(before['metrics']['mlm_acc'])} → {_pct(after['metrics']['mlm_acc'])}"
+        accuracy = (f", masked-token accuracy {_pct(before['metrics']['mlm_acc'])} → "
+                    f"{_pct(after['metrics']['mlm_acc'])}" if trained else "")
         warned = "; ".join(before["warnings"]) or "none"
         changed.append(f"{language.name}: the report's warnings before: {warned}; after: "
                        f"{'; '.join(after['warnings']) or 'none'}. Vocabulary entries that are pieces of a character "
                        f"{_pct(before['pieces_share'])} → {_pct(after['pieces_share'])} (not NFC "
                        f"{_pct(before['not_nfc_share'])} → {_pct(after['not_nfc_share'])}), tokens per word "
                        f"{before['tokens_per_word']:.2f} → {after['tokens_per_word']:.2f}, [UNK] "
-                       f"{_pct(before['unk_rate'], 2)} → {_pct(after['unk_rate'], 2)}, masked-token accuracy "
-                       f"{accuracy}.")
+                       f"{_pct(before['unk_rate'], 2)} → {_pct(after['unk_rate'], 2)}{accuracy}.")
         brief.append(f"{language.name}: vocabulary not NFC {_pct(before['not_nfc_share'])} → "
-                     f"{_pct(after['not_nfc_share'])}, masked-token accuracy {accuracy}")
+                     f"{_pct(after['not_nfc_share'])}{accuracy}")
     lines = ["Reading: " + (" ".join(changed) if changed else "no language's vocabulary changed.")]
     if same:
         lines.append(f"{', '.join(same)}: the same vocabulary before and after (auto strips as before: no character "
-                     "of theirs is damaged by stripping), so the same tokens and model.")
+                     "of theirs is damaged by stripping)" + (", so the same tokens and model." if trained else "."))
     headline = "; ".join(brief + ([f"{len(same)} others: the same vocabulary"] if same else []))
     return lines, f"strip_accents true → auto: {headline}"
 
@@ -412,10 +496,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the order pages are read in")
     parser.add_argument("--text", type=Path, default=None,
                         help="read each language's text from TEXT/<code>.txt instead of the packages (tests)")
-    parser.add_argument("--jobs", type=int, default=5, help="languages, then pre-training runs, at a time")
+    parser.add_argument("--jobs", type=int, default=5,
+                        help="languages, then pre-training runs, then mixed-corpus runs, at a time")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads per run (one: a shared machine's cores are not fought over by spinning)")
     parser.add_argument("--no-mixed", action="store_true", help="leave out the corpus of all languages together")
+    parser.add_argument("--vocab-only", action="store_true",
+                        help="stop every run after the vocab stage: the vocabulary figures in minutes, no masked-token "
+                             "accuracy")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "data" / "multilingual")
     parser.add_argument("--no-append", action="store_true")
     parser.add_argument("--append-from", type=Path, default=None, metavar="RESULTS_JSON",
@@ -438,8 +526,9 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(zip([language.code for language in chosen],
                            pool.map(lambda language: build_vocabularies(language, work, args), chosen), strict=True))
-    pretrain_all(results, args.jobs)
-    mixed = None if args.no_mixed or len(chosen) < 2 else run_mixed(work, chosen)
+    if not args.vocab_only:
+        pretrain_all(results, args.jobs)
+    mixed = None if args.no_mixed or len(chosen) < 2 else run_mixed(work, chosen, args.jobs)
     record = {"command": sys.argv[1:], "seconds": time.perf_counter() - started, "results": results, "mixed": mixed}
     (work / "results.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     headline, section = report(results, mixed, args, time.perf_counter() - started, sys.argv[1:])

@@ -3,6 +3,7 @@ rot unnoticed between sessions that have a GPU. Throughput itself is measured by
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -471,21 +472,56 @@ _KOREAN = ["데비안은 자유 운영체제입니다.", "패키지를 설치하
 _GERMAN = ["Das Programm liest die Datei und schreibt das Ergebnis.", "Diese Option ändert die Größe der Ausgabe.",
            "Der Befehl wird für jeden Benutzer ausgeführt.", "Die Übersetzung ist noch nicht vollständig.",
            "Ein Fehler wird gemeldet, wenn die Datei fehlt.", "Mit dieser Funktion öffnen Sie das Menü."]
+# 1,200 Hangul syllables spread over their block, each seen three times in words of two (another pairing each
+# time, so that no document repeats another): with the rest of the texts, more distinct characters than an alphabet
+# of 1,000 keeps.
+_RARE_HANGUL = [chr(0xAC00 + 9 * i) for i in range(1200)]
 
 
-def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_path, monkeypatch):
-    """benchmarks/multilingual.py on a little Korean and German (``--text``, so no package is needed): Korean's
-    vocabulary is in Jamo pieces before (strip_accents true) and whole syllables after (auto), with the per-script
-    warning only before; German's is the same both times, so its model is trained once; the mixed corpus gets its
-    per-script rows."""
+def _multilingual_texts(folder: Path, rare: bool = False) -> None:
+    """A little Korean and German for ``--text``, 24 documents each; with ``rare``, Korean documents of
+    `_RARE_HANGUL` words after them."""
     for name, sentences in (("ko", _KOREAN), ("de", _GERMAN)):
         documents = ["\n".join(f"{sentence} {number}" if i % 3 == 0 else sentence
                                for i, sentence in enumerate(sentences[number % 3:] + sentences[:number % 3]))
                      for number in range(24)]
-        (tmp_path / f"{name}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+        if rare and name == "ko":
+            syllables = [syllable for seed in range(3) for syllable in random.Random(seed).sample(_RARE_HANGUL, 1200)]
+            words = [first + second for first, second in zip(syllables[::2], syllables[1::2], strict=True)]
+            lines = [" ".join(words[i:i + 10]) + "." for i in range(0, len(words), 10)]
+            documents += ["\n".join(lines[i:i + 6]) for i in range(0, len(lines), 6)]
+        (folder / f"{name}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+
+
+def _append_from(monkeypatch: pytest.MonkeyPatch, results: Path, folder: Path) -> tuple[str, str]:
+    """``multilingual.py --append-from RESULTS`` into a BENCHMARKS.md and log of ``folder``'s: the log's text and
+    the row of the benchmark."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import _common
+
+    monkeypatch.setattr(_common, "REPO", folder)
+    monkeypatch.setattr(_common, "LOG", folder / "benchmarks" / "log")
+    (folder / "benchmarks").mkdir(parents=True)
+    (folder / "BENCHMARKS.md").write_text("# Benchmarks\n\n## Current results\n\n| step | benchmark | result | "
+                                          "machine | date (UTC) | log |\n|---|---|---|---|---|---|\n")
+    appended = run_script(monkeypatch, REPO / "benchmarks" / "multilingual.py", "--append-from", str(results))
+    assert appended.returncode == 0, appended.stdout[-3000:] + appended.stderr[-3000:]
+    log = next((folder / "benchmarks" / "log").glob("*.md")).read_text(encoding="utf-8")
+    row = next(line for line in (folder / "BENCHMARKS.md").read_text().splitlines() if "| Text in eight" in line)
+    return log, row
+
+
+def test_the_multilingual_benchmark_runs_both_settings_through_pre_training(tmp_path, monkeypatch):
+    """benchmarks/multilingual.py on a little Korean and German (``--text``, so no package is needed): Korean's
+    vocabulary is in Jamo pieces before (strip_accents true) and whole syllables after (auto), with the per-script
+    warning only before; German's is the same both times, so its model is trained once; each run's masked-token
+    accuracy is reported, and ``--append-from`` appends the run's record."""
+    _multilingual_texts(tmp_path)
     before = benchmark_records()
     result = run_script(monkeypatch, REPO / "benchmarks" / "multilingual.py", "--languages", "ko", "de", "--text",
-                        str(tmp_path), "--steps", "1", "--work", str(tmp_path / "work"), "--no-append")
+                        str(tmp_path), "--steps", "1", "--no-mixed", "--work", str(tmp_path / "work"), "--no-append")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {tuple(cells[:2]): cells for cells in (line.strip("| ").split(" | ") for line in result.stdout.splitlines())
             if len(cells) == 10 and cells[1] in ("before", "after")}
@@ -501,12 +537,65 @@ def test_the_multilingual_benchmark_runs_both_settings_and_a_mixed_corpus(tmp_pa
     warned = [line for line in result.stdout.splitlines()
               if line.startswith("| ") and "splits 100% of its characters" in line]
     assert len(warned) == 1 and warned[0].startswith("| Korean | before | Hangul |"), warned
-    mixed = [line for line in result.stdout.splitlines() if re.match(r"\| (Hangul|Latin) \| [\d.]+% \|", line)]
-    assert len(mixed) == 2 and "language_sampling` off and on (its shares: " in result.stdout, result.stdout
+    assert "All 2 texts in one corpus" not in result.stdout  # --no-mixed
     assert "Reading: Korean: the report's warnings before: Hangul: accent stripping splits 100%" in result.stdout
     assert "after: none. Vocabulary entries that are pieces of a character" in result.stdout
     assert "German: the same vocabulary before and after" in result.stdout
+    assert "no masked-token accuracy" not in result.stdout.lower()
     assert benchmark_records() == before  # --no-append
+
+    log, row = _append_from(monkeypatch, tmp_path / "work" / "results.json", tmp_path / "appended")
+    assert "(its results.json appended here by `--append-from`)" in log
+    assert [line for line in log.splitlines() if line.startswith("| Korean | after | False |")] == \
+        [line for line in result.stdout.splitlines() if line.startswith("| Korean | after | False |")]
+    assert "| strip_accents true → auto: Korean: vocabulary not NFC " in row and "masked-token accuracy" in row
+
+
+def test_the_multilingual_benchmark_measures_the_mixed_corpus_s_alphabet_in_vocab_only_mode(tmp_path, monkeypatch):
+    """``--vocab-only`` stops every run after vocab (no project pre-trains) and says that no masked-token accuracy
+    was measured, with no column for it. The mixed corpus, whose Korean holds more distinct syllables than an
+    alphabet of 1,000 keeps, goes through vocab three times: under ``limit_alphabet: 1000`` its rare words are [UNK]
+    and Hangul's warning names auto; under auto (today's default) they are not, with or without language_sampling;
+    ``--append-from`` appends the vocab-only record, its headline the alphabet's."""
+    _multilingual_texts(tmp_path, rare=True)
+    before = benchmark_records()
+    result = run_script(monkeypatch, REPO / "benchmarks" / "multilingual.py", "--languages", "ko", "de", "--text",
+                        str(tmp_path), "--vocab-only", "--work", str(tmp_path / "work"), "--no-append")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not list((tmp_path / "work").rglob("manifests/pretrain.json"))
+    assert list((tmp_path / "work").rglob("manifests/vocab.json"))
+    assert "so **no masked-token accuracy was measured**" in result.stdout
+    assert "No masked-token accuracy: this run stopped after the vocab stage" in result.stdout
+    assert "masked-token accuracy (" not in result.stdout and "masked-token accuracy 0" not in result.stdout
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines()
+            if line.startswith(("| Korean | before | True |", "| Korean | after | False |"))]
+    assert [len(cells) for cells in rows] == [9, 9], rows
+    runs = {cells[0]: cells for cells in (line.strip("| ").split(" | ") for line in result.stdout.splitlines())
+            if len(cells) == 6 and cells[0] in ("1000", "auto", "auto, sampling")}
+    assert list(runs) == ["1000", "auto", "auto, sampling"], result.stdout
+    distinct = int(re.fullmatch(r"1,000 of ([\d,]+) characters, [\d.]+% of the text", runs["1000"][1])
+                   .group(1).replace(",", ""))
+    assert distinct > 1200
+    unk = {name: float(cells[3].rstrip("%")) for name, cells in runs.items()}
+    for name in ("auto", "auto, sampling"):  # [UNK] only where a syllable's every word went to the valid split
+        kept, coverage = re.fullmatch(rf"([\d,]+) of {distinct:,} characters, ([\d.]+)% of the text",
+                                      runs[name][1]).groups()
+        assert int(kept.replace(",", "")) > 1200 and float(coverage) >= 99.99  # all but one-off characters
+        assert unk["1000"] > 5 * unk[name]
+    kept, size = (int(n.replace(",", "")) for n in re.fullmatch(r"([\d,]+) of ([\d,]+)", runs["auto"][2]).groups())
+    assert distinct < kept < size  # the characters and their ## pieces
+    hangul = next(line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line.startswith("| Hangul |"))
+    assert len(hangul) == 11 and float(hangul[2].rstrip("%")) > 5 * max(float(hangul[3].rstrip("%")), 0.5), hangul
+    assert re.search(r"^- \*1000\*: Hangul: .*; set vocab\.limit_alphabet to auto", result.stdout, re.M)
+    assert "\n- *auto*: none\n- *auto, sampling*: none\n" in result.stdout
+    assert "language_sampling: true` (its shares: Hangul " in result.stdout
+    assert re.search(r"Mixed corpus: the alphabet of 1000 keeps 1,000 of [\d,]+ characters, .* \(Hangul [\d.]+% → "
+                     r"[\d.]+%[,)].*the words that were \[UNK\] are pieces now", result.stdout)
+    assert benchmark_records() == before  # --no-append
+
+    log, row = _append_from(monkeypatch, tmp_path / "work" / "results.json", tmp_path / "appended")
+    assert "no masked-token accuracy was measured" in log and "| 1000 | 1,000 of " in log
+    assert re.search(r"\| alphabet 1000 → auto, mixed corpus: \[UNK\] [\d.]+% → [\d.]+%, tokens/word ", row), row
 
 
 def test_the_multilingual_benchmark_keeps_prose_in_its_language_and_names_a_missing_package(tmp_path):
