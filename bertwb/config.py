@@ -181,7 +181,9 @@ class TrainingConfig:
     compile: bool = option(False, "torch.compile the model (slower start, faster steps on CUDA; measured "
                            "slower on CPU).", in_key=False)
     cpu_fast_paths: bool = option(True, "On CPU, train with bertwb/fast's dropout, Linear, attention and MLM "
-                                  "loss (the same math, faster; BENCHMARKS.md); false: plain PyTorch.", in_key=False)
+                                  "loss, and infer with its Linear (the same math, faster; BENCHMARKS.md); false: "
+                                  "plain PyTorch. Also evaluate's, fill-mask's, nsp's and embed's (pretrain's) and "
+                                  "predict's (the task's).", in_key=False)
     log_every: int = option(10, "Steps between progress lines and metrics.jsonl lines.", min=1, in_key=False)
     eval_every: int = option(100, "Steps between validation passes; 0 = at the end of every epoch and of the run.",
                              min=0, in_key=False)

@@ -39,12 +39,14 @@ class PretrainedModel:
 
     @classmethod
     def load(cls, model_dir: modeldir.ModelDir, tokenizer_dir: Path, device: str = "auto",
-             precision: str = "auto") -> PretrainedModel:
+             precision: str = "auto", fast_paths: bool = True) -> PretrainedModel:
         """``model_dir``'s model on ``device`` with the tokenizer of ``tokenizer_dir``, answering in ``precision``
-        (``pretrain.precision``: auto decides as `choose_precision` does)."""
+        (``pretrain.precision``: auto decides as `choose_precision` does), with `fast.for_inference` unless
+        ``fast_paths`` is false (``pretrain.cpu_fast_paths``)."""
         tokenizer = modeldir.load_tokenizer(model_dir, tokenizer_dir)
         torch_device = resolve_device(device, "--device")
-        model = fast.for_inference(modeldir.load_model(model_dir, torch_device, kind="pretraining")[0], torch_device)
+        model = fast.for_inference(modeldir.load_model(model_dir, torch_device, kind="pretraining")[0], torch_device,
+                                   fast_paths)
         imported = model_dir.path / IMPORT_FILE
         made = read_json(imported, "import the model again with `bertwb import-hf`", {"initialised": list[str]}) \
             .get("initialised", []) if imported.is_file() else []

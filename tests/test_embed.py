@@ -365,10 +365,9 @@ def test_fp32_vectors_multiply_through_onednn_and_bf16_ones_through_autocast(mod
     _, full = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32"))
     assert shapes and all(cols == 32 or cols == 64 for _, cols in shapes)  # hidden 32, intermediate 64
     made = len(shapes)
-    with monkeypatch.context() as off:  # MKL's products through nn.Linear: the same vectors up to rounding
-        off.setattr(fast_linear, "onednn_available", lambda: False)
-        _, plain = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32"))
-    assert len(shapes) == made and 0 < np.abs(full - plain).max() <= 1e-5
+    _, plain = vectors_of(embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "fp32",
+                                "--set", "pretrain.cpu_fast_paths=false"))  # nn.Linear's (MKL's) products
+    assert len(shapes) == made and 0 < np.abs(full - plain).max() <= 1e-5  # the same vectors up to rounding
     embed(tmp_path / "ws", str(corpus), "--model", str(model), "--precision", "bf16")
     assert len(shapes) == made  # under autocast torch sends the products to oneDNN itself
 

@@ -266,7 +266,7 @@ def test_for_inference_puts_only_the_linear_layers_on_onednn_on_cpu_and_keeps_no
     torch.manual_seed(0)
     plain = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
                                           intermediate_size=64)).eval()
-    model = fast.for_inference(copy.deepcopy(plain), torch.device("cpu"))
+    model = fast.for_inference(copy.deepcopy(plain), torch.device("cpu"), True)
     kinds = {type(m) for m in model.modules()}
     assert fast_linear.OneDnnLinear in kinds and not {torch.nn.Linear, *(f for _, f in fast.PIECES.values()
                                                                           if f is not fast_linear.OneDnnLinear)} & kinds
@@ -279,8 +279,9 @@ def test_for_inference_puts_only_the_linear_layers_on_onednn_on_cpu_and_keeps_no
     assert len(calls) == layers and calls[0] == (33, 32)  # every Linear once, on the (tokens, hidden) rows
     torch.testing.assert_close(b.mlm_logits, a.mlm_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b.nsp_logits, a.nsp_logits, atol=1e-5, rtol=1e-5)
-    elsewhere = fast.for_inference(copy.deepcopy(plain), torch.device("cuda"))  # only its type is read
-    assert fast_linear.OneDnnLinear not in {type(m) for m in elsewhere.modules()}
+    elsewhere = fast.for_inference(copy.deepcopy(plain), torch.device("cuda"), True)  # only its type is read
+    switched_off = fast.for_inference(copy.deepcopy(plain), torch.device("cpu"), False)  # cpu_fast_paths: false
+    assert not {fast_linear.OneDnnLinear} & {type(m) for m in [*elsewhere.modules(), *switched_off.modules()]}
 
 
 def test_choose_installs_on_cpu_when_asked_and_the_trainer_installs_nothing():

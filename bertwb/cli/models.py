@@ -85,7 +85,8 @@ def fill_mask(config_path: str | None, overrides: tuple[str, ...], workdir: str 
 
     cfg, ws = load(config_path, overrides, workdir)
     inputs = input_lines(texts, text_file, sys.stdin)
-    model = PretrainedModel.load(*model_of(cfg, ws, checkpoint), device, cfg.pretrain.precision)
+    model = PretrainedModel.load(*model_of(cfg, ws, checkpoint), device, cfg.pretrain.precision,
+                                 cfg.pretrain.cpu_fast_paths)
     results = model.fill_mask(inputs, top_k)
     if as_json:
         ui.print_json(results)
@@ -106,7 +107,8 @@ def nsp(config_path: str | None, overrides: tuple[str, ...], workdir: str | None
     from bertwb.inference import PretrainedModel  # torch loads for this command only
 
     cfg, ws = load(config_path, overrides, workdir)
-    model = PretrainedModel.load(*model_of(cfg, ws, checkpoint), device, cfg.pretrain.precision)
+    model = PretrainedModel.load(*model_of(cfg, ws, checkpoint), device, cfg.pretrain.precision,
+                                 cfg.pretrain.cpu_fast_paths)
     result = model.next_sentence(sentence_a, sentence_b)
     if as_json:
         ui.print_json(result)

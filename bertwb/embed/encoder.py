@@ -68,11 +68,13 @@ class Encoder:
         self.cls_id, self.sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
 
     @classmethod
-    def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 256) -> Encoder:
-        """The encoder of ``model_dir`` (a model of any kind: its head is not used) and its tokenizer."""
+    def load(cls, model_dir: modeldir.ModelDir, ws: Workspace, device: str = "auto", batch_size: int = 256,
+             fast_paths: bool = True) -> Encoder:
+        """The encoder of ``model_dir`` (a model of any kind: its head is not used) and its tokenizer; with
+        `fast.for_inference` unless ``fast_paths`` is false (``pretrain.cpu_fast_paths``)."""
         tokenizer = modeldir.load_tokenizer(model_dir, model_choice.tokenizer_dir(ws, model_dir.tokenizer_dir))
         torch_device = resolve_device(device, "--device")
-        model = fast.for_inference(modeldir.load_model(model_dir, torch_device)[0], torch_device)
+        model = fast.for_inference(modeldir.load_model(model_dir, torch_device)[0], torch_device, fast_paths)
         return cls(model.bert, tokenizer, next(model.parameters()).device, batch_size)
 
     @property

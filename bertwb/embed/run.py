@@ -90,7 +90,7 @@ def embed(cfg: Config, ws: Workspace, request: EmbedRequest, stdin: TextIO, stdo
         if found.state == "fresh":
             ui.stage_line(f"{store.PREFIX}/{request.into}", f"fresh ({found.reason}), skipped")
             return {"skipped": True, "rows": inputs.rows}
-    encoder = Encoder.load(model_dir, ws, request.device, request.batch_size)
+    encoder = Encoder.load(model_dir, ws, request.device, request.batch_size, cfg.pretrain.cpu_fast_paths)
     dtype = np.float16 if settings.dtype == "float16" else np.float32
     record["dimension"] = encoder.dimension(settings)
     split = made = 0
@@ -135,7 +135,8 @@ def similar(cfg: Config, ws: Workspace, query: str, where: str, k: int, model: s
         raise BertwbError(f"--in {where}: it holds token vectors (`embed --tokens`), and a query is one vector per "
                           "text; search vectors made without --tokens")
     source = find_model(cfg, ws, model or record["model"]["choice"])
-    encoder = Encoder.load(modeldir.open_model_dir(source.folder, "--model"), ws, device)
+    encoder = Encoder.load(modeldir.open_model_dir(source.folder, "--model"), ws, device,
+                           fast_paths=cfg.pretrain.cpu_fast_paths)
     vector = encoder.encode([query], settings).vectors[0]
     return top_k(vector, batches(rows_per_batch(len(vector))), k, where)
 

@@ -47,11 +47,11 @@ def choose(model: nn.Module, device: torch.device, enabled: bool) -> bool:
     return True
 
 
-def for_inference(model: nn.Module, device: torch.device) -> nn.Module:
-    """The pieces that speed up a model in eval mode, installed on ``model`` when it runs on a CPU: the Linear
-    layers' fp32 products (dropout is off, attention's piece is for dropout, the MLM head's layout is for the
-    training loss). The one place every inference command (predict, evaluate, fill-mask, nsp, embed) chooses."""
-    return install(model, ("linear",)) if device.type == "cpu" else model
+def for_inference(model: nn.Module, device: torch.device, enabled: bool) -> nn.Module:
+    """The pieces that speed up a model in eval mode, installed on ``model`` when it runs on a CPU and ``enabled``
+    (``cpu_fast_paths``): the Linear layers' fp32 products (dropout is off, attention's piece is for dropout, the
+    MLM head's layout is for the training loss). The one place every inference command chooses."""
+    return install(model, ("linear",)) if device.type == "cpu" and enabled else model
 
 
 def installed(model: nn.Module) -> bool:

@@ -42,7 +42,8 @@ def run(cfg: Config, build: Build) -> dict[str, Any]:
     if len(pairs) == 0:
         raise BertwbError("the valid split has no pairs; raise ingest.valid_fraction so some documents are held out")
     device = resolve_device(cfg.evaluate.device, str(cfg.origin("evaluate.device")))
-    model = fast.for_inference(modeldir.load_model(model_dir, device, kind="pretraining")[0], device)
+    model = fast.for_inference(modeldir.load_model(model_dir, device, kind="pretraining")[0], device,
+                               cfg.pretrain.cpu_fast_paths)
     if model.config.max_position_embeddings < int(pairs.lengths.max()):
         raise BertwbError(f"{model_dir.path}: the model has {model.config.max_position_embeddings} positions, "
                           f"the pairs are up to {int(pairs.lengths.max())} tokens; rebuild pairs shorter")

@@ -46,7 +46,8 @@ class TaskPredictor:
         self.task, self.name = task_type(settings, config_key, recorded, **options), config_key.rsplit(".", 1)[-1]
         self.source = model_dir
         self.tokenizer = modeldir.load_tokenizer(model_dir)
-        self.model = fast.for_inference(modeldir.load_model(model_dir, device, kind=self.task.model_kind)[0], device)
+        self.model = fast.for_inference(modeldir.load_model(model_dir, device, kind=self.task.model_kind)[0], device,
+                                        settings.cpu_fast_paths)
         self.label_names = model_dir.label_names
         self.device, self.batch_size = device, batch_size
         self.precision = choose_precision(settings.precision, device, *model_shapes(self.model))
