@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 def run(cfg: Config, build: Build) -> dict[str, Any]:
     """Evaluate the chosen checkpoint on the valid pairs; write ``metrics.json``; return the metrics."""
-    from bertwb.model import modeldir  # torch loads only when the stage runs
-    from bertwb import fast
+    from bertwb import fast  # torch loads only when the stage runs
+    from bertwb.model import modeldir
     from bertwb.tasks.pretraining.evaluation import evaluate_pairs
     from bertwb.train.device import choose_precision, model_shapes, resolve_device
 
