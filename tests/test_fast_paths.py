@@ -83,10 +83,10 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     dropped = y == 0
     assert abs(dropped.float().mean().item() - 0.1) < 0.002  # 1M draws: ±0.002 is 6.7 standard deviations
     assert [abs(dropped[:, i::4].float().mean().item() - 0.1) < 0.003 for i in range(4)] == [True] * 4  # each slice
-    torch.testing.assert_close(y[~dropped], x[~dropped] * (32768 / (32768 - 3277)))
+    torch.testing.assert_close(y[~dropped], x[~dropped] * (65536 / (65536 - 6554)))
     assert abs(y.mean().item() / x.mean().item() - 1) < 0.003  # expectation kept: the scale matches the rate
     (grad,) = torch.autograd.grad(y.sum(), x)
-    torch.testing.assert_close(grad, (~dropped).float() * (32768 / (32768 - 3277)))
+    torch.testing.assert_close(grad, (~dropped).float() * (65536 / (65536 - 6554)))
     torch.manual_seed(0)
     assert torch.equal(dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the masks
     assert not torch.equal(dropout(x, 0.1), y)
