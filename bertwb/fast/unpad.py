@@ -30,7 +30,7 @@ class UnpaddedBertModel(BertModel):
         packed = x.reshape(B * T, -1).index_select(0, real)  # (B, T, H) -> (N, H)
         for block in self.layers:
             packed = packed_block(block, packed, real, B, T, attn_mask)
-        x = packed.new_zeros(B * T, packed.size(-1)).index_copy(0, real, packed).view(B, T, -1)  # (N, H) -> (B, T, H)
+        x = packed.new_zeros(B * T, packed.size(-1)).index_copy_(0, real, packed).view(B, T, -1)  # (N, H) -> (B, T, H)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
 
@@ -44,7 +44,7 @@ def packed_block(block: Block, x: torch.Tensor, real: torch.Tensor, B: int, T: i
 
     def heads(values: torch.Tensor) -> torch.Tensor:
         # (N, H) -> (B*T, H) with zeros at padding -> (B, T, A, d) -> (B, A, T, d)
-        padded = values.new_zeros(B * T, H).index_copy(0, real, values)
+        padded = values.new_zeros(B * T, H).index_copy_(0, real, values)
         return padded.view(B, T, A, d).transpose(1, 2)
 
     y = attn.attend(heads(attn.query(x)), heads(attn.key(x)), heads(attn.value(x)), attn_mask,
