@@ -1,11 +1,10 @@
 """Attention with dropout on CPU: the math path of ``scaled_dot_product_attention``, leaner.
 
 With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that
-path with the scale and the mask folded into one batched matmul and a plain softmax (a row always has
-a real key to attend, so SDPA's guard against fully masked rows has nothing to do), and the
-probabilities dropped out by the packed dropout, as every other dropout of a fast model; dropout's
-scale multiplies the output, 1/4 to 1/16 the size of the probabilities. Without dropout, or off the
-CPU, it is the plain `SelfAttention.attend`.
+path with the scale and the mask folded into one batched matmul, a plain softmax (a row always has a
+real key to attend, so SDPA's guard against fully masked rows has nothing to do), and the packed
+dropout on the probabilities, its scale applied to the output (d wide, not T). Without dropout, or
+off the CPU, it is the plain `SelfAttention.attend`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Packed dropout: drop decisions read 16 random bits at a time, for ``nn.Dropout`` on CPU.
 
 ``F.dropout`` on CPU draws one Bernoulli sample per element, which took up to a tenth of a CPU
-training step. This draws 64-bit words from numpy's SFC64, seeded by one draw of torch's own
-generator (so ``torch.manual_seed`` repeats the masks), reads four decisions from each, and keeps a
-one-byte mask for backward, which multiplies as bytes (a bool mask would be widened to floats first).
-torch's generator (mt19937) made random bits at less than half SFC64's rate. Off the CPU it is ``F.dropout``.
+training step. This draws 64-bit words from numpy's SFC64 (over twice the rate of torch's mt19937 here),
+seeded by one draw of torch's generator (so ``torch.manual_seed`` repeats the masks), reads four
+decisions from each, and keeps a one-byte mask for backward, which multiplies as bytes (a bool mask
+would be widened to floats first). Off the CPU, or traced by torch.compile, it is ``F.dropout``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """Inverted dropout of ``x`` with `dropout_mask`'s decisions on CPU; identity when not training or p is 0."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     masked, scale = drop_unscaled(x, p)
     return masked.mul_(scale)
@@ -39,8 +39,11 @@ def drop_unscaled(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
     """``x`` with `dropout_mask`'s dropped elements zeroed but the kept ones not yet scaled, and the scale.
 
     For a caller that can apply the scale to a smaller tensor further on (attention scales its output,
-    (B, A, T, d), rather than its probabilities, (B, A, T, T)). CPU only; gradients flow through.
+    (B, A, T, d), rather than its probabilities, (B, A, T, T)). CPU only; gradients flow through. Under
+    torch.compile it is ``F.dropout`` with a scale of 1: traced, numpy's generator would become torch ops.
     """
+    if torch.compiler.is_compiling():
+        return F.dropout(x, p, training=True), 1.0
     keep, scale = dropout_mask(x.shape, p)
     return _MaskFunction.apply(x, keep), scale
 
