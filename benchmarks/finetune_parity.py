@@ -31,8 +31,8 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   match and F1 by the official scripts' rules of the file's version (``bertwb/tasks/squad_eval.py``), for
   v2.0 also the best F1 over no-answer thresholds (each side's own no-answer score).
 * Speed: training examples (sentences or questions, not windows) × epochs over the wall time of the whole
-  training command; prediction time and peak RSS of each command. The sides alternate, each repeat in
-  the other order, so that load from other processes on a shared host hits both alike; seconds are the
+  training command; prediction time and peak RSS of each command. The sides alternate, an odd seed's
+  repeat in the other order, so that load or drift on a shared host hits both alike; seconds are the
   median over repeats. Each repeat trains both sides with the next seed (shuffling and dropout), so the
   scores are the mean over repeats, with each run's listed: one seed's score swings by a few points on
   sets this small, more than the gap being judged.
@@ -185,15 +185,16 @@ def commands(task: str, work: Path, train: Path, dev: Path, init: Path, version_
 
 def run_sides(make_sides, repeats: int, scorer, only: tuple[str, ...], first_seed: int = SEED,
               ) -> tuple[dict[str, dict[str, float]], dict]:
-    """The ``only`` sides' training and prediction commands, alternating, each repeat in the other order and with
-    the next training seed from ``first_seed`` (``make_sides(seed)``); the median times and every repeat's scores
-    (``scorer``), each printed as soon as it is known."""
+    """The ``only`` sides' training and prediction commands, alternating, each repeat with the next training seed
+    from ``first_seed`` (``make_sides(seed)``) and in the order its seed's parity gives (so that one-repeat runs of
+    consecutive seeds alternate too); the median times and every repeat's scores (``scorer``), each printed as
+    soon as it is known."""
     times: dict[str, dict[str, list[float]]] = {}
     scores: dict[str, dict[str, list[float]]] = {}
     for repeat in range(repeats):
         seed = first_seed + repeat
         sides = {name: side for name, side in make_sides(seed).items() if name in only}
-        order = list(sides) if repeat % 2 == 0 else list(sides)[::-1]
+        order = list(sides) if seed % 2 == 0 else list(sides)[::-1]
         for phase in ("train", "predict"):
             for name in order:
                 seconds, rss = run_with_peak_rss(sides[name][0 if phase == "train" else 1], cwd=REPO)

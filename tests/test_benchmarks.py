@@ -428,6 +428,29 @@ def test_the_embedding_benchmark_runs_both_sides_as_whole_commands_on_the_same_v
     assert benchmark_records() == before  # --no-append
 
 
+def test_the_parity_sides_take_turns_by_seed_so_one_repeat_runs_alternate_too(monkeypatch):
+    """Which side trains first follows the seed's parity, in one run of many repeats as across one-repeat runs of
+    consecutive seeds (a host that slows during a run then hits both sides alike)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import finetune_parity
+
+    ran: list[tuple[int, str]] = []
+    monkeypatch.setattr(finetune_parity, "run_with_peak_rss", lambda command, cwd: ran.append(command) or (1.0, 10.0))
+
+    def sides(seed: int) -> dict:
+        return {name: ((seed, f"{name} train"), (seed, f"{name} predict"), name) for name in ("bertwb", "transformers")}
+
+    def first_trained(first_seed: int, repeats: int) -> list[str]:
+        ran.clear()
+        finetune_parity.run_sides(sides, repeats, lambda side: {"f1": 1.0}, ("bertwb", "transformers"), first_seed)
+        return [name.split()[0] for seed, name in ran if name.endswith("train")][::2]
+
+    assert first_trained(1234, 3) == ["bertwb", "transformers", "bertwb"]
+    assert first_trained(1234, 1) + first_trained(1235, 1) == ["bertwb", "transformers"]
+
+
 def test_the_current_results_table_has_short_cells_in_pipeline_order():
     """One row per benchmark, a headline a reader takes in at a glance, a machine, and a link into the log."""
     import sys
