@@ -77,6 +77,19 @@ def test_output_shapes_dense_and_sparse(use_mask):
     assert sparse.nsp_logits.shape == (3, 2)
 
 
+def test_under_bf16_autocast_the_vocabulary_scores_are_bf16_with_the_bias_added():
+    """The GPU check (H200) caught an fp32 bias widening the (n, V) scores to a second, fp32 copy."""
+    model = random_model(small_config())
+    input_ids, token_type_ids, attention_mask, _ = make_batch()
+    masked_positions = torch.tensor([3, 5, 12])
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            scores = model(input_ids, token_type_ids, attention_mask, masked_positions).mlm_logits
+        plain = model(input_ids, token_type_ids, attention_mask, masked_positions).mlm_logits
+    assert scores.dtype == torch.bfloat16 and plain.dtype == torch.float32
+    torch.testing.assert_close(scores.float(), plain, atol=0.05, rtol=0.02)  # the bias is in: bf16 rounding apart
+
+
 def test_presets_have_the_table_numbers():
     table = {  # name: (layers, hidden, heads), Turc et al. 2019 / Devlin et al. 2019
         "tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),

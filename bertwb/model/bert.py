@@ -224,8 +224,11 @@ class MLMHead(nn.Module):
         return self.logits(self.norm(F.gelu(self.dense(x))))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Scores over the vocabulary of the transformed hidden states: (..., H) -> (..., V)."""
-        return self.decoder(h) + self.bias
+        """Scores over the vocabulary of the transformed hidden states: (..., H) -> (..., V). The bias takes the
+        product's precision, so under autocast the scores stay bf16, as transformers' do (an fp32 bias had
+        made a second, fp32 copy of this largest activation: the GPU check's profile)."""
+        scores = self.decoder(h)
+        return scores + self.bias.to(scores.dtype)
 
 
 @dataclass
