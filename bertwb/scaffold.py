@@ -30,13 +30,17 @@ _MADE_BY_BERTWB = {DB_NAME: "a bertwb workspace", BUILD_FILE: "a stage's folder 
 _MAKEFILE = """\
 # The bertwb pipeline, stage by stage. Each target is a stage's manifest: a stage runs again when the
 # stage before it ran, or the config or this Makefile changed, and bertwb itself skips a stage that is
-# fresh; the recipes then touch the manifest, so that a second `make` asks nothing.
+# fresh; the recipes then touch the manifest, so that a second `make` asks nothing more of those stages.
+# ingest is asked on every `make`: its inputs are whatever ingest.inputs names, wherever they are, and
+# bertwb compares them (added, removed, changed files) with what it read; its manifest changes only
+# when it reads them again.
 # The stages build in the config's workspace.dir, which make asks bertwb for on every run, so an edit of
-# it needs nothing more; `make WORKDIR=DIR` builds in DIR instead.
+# it needs nothing more; `make WORKDIR=DIR` builds in DIR instead. CONFIG and WORKDIR come from make's
+# command line only, never from the environment: both are common names for other things.
 # Make sees files, not variables: after changing BERTWB, CONFIG or WORKDIR, run `make -B`.
 BERTWB ?= bertwb
-CONFIG ?= bertwb.yaml
-WORKDIR ?=
+CONFIG = bertwb.yaml
+WORKDIR =
 RUN = $(BERTWB) --config $(CONFIG)$(if $(WORKDIR), --workdir $(WORKDIR))
 WORKSPACE := $(or $(WORKDIR),$(shell $(RUN) workspace))
 ifneq ($(words $(WORKSPACE)),1)
@@ -48,8 +52,8 @@ ASK = $(CONFIG) Makefile
 
 all: $(M)/evaluate.json finetune
 
-$(M)/ingest.json: $(ASK) $(shell find corpus -type f 2>/dev/null)
-\t$(RUN) ingest && touch $@
+$(M)/ingest.json: $(ASK) FORCE
+\t$(RUN) ingest
 
 $(M)/vocab.json: $(M)/ingest.json $(ASK)
 \t$(RUN) vocab && touch $@
@@ -73,7 +77,9 @@ status:
 report:
 \t$(RUN) report
 
-.PHONY: all finetune status report
+FORCE:
+
+.PHONY: all finetune status report FORCE
 """
 
 _CORPUS_README = """\

@@ -5,6 +5,7 @@ fine-tuning of an imported Hugging Face BERT. A copy of pipelines/ is used, so e
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -121,12 +122,19 @@ def test_make_finetune_imports_a_hugging_face_bert_and_fine_tunes_it(pipelines: 
 
 def fake_bertwb(folder: Path) -> Path:
     """A stand-in for bertwb that logs each command line it gets to ``folder``/asked.log and does nothing else,
-    but answers `workspace` as bertwb does (make asks it which workspace the config names)."""
+    but runs `workspace` and `ingest` as bertwb does: make asks the one which workspace the config names,
+    and the other whether its inputs changed (ingest writes its manifest only when it reads them again)."""
     fake = folder / "fake-bertwb"
-    fake.write_text(f'#!/bin/sh\necho "$*" >> {folder / "asked.log"}\n'
-                    f'if [ "$3" = workspace ]; then exec {PYTHON} -m bertwb "$@"; fi\n')
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {folder / "asked.log"}\nfor last; do :; done\n'
+                    f'case "$last" in workspace|ingest) exec {PYTHON} -m bertwb "$@";; esac\n')
     fake.chmod(0o755)
     return fake
+
+
+def init_project(folder: Path) -> None:
+    """`bertwb init` in ``folder``, with one small text file in its corpus/."""
+    subprocess.run([PYTHON, "-m", "bertwb", "init", str(folder)], check=True, capture_output=True)
+    (folder / "corpus" / "a.txt").write_text("One sentence here.\nAnd another one there.\n")
 
 
 def asked(project: Path, fake: Path, *variables: str) -> list[str]:
@@ -140,18 +148,54 @@ def asked(project: Path, fake: Path, *variables: str) -> list[str]:
 
 def test_the_makefile_init_writes_asks_each_stage_once_and_again_after_a_config_edit(tmp_path: Path):
     """`bertwb init`'s Makefile, with a stand-in for bertwb that logs its command: make's part only."""
-    subprocess.run([PYTHON, "-m", "bertwb", "init", str(tmp_path)], check=True, capture_output=True)
+    init_project(tmp_path)
     fake = fake_bertwb(tmp_path)
-    (tmp_path / ".bertwb" / "manifests").mkdir(parents=True)  # what bertwb would make: the fake does not
 
     def stages() -> list[str]:
         return [line.split()[-1] for line in asked(tmp_path, fake) if not line.endswith(" workspace")]
 
     assert stages() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
-    assert stages() == ["finetune"]  # the tasks decide for themselves (one target for all of them)
+    assert stages() == ["ingest", "finetune"]  # ingest checks its inputs; the tasks decide for themselves
     config = tmp_path / "bertwb.yaml"
     config.write_text(config.read_text() + "\n")
     assert stages() == ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+
+
+def test_the_makefile_init_writes_rebuilds_when_the_inputs_change_wherever_they_are(tmp_path: Path):
+    """Issue: the ingest target watched corpus/ whatever ingest.inputs named, so an edit of a corpus kept
+    elsewhere rebuilt nothing, and a removed file went unseen even in corpus/. bertwb now decides."""
+    project, elsewhere = tmp_path / "project", tmp_path / "texts"
+    init_project(project)
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("A text kept outside the project.\n")
+    (elsewhere / "c.txt").write_text("A second one.\n")
+    config = project / "bertwb.yaml"
+    config.write_text(config.read_text().replace("inputs: [corpus]", f"inputs: ['{elsewhere}/*.txt']", 1))
+    fake = fake_bertwb(tmp_path)
+
+    def stages() -> list[str]:
+        return [line.split()[-1] for line in asked(project, fake) if not line.endswith(" workspace")]
+
+    everything = ["ingest", "vocab", "pairs", "pretrain", "evaluate", "finetune"]
+    assert stages() == everything
+    (project / "corpus" / "a.txt").write_text("Not an input any more.\n")
+    assert stages() == ["ingest", "finetune"]
+    (elsewhere / "b.txt").write_text("A text kept outside the project, edited.\n")
+    assert stages() == everything
+    (elsewhere / "c.txt").unlink()
+    assert stages() == everything
+    assert stages() == ["ingest", "finetune"]
+
+
+def test_the_makefile_init_writes_ignores_workdir_and_config_in_the_environment(tmp_path: Path):
+    """WORKDIR and CONFIG are common names: exported for something else, they must not move the build."""
+    init_project(tmp_path)
+    fake = fake_bertwb(tmp_path)
+    env = {**os.environ, "WORKDIR": str(tmp_path / "other"), "CONFIG": "other.yaml"}
+    subprocess.run(["make", "-C", str(tmp_path), f"BERTWB={fake}"], check=True, capture_output=True, env=env)
+    lines = (tmp_path / "asked.log").read_text().splitlines()
+    assert lines[0] == "--config bertwb.yaml workspace" and all("other" not in line for line in lines)
+    assert (tmp_path / ".bertwb" / "manifests" / "evaluate.json").is_file() and not (tmp_path / "other").exists()
 
 
 def test_the_makefile_init_writes_builds_in_the_workspace_the_config_names_or_in_workdir(tmp_path: Path):
@@ -159,7 +203,7 @@ def test_the_makefile_init_writes_builds_in_the_workspace_the_config_names_or_in
     that names another workspace started from nothing in .bertwb. Now bertwb gets the config's workspace and
     make watches its manifests; `make WORKDIR=DIR` builds in DIR; `init --force` keeps the workspace."""
     project = tmp_path / "project"
-    subprocess.run([PYTHON, "-m", "bertwb", "init", str(project)], check=True, capture_output=True)
+    init_project(project)
     config = project / "bertwb.yaml"
     config.write_text(config.read_text().replace("\n  dir: .bertwb ", "\n  dir: runs/x  ", 1))
     fake = fake_bertwb(tmp_path)
@@ -176,11 +220,11 @@ def test_the_makefile_init_writes_builds_in_the_workspace_the_config_names_or_in
     assert elsewhere == [command.replace(" bertwb.yaml ", " bertwb.yaml --workdir other ") for command in commands]
     assert all((project / "other/manifests" / f"{stage}.json").is_file() for stage in stages)
 
-    built = (project / "runs/x/manifests/ingest.json").stat().st_mtime_ns
+    built = (project / "runs/x/manifests/vocab.json").stat().st_mtime_ns
     forced = subprocess.run([PYTHON, "-m", "bertwb", "init", str(project), "--force"], capture_output=True, text=True)
     assert forced.returncode == 0, forced.stderr
     assert asked(project, fake) == ["--config bertwb.yaml workspace", *commands]  # a new Makefile: make asks again
-    assert (project / "runs/x/manifests/ingest.json").stat().st_mtime_ns > built
+    assert (project / "runs/x/manifests/vocab.json").stat().st_mtime_ns > built
     assert not (project / ".bertwb").exists()
 
 
