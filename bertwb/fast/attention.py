@@ -1,9 +1,9 @@
 """Attention with dropout on CPU: the math path of ``scaled_dot_product_attention``, leaner.
 
-With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that
-path with the scale and the mask folded into one batched matmul and a plain softmax (a row always has
-a real key to attend, so SDPA's guard against fully masked rows has nothing to do), and the
-probabilities dropped out by the packed dropout, as every other dropout of a fast model. Without
+With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that path
+with the scale and the mask folded into one batched matmul, a plain softmax (a row always has a real key
+to attend), and the probabilities dropped out by the packed dropout, as every other dropout of a fast
+model; dropout's scale multiplies the output, 1/4 to 1/16 the size of the probabilities. Without
 dropout, or off the CPU, it is the plain `SelfAttention.attend`.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from bertwb.fast.dropout import dropout
+from bertwb.fast.dropout import drop_unscaled
 from bertwb.model.bert import SelfAttention
 
 
@@ -38,5 +38,5 @@ def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, at
         bias = bias.masked_fill_(~attn_mask, torch.finfo(q.dtype).min).expand(B, A, 1, T).reshape(B * A, 1, T)
         beta = 1.0
     scores = torch.baddbmm(bias, q3, k3.transpose(1, 2), beta=beta, alpha=d ** -0.5)  # (B*A, T, T)
-    probs = dropout(torch.softmax(scores, dim=-1).view(B, A, T, T), dropout_p)
-    return torch.matmul(probs, v3.view(B, A, T, d))
+    kept, scale = drop_unscaled(torch.softmax(scores, dim=-1).view(B, A, T, T), dropout_p)
+    return torch.matmul(kept, v3.view(B, A, T, d)).mul_(scale)  # (kept probabilities · scale) v

@@ -3,7 +3,7 @@
 ``F.dropout`` on CPU draws one Bernoulli sample per element, which took up to a tenth of a CPU
 training step; this draws int64 words from torch's own generator (so ``torch.manual_seed`` repeats
 the masks) and reads four decisions from each, several times faster, and keeps a one-byte mask for
-backward instead of four bytes per element. On other devices it is ``F.dropout``.
+backward instead of four bytes per element, which multiplies as bytes. On other devices it is ``F.dropout``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    return _PackedDropoutFunction.apply(x, p)
+    masked, scale = drop_unscaled(x, p)
+    return masked.mul_(scale)
+
+
+def drop_unscaled(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
+    """``x`` with `dropout_mask`'s dropped elements zeroed but the kept ones not yet scaled, and the scale.
+
+    For a caller that can apply the scale to a smaller tensor further on: attention scales its output,
+    (B, A, T, d), rather than its probabilities, (B, A, T, T). CPU only; gradients flow through."""
+    keep, scale = dropout_mask(x.shape, p, x.device)
+    return _MaskFunction.apply(x, keep), scale
 
 
 def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu",
@@ -49,17 +59,17 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.de
     return keep, (32768 / (32768 - threshold) if threshold < 32768 else 0.0)
 
 
-class _PackedDropoutFunction(torch.autograd.Function):
-    """x · keep · scale forward, grad · keep · scale backward, with the mask of `dropout_mask`."""
+class _MaskFunction(torch.autograd.Function):
+    """x · keep forward, grad · keep backward. The bool mask multiplies as its bytes (0 or 1): multiplied
+    as bool, it is first widened to a float copy of x's size."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:
-        keep, scale = dropout_mask(x.shape, p, x.device)
+    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        keep = keep.view(torch.uint8)
         ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
+        return x.mul(keep)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None
+        return grad.mul(keep), None
