@@ -201,7 +201,9 @@ def install(part: Part) -> None:
     part.headline = (f"{kept}; {len(missing)} locked packages missing"
                      + (f" ({', '.join(missing)})" if missing else "")
                      + ("; wheels from .whl/" if WHEELS.is_dir() else "")
-                     + (f"; pip failed for {', '.join(failed_steps)}" if failed_steps else "")
+                     + (f"; pip failed for {', '.join(failed_steps)}" if failed_steps and lacking else "")
+                     + (f"; not installed, and no part imports them: {', '.join(failed_steps)}"
+                        if failed_steps and not lacking else "")
                      + (" (dry run: nothing installed)" if part.dry_run else ""))
     # What pip could not install only matters when a part needs it: bertwb itself runs from the tree.
     check(not lacking, f"not importable after install: {', '.join(lacking)} (carry their wheels in .whl/: "

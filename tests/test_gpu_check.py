@@ -166,3 +166,22 @@ def test_install_asks_pip_for_each_locked_package_the_machine_lacks(tmp_path: Pa
         assert lines.startswith(f"{name}=={version} \\\n") and "--hash=sha256:" in lines and "#" not in lines
         assert (tmp_path / f"install-{name}.txt").read_text() == lines + "\n"
         assert f"Requirement already satisfied: {name}=={version}" in printed
+
+
+def test_install_names_what_it_could_not_install_and_no_part_needs_as_such(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    """The first GPU run's headline said "pip failed for blingfire, pysbd, ..." though no part imports them
+    and the part passed; what nothing needs is now named as such, and a failure only when a part needs it."""
+    real_version, real_run = _gpu_parts.installed_version, _gpu_parts.run
+    monkeypatch.setattr(_gpu_parts, "installed_version", lambda name: None if name == "pysbd" else real_version(name))
+
+    def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:  # pip cannot find pysbd's wheel
+        if any(str(arg).endswith("install-pysbd.txt") for arg in command):
+            return subprocess.CompletedProcess(command, 1)
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(_gpu_parts, "run", run)
+    part = _gpu_parts.Part("install", tmp_path, dry_run=True)
+    _gpu_parts.install(part)
+    assert part.numbers["pip_failed"] == ["pysbd"]
+    assert "not installed, and no part imports them: pysbd" in part.headline and "pip failed" not in part.headline
