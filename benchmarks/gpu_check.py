@@ -118,12 +118,14 @@ def skipped(plan: Plan, reason: str) -> dict[str, Any]:
 
 
 def machine(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ran it: the card and torch as the parts saw them, Python, the commit when there is a git checkout."""
+    """What ran it: the card and torch as the parts saw them, Python, the commit when there is a git checkout,
+    "-dirty" after it when the tracked files differ from it (a device's copy of a checkout can carry a newer
+    working tree over the HEAD it was first sent with)."""
     numbers = {row["name"]: row["numbers"] for row in rows}
     install, steps = numbers.get("install", {}), numbers.get("steps", {})
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
+        commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO,
+                                capture_output=True, text=True, timeout=30).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"device_name": install.get("device_name") or steps.get("device_name"), "torch": install.get("torch"),

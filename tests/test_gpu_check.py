@@ -185,3 +185,18 @@ def test_install_names_what_it_could_not_install_and_no_part_needs_as_such(tmp_p
     _gpu_parts.install(part)
     assert part.numbers["pip_failed"] == ["pysbd"]
     assert "not installed, and no part imports them: pysbd" in part.headline and "pip failed" not in part.headline
+
+
+def test_the_summary_says_when_the_tree_differs_from_its_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The device's copy of a checkout kept the session's first HEAD under a newer tree, and the summary named
+    that commit as if it had run; now a changed tracked file adds "-dirty"."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    assert gpu_check.machine([])["commit"] == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert gpu_check.machine([])["commit"] == f"{head}-dirty"
