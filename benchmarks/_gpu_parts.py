@@ -7,6 +7,7 @@ measured; its log is its standard output. ``--dry-run`` runs the same code on th
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
@@ -251,19 +252,35 @@ def _device_and_peak(part: Part) -> tuple[Any, str, float | None]:
     return device, name, peak
 
 
-def _row(label: str, rates: dict[str, float], peak: float | None) -> dict[str, Any]:
+def _row(label: str, rates: dict[str, float], peak: float | None, memory_gib: float | None = None) -> dict[str, Any]:
     return {"label": label, "tokens_per_s": round(rates["tokens_per_s"], 1),
             "ms_per_step": round(rates["ms_per_step"], 2), "useful_tflops_per_s": round(rates["flops_per_s"] / 1e12, 3),
-            "mfu": round(rates["flops_per_s"] / (peak * 1e12), 4) if peak else None}
+            "mfu": round(rates["flops_per_s"] / (peak * 1e12), 4) if peak else None,
+            "peak_memory_gib": None if memory_gib is None else round(memory_gib, 2)}
+
+
+def _peak_memory(device: Any, run: Callable[[], dict[str, float]]) -> tuple[dict[str, float], float | None]:
+    """``run``'s rates and, on CUDA, the most GPU memory torch held for tensors while it ran (GiB): the
+    model, its optimizer state and a step's activations."""
+    import torch  # noqa: PLC0415
+
+    if device.type != "cuda":
+        return run(), None
+    torch.cuda.reset_peak_memory_stats(device)
+    rates = run()
+    return rates, torch.cuda.max_memory_allocated(device) / 2**30
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
     def mfu(row: dict[str, Any]) -> str:
         return f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
 
-    lines = ["| | tokens/s | ms/step | useful TFLOP/s | MFU |", "|---|---|---|---|---|"]
+    def memory(row: dict[str, Any]) -> str:
+        return f"{row['peak_memory_gib']:.2f}" if row.get("peak_memory_gib") is not None else "n/a"
+
+    lines = ["| | tokens/s | ms/step | useful TFLOP/s | MFU | peak GPU memory, GiB |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['label']} | {r['tokens_per_s']:,.0f} | {r['ms_per_step']:.1f} | {r['useful_tflops_per_s']:,.2f} | "
-              f"{mfu(r)} |" for r in rows]
+              f"{mfu(r)} | {memory(r)} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -301,12 +318,15 @@ def train_steps(part: Part) -> None:
     part.record(shapes=shapes, precision="bf16 autocast, TF32" if device.type == "cuda" else "fp32 (dry run)",
                 seq_len=128, layers=config.num_layers, hidden=config.hidden_size, heads=config.num_heads)
 
-    rows = [_row("bertwb trainer step", bench_bertwb(args, config, pairs, device), peak)]
+    rates, memory = _peak_memory(device, lambda: bench_bertwb(args, config, pairs, device))
+    rows = [_row("bertwb trainer step", rates, peak, memory)]
     part.record(rows=rows)
     _free_memory()
     for label, bucket_batches in (("transformers BertForPreTraining (sdpa), the same batches", bucket),
                                   ("transformers BertForPreTraining (sdpa), random batches", 1)):
-        rows.append(_row(label, bench_hf(args, config, pairs, device, bucket_batches=bucket_batches), peak))
+        rates, memory = _peak_memory(device, functools.partial(bench_hf, args, config, pairs, device,
+                                                               bucket_batches=bucket_batches))
+        rows.append(_row(label, rates, peak, memory))
         part.record(rows=rows)
         _free_memory()
     speedup = rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]
@@ -341,9 +361,9 @@ def compiled_steps(part: Part) -> None:
     config = BertConfig.from_preset(shapes["preset"], 30522)
     pairs = synthetic_pairs(args.batch * (args.warmup + args.steps))
     started = time.perf_counter()
-    rates = bench_bertwb(args, config, pairs, device, compile=True)
+    rates, memory = _peak_memory(device, lambda: bench_bertwb(args, config, pairs, device, compile=True))
     elapsed = time.perf_counter() - started
-    row = _row("bertwb trainer step, torch.compile", rates, peak)
+    row = _row("bertwb trainer step, torch.compile", rates, peak, memory)
     from torch._dynamo.utils import counters  # noqa: PLC0415
 
     stats = {key: dict(value) for key, value in counters.items() if key in ("stats", "frames")}

@@ -59,6 +59,7 @@ def test_the_dry_run_goes_through_every_part_and_writes_its_summary(tmp_path: Pa
         "bertwb trainer step", "transformers BertForPreTraining (sdpa), the same batches",
         "transformers BertForPreTraining (sdpa), random batches"]
     assert all(row["tokens_per_s"] > 0 and row["mfu"] is None for row in steps["rows"])
+    assert all(row["peak_memory_gib"] is None for row in steps["rows"])  # GPU memory: measured on CUDA only
     assert steps["mfu_note"] == "MFU not computed: no dense bf16 peak known for 'CPU'"
 
     cli = parts["cli"]["numbers"]
