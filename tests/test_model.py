@@ -78,7 +78,7 @@ def test_output_shapes_dense_and_sparse(use_mask):
 
 
 def test_under_bf16_autocast_the_vocabulary_scores_are_bf16_with_the_bias_added():
-    """The GPU check (H200) caught an fp32 bias widening the (n, V) scores to a second, fp32 copy."""
+    """The GPU check (H200) caught an fp32 bias widening the bf16 scores to fp32 under autocast."""
     model = random_model(small_config())
     input_ids, token_type_ids, attention_mask, _ = make_batch()
     masked_positions = torch.tensor([3, 5, 12])

@@ -225,8 +225,8 @@ class MLMHead(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Scores over the vocabulary of the transformed hidden states: (..., H) -> (..., V). The bias takes the
-        product's precision, so under autocast the scores stay bf16, as transformers' do (an fp32 bias had
-        made a second, fp32 copy of this largest activation: the GPU check's profile)."""
+        product's precision, so under autocast the scores stay bf16, as transformers' do; the losses read
+        them in fp32 themselves."""
         scores = self.decoder(h)
         return scores + self.bias.to(scores.dtype)
 
