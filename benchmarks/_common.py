@@ -132,27 +132,38 @@ def short_result(result: str) -> str:
 
 def with_current_result(table: str, section: str, result: str, link: str) -> str:
     """BENCHMARKS.md's text ``table`` with the row of ``section``'s benchmark (the heading's title, before its
-    date) set to ``result``, dated, its machine named and linked to ``link``; a row's step is kept, and a
-    benchmark without a row gets one at the table's end."""
+    date) on its kind of machine (`machine_kind`) set to ``result``, dated, its machine named and linked to
+    ``link``. A row's step is kept; a run on another kind gets a row of its own below the title's others (speed
+    on an AMD EPYC and on an Intel Xeon do not compare), and a benchmark without a row one at the table's end."""
     title, _, date = _heading(section).partition(" — ")
     described = next((line.partition(": ")[2] for line in section.splitlines()
                       if line.startswith(("Machine: ", "GPU: "))), "?")
     software = ("torch", "Python", "duckdb", "tokenizers", "load average")
     parts = [part for part in described.rstrip(".").split(", ") if not part.startswith(software)][:2]
     parts[0] = re.sub(r"^Linux [^(]*\((.+)\)$", r"\1", parts[0]).replace("Linux ", "")  # the CPU, not the kernel
+    parts[0] = re.sub(r"\((R|TM)\)| Processor$", "", parts[0])  # "Intel(R) Xeon(R) Processor" -> "Intel Xeon"
     machine = ", ".join(parts)
     lines = table.split("\n")
     first = next(i for i in range(lines.index("## Current results"), len(lines)) if lines[i].startswith("|"))
     end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
-    mine = [i for i in range(first + 2, end) if lines[i].split(" | ")[1:2] == [title]]
-    step = lines[mine[0]].split(" | ")[0].removeprefix("| ") if mine else "—"
+    titled = [i for i in range(first + 2, end) if lines[i].split(" | ")[1:2] == [title]]
+    kind = machine_kind(machine)
+    mine = [i for i in titled if kind is None or machine_kind(lines[i].split(" | ")[3]) in (kind, None)]
+    step = lines[titled[0]].split(" | ")[0].removeprefix("| ") if titled else "—"
     row = (f"| {step} | {title} | {short_result(result)} | {machine} | {date.removesuffix(' UTC')} | "
            f"[log]({link}) |")
     if mine:
         lines[mine[0]] = row
     else:
-        lines.insert(end, row)
+        lines.insert(titled[-1] + 1 if titled else end, row)
     return "\n".join(lines)
+
+
+def machine_kind(machine: str) -> str | None:
+    """The kind of machine a row's cell names, by maker and line (``AMD EPYC``, ``Intel Xeon``, ``NVIDIA H200``),
+    or None where it names none (``x86_64``, ``—``): such a row is any kind's to replace."""
+    named = re.match(r"(AMD \w+|Intel \w+|NVIDIA \w+)", machine)
+    return named.group(1) if named else None
 
 
 def slug(heading: str) -> str:

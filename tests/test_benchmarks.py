@@ -54,6 +54,11 @@ def test_the_cpu_benchmark_runs_fp32_and_bf16_rows_for_both_sides_in_its_tiny_mo
         assert re.search(rf"\* {precision}: bertwb \*\*\d+\.\d\d×\*\* transformers' tokens/s in the same "
                          rf"precision\. {precision} matmul peak \(1024³\): [\d,.]+ GFLOP/s; bertwb useful "
                          rf"FLOP/s [\d,.]+ = \*\*\d+\.\d%\*\* of it", result.stdout), result.stdout
+        ceiling = re.search(rf"\* {precision} at this run's own shapes \(batches of 32 pairs of (\d+) tokens, (\d+) "
+                            rf"masked tokens a batch\): torch's {precision} products alone run at [\d,.]+ GFLOP/s, "
+                            rf"\d+% of the 1024³ peak.*; bertwb's useful FLOP/s is \*\*\d+%\*\* of that rate",
+                            result.stdout)
+        assert ceiling and 0 < int(ceiling[1]) <= 128 and 0 < int(ceiling[2]) < 32 * int(ceiling[1]), result.stdout
     assert "here precision auto → fp32: no bf16 matrix instructions in CPU flags" in result.stdout  # the suite's CPU
     assert re.search(r"CPU flags: [a-z0-9_, ]+;", result.stdout)
     assert benchmark_records() == before  # --no-append
@@ -179,8 +184,8 @@ def test_a_benchmark_run_goes_to_its_month_s_log_and_becomes_its_row_of_the_curr
                      "|---|---|---|---|---|---|\n| pretrain | Speed, CPU | old | x | 2026-01-01 00:00 | [log](l) |\n"
                      "| ingest | Old one | y | x | 2026-01-01 00:00 | [log](l) |\n\n## Log\n\n| a |\n|---|\n")
 
-    def run(title: str, date: str, result: str) -> list[str]:
-        _common.append_report(f"\n## {title} — {date} UTC\n\nMachine: Linux 6.1 x86_64 (AMD EPYC), 2 CPUs, "
+    def run(title: str, date: str, result: str, cpu: str = "AMD EPYC") -> list[str]:
+        _common.append_report(f"\n## {title} — {date} UTC\n\nMachine: Linux 6.1 x86_64 ({cpu}), 2 CPUs, "
                               "torch 2.13.\n\n| a |\n", result)
         return table.read_text().split("\n\n")[2].splitlines()
 
@@ -190,10 +195,20 @@ def test_a_benchmark_run_goes_to_its_month_s_log_and_becomes_its_row_of_the_curr
     rows = run("Speed, CPU", "2026-02-02 10:00", "**2.50×**")  # the same minute: a second heading
     assert rows[2].endswith("| **2.50×** | AMD EPYC, 2 CPUs | 2026-02-02 10:00 | "
                             "[log](benchmarks/log/2026-02.md#speed-cpu--2026-02-02-1000-utc-1) |")
+    rows = run("Speed, CPU", "2026-02-03 10:00", "**4.00×**", cpu="Intel(R) Xeon(R) Processor")
+    assert rows[2].endswith("| **2.50×** | AMD EPYC, 2 CPUs | 2026-02-02 10:00 | "  # another kind: a row of its own
+                            "[log](benchmarks/log/2026-02.md#speed-cpu--2026-02-02-1000-utc-1) |")
+    assert rows[3] == ("| pretrain | Speed, CPU | **4.00×** | Intel Xeon, 2 CPUs | 2026-02-03 10:00 | "
+                       "[log](benchmarks/log/2026-02.md#speed-cpu--2026-02-03-1000-utc) |")
+    rows = run("Speed, CPU", "2026-02-04 10:00", "**4.10×**", cpu="Intel(R) Xeon(R) Processor")
+    assert rows[2].startswith("| pretrain | Speed, CPU | **2.50×** | AMD EPYC") and len(rows) == 5
+    assert rows[3].startswith("| pretrain | Speed, CPU | **4.10×** | Intel Xeon, 2 CPUs | 2026-02-04 10:00 |")
+    rows = run("Old one", "2026-02-05 10:00", "z")  # a row that named no CPU is any kind's to replace
+    assert rows[4].startswith("| ingest | Old one | z | AMD EPYC, 2 CPUs |") and len(rows) == 5
     long = "**3.00×** the reference's examples/s on the whole development set of the task; " + "and more" * 10
     rows = run("New one", "2026-03-01 09:00", long)
-    assert len(rows) == 5 and rows[3].startswith("| ingest | Old one |")
-    assert rows[4] == ("| — | New one | **3.00×** the reference's examples/s on the whole development set of the "
+    assert len(rows) == 6 and rows[4].startswith("| ingest | Old one |")
+    assert rows[5] == ("| — | New one | **3.00×** the reference's examples/s on the whole development set of the "
                        "task | AMD EPYC, 2 CPUs | 2026-03-01 09:00 | "
                        "[log](benchmarks/log/2026-03.md#new-one--2026-03-01-0900-utc) |")
     february = (tmp_path / "benchmarks" / "log" / "2026-02.md").read_text()
@@ -312,6 +327,12 @@ def test_the_shape_floor_times_the_products_the_compute_floor_counts():
     assert sum(parts.values()) == training_flops(config, lengths, epochs=1, batch=4)
     rates = shape_rates(config, 12, 4, repeats=1)
     assert set(rates) == {"linear", "attention"} and all(rate > 0 for rate in rates.values())
+    # pre-training's MLM head at 5 masked rows: the 3 × (2·H² + 2·H·V) a masked token's useful FLOPs count
+    head = step_products(config, 12, 4, masked=5)["mlm"]
+    assert sum(product_flops(*entry) for entry in head) == 5 * 3 * (2 * 32 * 32 + 2 * 32 * 100)
+    rates = shape_rates(config, 12, 4, repeats=1, dtype=torch.bfloat16, masked=5)
+    assert set(rates) == {"linear", "attention", "mlm"} and all(rate > 0 for rate in rates.values())
+    assert len(_kernels("mm", torch.bfloat16)) == 1  # bf16: torch's own product, oneDNN's already
     a, b, c = torch.randn(48, 32), torch.randn(32, 64), torch.randn(48, 64)  # every kernel timed gives the product
     for kind, left, right, expected in (("mm", a, b, a @ b), ("mm_t", a, c, a.t() @ c)):
         for product in _kernels(kind):
@@ -452,17 +473,18 @@ def test_the_parity_sides_take_turns_by_seed_so_one_repeat_runs_alternate_too(mo
 
 
 def test_the_current_results_table_has_short_cells_in_pipeline_order():
-    """One row per benchmark, a headline a reader takes in at a glance, a machine, and a link into the log."""
+    """One row per benchmark and kind of machine, a headline a reader takes in at a glance, a machine, and a
+    link into the log."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from _common import RESULT_CHARS
+    from _common import RESULT_CHARS, machine_kind
 
     text = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
     table = text[text.index("## Current results"):].split("\n\n")[2].splitlines()
     assert table[0] == "| step | benchmark | result | machine | date (UTC) | log |"
     rows = [row.strip("|").split(" | ") for row in table[2:]]
-    assert len({row[1] for row in rows}) == len(rows) > 10
+    assert len({(row[1], machine_kind(row[3])) for row in rows}) == len(rows) > 10  # one per benchmark and kind
     for _, benchmark, result, machine, date, log in (map(str.strip, row) for row in rows):
         assert len(result) <= RESULT_CHARS + 2, f"{benchmark}: the result cell has {len(result)} characters"
         assert log == "—" or log.startswith("[log](benchmarks/log/"), benchmark
