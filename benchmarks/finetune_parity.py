@@ -237,12 +237,13 @@ def window_lengths(config: Path, train: Path, init: Path) -> np.ndarray:
     return task.featurize(examples, tokenizer, labels).lengths
 
 
-def step_products(config: BertConfig, length: int, batch: int) -> dict[str, list[tuple[str, tuple, tuple]]]:
+def step_products(config: BertConfig, length: int, batch: int, masked: int = 0
+                  ) -> dict[str, list[tuple[str, tuple, tuple]]]:
     """The matrix products of one training step on ``batch`` windows of ``length`` tokens each, by part, as
     autograd runs them: each Linear's forward, input gradient and weight gradient (M = batch·length rows), and
     each layer's six batched attention products (scores and weighted sum forward, four gradients), one entry
-    per layer. An entry is (kind, a's shape, b's shape): kind "mm" multiplies a by b, "mm_t" aᵀ by b (a
-    gradient's layout), "bmm" and "bmm_t" likewise per matrix of a batch."""
+    per layer; with ``masked`` (tokens of the batch), pre-training's MLM head at those rows ("mlm"). An entry
+    is (kind, a's shape, b's shape): "mm" multiplies a by b, "mm_t" aᵀ by b, "bmm" and "bmm_t" per matrix."""
     H, inner, A = config.hidden_size, config.intermediate_size, config.num_heads
     M, BA, T, d = batch * length, batch * A, length, H // A
     linear = []
@@ -251,7 +252,12 @@ def step_products(config: BertConfig, length: int, batch: int) -> dict[str, list
     attention = [("bmm", (BA, T, d), (BA, d, T)), ("bmm", (BA, T, T), (BA, T, d)),  # forward: scores, weighted sum
                  ("bmm", (BA, T, d), (BA, d, T)), ("bmm_t", (BA, T, T), (BA, T, d)),  # grads of probs and of v
                  ("bmm", (BA, T, T), (BA, T, d)), ("bmm_t", (BA, T, T), (BA, T, d))]  # grads of q and of k
-    return {"linear": linear * config.num_layers, "attention": attention * config.num_layers}
+    products = {"linear": linear * config.num_layers, "attention": attention * config.num_layers}
+    if masked:  # the head's transform (H -> H) and decoder (H -> vocab) at the masked rows only
+        products["mlm"] = [entry for k, n in ((H, H), (H, config.vocab_size)) for entry in
+                           (("mm", (masked, k), (k, n)), ("mm", (masked, n), (n, k)),
+                            ("mm_t", (masked, n), (masked, k)))]
+    return products
 
 
 def product_flops(kind: str, a: tuple, b: tuple) -> float:
@@ -260,21 +266,22 @@ def product_flops(kind: str, a: tuple, b: tuple) -> float:
     return 2.0 * math.prod(a) * b[-1]
 
 
-def shape_rates(config: BertConfig, length: int, batch: int, repeats: int = 3) -> dict[str, float]:
-    """The fp32 FLOP/s torch's kernels reach on each part of `step_products` at these shapes, on all of torch's
-    threads: each distinct product timed alone through each kernel that can run it (MKL's, and oneDNN's for a
-    Linear's, as `bertwb.fast.linear` runs them), the best of ``repeats`` after a warm-up, on fresh random
-    matrices, the faster kernel counting. What a training step's matmuls could reach on this machine at best,
-    shape for shape."""
+def shape_rates(config: BertConfig, length: int, batch: int, repeats: int = 3, dtype: torch.dtype = torch.float32,
+                masked: int = 0) -> dict[str, float]:
+    """The FLOP/s torch's kernels reach on each part of `step_products` at these shapes, on all of torch's
+    threads, in ``dtype``: each distinct product timed alone through each kernel that can run it (fp32: MKL's, and
+    oneDNN's for a Linear's, as `bertwb.fast.linear` runs them; bf16: torch's, which is oneDNN's), the best of
+    ``repeats`` after a warm-up, on fresh random matrices, the faster kernel counting. What a training step's
+    matmuls could reach on this machine at best, shape for shape."""
     rates = {}
-    for part, products in step_products(config, length, batch).items():
+    for part, products in step_products(config, length, batch, masked).items():
         seconds, flops, best = 0.0, 0.0, {}
         for kind, a_shape, b_shape in products:
             key = (kind, a_shape, b_shape)
             if key not in best:
-                a, b = torch.randn(a_shape), torch.randn(b_shape)
+                a, b = torch.randn(a_shape, dtype=dtype), torch.randn(b_shape, dtype=dtype)
                 best[key] = float("inf")
-                for product in _kernels(kind):
+                for product in _kernels(kind, dtype):
                     _timed(product, a, b)  # warm-up
                     best[key] = min(best[key], *(_timed(product, a, b) for _ in range(repeats)))
             seconds += best[key]
@@ -287,10 +294,11 @@ _PRODUCTS = {"mm": lambda a, b: torch.mm(a, b), "mm_t": lambda a, b: torch.mm(a.
              "bmm": lambda a, b: torch.bmm(a, b), "bmm_t": lambda a, b: torch.bmm(a.transpose(1, 2), b)}
 
 
-def _kernels(kind: str) -> list:
-    """The ways torch can run a `step_products` product of ``kind``: MKL's always, oneDNN's for a 2-D one."""
+def _kernels(kind: str, dtype: torch.dtype = torch.float32) -> list:
+    """The ways torch can run a `step_products` product of ``kind``: torch's own always (MKL's in fp32), and in
+    fp32 oneDNN's for a 2-D one."""
     kernels = [_PRODUCTS[kind]]
-    if onednn_available():
+    if dtype == torch.float32 and onednn_available():
         # a @ b as `bertwb.fast.linear` runs it: b read as a transposed weight
         kernels += {"mm": [lambda a, b: onednn_product(a, b.t(), None)],
                     "mm_t": [lambda a, b: onednn_product(a.t(), b.t(), None)]}.get(kind, [])

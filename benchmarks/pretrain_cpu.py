@@ -63,6 +63,7 @@ from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.pair_batches import load_split  # noqa: E402
 from bertwb.model.bert import BertConfig, BertForPreTraining  # noqa: E402
 from _common import append_report, cpu_matrix_flags, cpu_model, matmul_peak  # noqa: E402
+from finetune_parity import product_flops, shape_rates, step_products  # noqa: E402
 from _hf import hf_batch  # noqa: E402
 from bertwb.tasks.pretraining.flops import useful_flops_per_pair  # noqa: E402
 from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E402
@@ -100,7 +101,7 @@ def bench_bertwb(pairs, shape: dict, precision: str, steps: int, warmup: int, ba
     # as `bertwb pretrain`
     objective = PretrainingObjective(fast=fast.choose(model, torch.device("cpu"), cfg.pretrain.cpu_fast_paths))
     trainer = Trainer(cfg.pretrain, objective, model, batches, total_steps=warmup + steps)
-    tokens = flops = elapsed = 0.0
+    tokens = flops = elapsed = masked = 0.0
     pairs_trained = 0
     for step in range(warmup + steps):
         started = time.perf_counter()
@@ -114,11 +115,13 @@ def bench_bertwb(pairs, shape: dict, precision: str, steps: int, warmup: int, ba
                 counts = np.bincount((batch.masked_positions // batch.input_ids.size(1)).numpy(),
                                      minlength=len(lengths))
                 tokens += batch.n_tokens
+                masked += int(counts.sum())
                 flops += sum(useful_flops_per_pair(config, int(n), int(m))
                              for n, m in zip(lengths, counts, strict=True))
     return {"tokens_per_s": tokens / elapsed, "useful_flops": flops / elapsed, "s_per_step": elapsed / steps,
             "pad_fraction": batches.padding_fraction(), "pairs_per_step": pairs_trained / steps,
-            "steps_per_epoch": batches.steps_per_epoch}
+            "steps_per_epoch": batches.steps_per_epoch, "mean_length": tokens / pairs_trained,
+            "mean_masked": masked / pairs_trained}
 
 
 def bench_hf(pairs, shape: dict, precision: str, steps: int, warmup: int, vocab: int = VOCAB) -> dict:
@@ -150,6 +153,20 @@ def bench_hf(pairs, shape: dict, precision: str, steps: int, warmup: int, vocab:
             pad_real += batch.n_tokens
     return {"tokens_per_s": tokens / elapsed, "s_per_step": elapsed / steps,
             "pad_fraction": 1 - pad_real / pad_total, "version": transformers.__version__}
+
+
+def products_ceiling(config: BertConfig, ours: dict, precision: str) -> dict:
+    """The FLOP/s of a bertwb step's matrix products alone, at this run's own shapes: batches of `BATCH` pairs
+    of the mean length with the mean masked tokens (encoder, attention and MLM head; `finetune_parity.shape_rates`)
+    in ``precision``. No step on these shapes can turn its useful FLOPs faster than this; the 2048³ peak is
+    higher, because small products use the matrix units less well."""
+    length, masked = round(ours["mean_length"]), round(ours["mean_masked"] * BATCH)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    rates = shape_rates(config, length, BATCH, dtype=dtype, masked=masked)
+    flops = {part: sum(product_flops(*entry) for entry in entries)
+             for part, entries in step_products(config, length, BATCH, masked).items()}
+    return {"rate": sum(flops.values()) / sum(flops[part] / rates[part] for part in flops), "length": length,
+            "masked": masked}
 
 
 def machine() -> str:
@@ -197,6 +214,7 @@ def main() -> None:
                 "theirs": bench_hf(pairs, shape, precision, args.steps, args.warmup, vocab=vocab)}
         for p in precisions:  # measured before and after, the better one counts
             peaks[p] = max(peaks[p], matmul_peak(peak_n, dtype="bfloat16" if p == "bf16" else "float32"))
+            results[p]["ceiling"] = products_ceiling(BertConfig(vocab_size=vocab, **shape), results[p]["ours"], p)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report, result = _report(args, host, shape_name, shape, auto, precisions, results, peaks,
@@ -233,6 +251,12 @@ def _report(args: argparse.Namespace, host: str, shape_name: str, shape: dict, a
                      f"useful FLOP/s {ours['useful_flops'] / 1e9:,.1f} = **{100 * share:.1f}%** of it (target ≥ 85%: "
                      f"{'met' if share >= 0.85 else 'NOT met'}); with the token budget "
                      f"{100 * budgeted['useful_flops'] / peaks[precision]:.1f}%.")
+        ceiling = results[precision]["ceiling"]
+        lines.append(f"* {precision} at this run's own shapes (batches of {BATCH} pairs of {ceiling['length']} tokens, "
+                     f"{ceiling['masked']} masked tokens a batch): torch's {precision} products alone run at "
+                     f"{ceiling['rate'] / 1e9:,.1f} GFLOP/s, {ceiling['rate'] / peaks[precision]:.0%} of the "
+                     f"{peak_n}³ peak, the most any step on these shapes can reach; bertwb's useful FLOP/s is "
+                     f"**{ours['useful_flops'] / ceiling['rate']:.0%}** of that rate.")
         headline.append(f"{precision} **{speedup:.2f}×** transformers ({100 * share:.0f}% of the {precision} peak)")
     if "bf16" in results and "fp32" in results:
         bf16_tokens = results["bf16"]["ours"]["tokens_per_s"]
