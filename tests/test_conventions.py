@@ -130,7 +130,8 @@ def test_verbose_training_says_device_precision_and_threads(tuned: tuple[Project
     shutil.copytree(tuned[0].root, project.root)
     result = _bertwb("pretrain", "-v", "--config", str(project.config), "--force", "--set", "pretrain.steps=1")
     assert result.exit_code == 0, result.output
-    assert re.search(r"^pretrain: device cpu, fp32, \d+ CPU threads, fast CPU paths", result.stderr, re.M), \
+    assert re.search(r"^pretrain: device cpu, fp32, \d+ CPU threads, fast CPU paths \(fp32 products: oneDNN\)",
+                     result.stderr, re.M), \
         result.stderr
     tuned = _bertwb("finetune", "-v", "--config", str(project.config), "--force", "--set", "finetune.steps=1")
     assert tuned.exit_code == 0, tuned.output

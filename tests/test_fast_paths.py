@@ -150,13 +150,37 @@ def test_onednn_linear_is_linear_under_autocast_in_float64_and_with_onednn_off(m
     assert calls == []
 
 
+@pytest.mark.skipif(not fast_linear.onednn_available(), reason="this torch has no oneDNN")
+def test_fp32_products_leave_onednn_for_mkl_on_an_intel_cpu_and_give_linear_s_numbers(monkeypatch):
+    """By maker: oneDNN on AMD's CPUs and any other, MKL (``nn.Linear``, ``addmm``) on Intel's, where MKL measured
+    faster; ``$BERTWB_CPU_VENDOR`` names the maker (the suite's is AMD's), else /proc/cpuinfo does."""
+    assert fast_linear.onednn_preferred("AuthenticAMD") and not fast_linear.onednn_preferred("GenuineIntel")
+    assert fast_linear.cpu_vendor() == "AuthenticAMD" and fast_linear.onednn_preferred()  # conftest's maker
+    monkeypatch.setenv(fast_linear.VENDOR_ENV, "GenuineIntel")
+    assert not fast_linear.onednn_preferred()
+    torch.manual_seed(0)
+    plain = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
+                                          intermediate_size=64)).train()
+    model = fast.install(copy.deepcopy(plain))
+    calls = _count_onednn_products(monkeypatch)
+    layer, x = model.bert.layers[0].ffn.up, torch.randn(6, 32, requires_grad=True)
+    assert isinstance(layer, fast_linear.OneDnnLinear)
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))  # MKL's own numbers
+    h = torch.randn(7, 32, requires_grad=True)
+    logits = model.mlm_head.logits(h)  # the fast layout, through addmm
+    assert logits.t().is_contiguous()
+    torch.testing.assert_close(logits, plain.mlm_head.logits(h), atol=1e-5, rtol=1e-5)
+    logits.sum().backward()
+    assert calls == []
+
+
 @pytest.mark.parametrize("onednn", [True, False])
 def test_mlm_head_output_layout_does_not_change_the_logits_or_gradients(onednn, monkeypatch):
     torch.manual_seed(0)
     model = fast.install(BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,
                                                        intermediate_size=64)).eval())
     if not onednn:  # MKL's addmm in the same layout, as on a torch without oneDNN
-        monkeypatch.setattr(fast_mlm, "onednn_available", lambda: False)
+        monkeypatch.setattr(fast_mlm, "onednn_preferred", lambda: False)
     calls = _count_onednn_products(monkeypatch)
     head = model.mlm_head
     with torch.no_grad():

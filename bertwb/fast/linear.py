@@ -1,15 +1,16 @@
 """fp32 Linear layers through oneDNN's matrix product on CPU, for ``nn.Linear``.
 
-torch hands an fp32 ``nn.Linear`` on CPU to MKL and its bf16 ones to oneDNN. At a BERT layer's shapes oneDNN's
-fp32 product ran the forward and the input gradient faster than MKL, which kept the weight gradient (inner
-dimension: the tokens) as fast or faster (benchmarks/log/2026-11.md, 2026-11-27 20:42). So `OneDnnLinear` runs
-those two through ``torch.ops.mkldnn._linear_pointwise`` (the op torch's compiler emits for a CPU Linear) and
-the weight gradient through ``mm``; in any other case (dtype, autocast, device, no oneDNN) it is ``nn.Linear``.
+torch hands an fp32 ``nn.Linear`` on CPU to MKL, bf16 ones to oneDNN. At BERT's layer shapes oneDNN ran the fp32
+forward and input gradient faster than MKL on an AMD EPYC, MKL the weight gradient (inner dimension: the tokens)
+as fast or faster (benchmarks/log/2026-11.md, 2026-11-27 20:42); on an Intel Xeon MKL won all three (2026-11-28
+09:05). So where `onednn_preferred`, `OneDnnLinear` runs those two through ``torch.ops.mkldnn._linear_pointwise``
+(what torch's compiler emits for a CPU Linear), the weight gradient through ``mm``; else it is ``nn.Linear``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -33,6 +34,34 @@ def _has_op() -> bool:
         return False
 
 
+VENDOR_ENV = "BERTWB_CPU_VENDOR"  # names the CPU's maker instead of /proc/cpuinfo's vendor_id (the test suite does)
+MKL_FASTER = ("GenuineIntel",)  # makers whose CPUs ran BERT's fp32 products faster through MKL than oneDNN
+
+
+def onednn_preferred(vendor: str | None = None) -> bool:
+    """The one rule for fp32 products on CPU (`OneDnnLinear`, the MLM head's scores): oneDNN where this torch has it
+    (`onednn_available`) and the CPU's maker (``vendor``, else `cpu_vendor`) is not one whose MKL measured faster
+    (`MKL_FASTER`). By maker, not by a timing: the two differ by 3-15%, and a choice that flipped with the load
+    would round differently from run to run."""
+    return onednn_available() and (cpu_vendor() if vendor is None else vendor) not in MKL_FASTER
+
+
+def cpu_vendor() -> str:
+    """The CPU's maker as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``; "" where unreadable), or
+    ``$BERTWB_CPU_VENDOR`` where set."""
+    named = os.environ.get(VENDOR_ENV)
+    return named if named is not None else _proc_vendor()
+
+
+@functools.cache
+def _proc_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+
+
 def autocast_on() -> bool:
     """Whether CPU autocast is on (the call's name changed in torch 2.4)."""
     try:
@@ -42,10 +71,10 @@ def autocast_on() -> bool:
 
 
 class OneDnnLinear(nn.Linear):
-    """``nn.Linear`` whose fp32 products on CPU go through oneDNN (see the module docstring)."""
+    """``nn.Linear`` whose fp32 products on CPU go through oneDNN where `onednn_preferred` (module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.dtype == torch.float32 and not autocast_on() and onednn_available():
+        if x.device.type == "cpu" and x.dtype == torch.float32 and not autocast_on() and onednn_preferred():
             if not torch.is_grad_enabled():  # inference: the product alone, nothing kept for a backward
                 return onednn_product(_rows(x), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
             return _OneDnnLinearFunction.apply(x, self.weight, self.bias)

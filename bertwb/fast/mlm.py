@@ -1,10 +1,10 @@
 """The MLM head's biggest matmul in its fast layout, and a loss that consumes it in place.
 
 While training on CPU, `TransposedMLMHead` computes the vocabulary scores as (V, H) @ (H, n) + bias -> (V, n)
-and hands back its (n, V) transpose (a view): the same numbers, but this output layout runs faster than (n, H) @
-(H, V) (BENCHMARKS.md); in fp32 with oneDNN (`bertwb.fast.linear`) the scores and the weight's gradient are
-oneDNN's products, faster again, the input's gradient MKL's. `mlm_loss_sum` reads that layout. Without gradients
-(evaluation, inference) the head gives the plain contiguous (n, V) logits, which softmax and argmax read faster.
+and hands back its (n, V) transpose (a view): the same numbers, but this layout runs faster than (n, H) @ (H, V)
+(BENCHMARKS.md); in fp32 where `bertwb.fast.linear.onednn_preferred`, the scores and the weight's gradient are
+oneDNN's products, the input's gradient MKL's. `mlm_loss_sum` reads that layout. Without gradients (evaluation,
+inference) the head gives the plain contiguous (n, V) logits, which softmax and argmax read faster.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bertwb.fast.linear import autocast_on, onednn_available, onednn_product
+from bertwb.fast.linear import autocast_on, onednn_preferred, onednn_product
 from bertwb.model.bert import MLMHead
 
 
@@ -23,7 +23,7 @@ class TransposedMLMHead(MLMHead):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         if h.dim() == 2 and h.device.type == "cpu" and torch.is_grad_enabled():
             weight = self.decoder.weight
-            if h.dtype == weight.dtype == torch.float32 and not autocast_on() and onednn_available():
+            if h.dtype == weight.dtype == torch.float32 and not autocast_on() and onednn_preferred():
                 return _VocabScores.apply(h, weight, self.bias).t()
             return torch.addmm(self.bias[:, None], weight, h.t()).t()  # (V, n) seen as (n, V)
         return super().logits(h)

@@ -26,6 +26,7 @@ from bertwb import faults, ui
 from bertwb.artifacts import METRICS_FILE, read_metrics
 from bertwb.config import TrainingConfig
 from bertwb.data.batching import Batches
+from bertwb.fast.linear import onednn_preferred
 from bertwb.memory import keep_freed_memory
 from bertwb.train import checkpoint, tensorboard
 from bertwb.train.budget import TimeBudget
@@ -329,7 +330,8 @@ class Trainer:
         parts = [f"device {self.device}", "bf16 autocast" if self.precision.bf16 else "fp32",
                  f"{torch.get_num_threads()} CPU threads"]
         if self.objective.fast:
-            parts.append("fast CPU paths")
+            parts.append("fast CPU paths" + ("" if self.precision.bf16 else
+                                             f" (fp32 products: {'oneDNN' if onednn_preferred() else 'MKL'})"))
         if self.settings.compile:
             parts.append("torch.compile")
         if self.dist.enabled:
