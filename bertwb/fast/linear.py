@@ -10,12 +10,13 @@ as fast or faster (benchmarks/log/2026-11.md, 2026-11-27 20:42); on an Intel Xeo
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from bertwb.train.device import cpu_vendor
 
 
 def onednn_available() -> bool:
@@ -34,32 +35,15 @@ def _has_op() -> bool:
         return False
 
 
-VENDOR_ENV = "BERTWB_CPU_VENDOR"  # names the CPU's maker instead of /proc/cpuinfo's vendor_id (the test suite does)
 MKL_FASTER = ("GenuineIntel",)  # makers whose CPUs ran BERT's fp32 products faster through MKL than oneDNN
 
 
 def onednn_preferred(vendor: str | None = None) -> bool:
     """The one rule for fp32 products on CPU (`OneDnnLinear`, the MLM head's scores): oneDNN where this torch has it
-    (`onednn_available`) and the CPU's maker (``vendor``, else `cpu_vendor`) is not one whose MKL measured faster
-    (`MKL_FASTER`). By maker, not by a timing: the two differ by 3-15%, and a choice that flipped with the load
-    would round differently from run to run."""
+    (`onednn_available`) and the CPU's maker (``vendor``, else `bertwb.train.device.cpu_vendor`) is not one whose
+    MKL measured faster (`MKL_FASTER`). By maker, not by a timing: the two differ by 3-15%, and a choice that
+    flipped with the load would round differently from run to run."""
     return onednn_available() and (cpu_vendor() if vendor is None else vendor) not in MKL_FASTER
-
-
-def cpu_vendor() -> str:
-    """The CPU's maker as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``; "" where unreadable), or
-    ``$BERTWB_CPU_VENDOR`` where set."""
-    named = os.environ.get(VENDOR_ENV)
-    return named if named is not None else _proc_vendor()
-
-
-@functools.cache
-def _proc_vendor() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
-    except OSError:
-        return ""
 
 
 def autocast_on() -> bool:
