@@ -114,7 +114,8 @@ def plain_cpu() -> None:
     whatever machine runs the suite: tolerances tuned on fp32 hold on an AMX machine too, and no result hangs on
     a timing check of a busy machine. A test of bf16 under auto says so (`bf16_cpu`). The CPU's maker is AMD's,
     so fp32 products take the oneDNN path on an Intel CI machine too (`bertwb.fast.linear.onednn_preferred`)."""
-    from bertwb.train.device import CPU_FLAGS_ENV, VENDOR_ENV
+    from bertwb.cpuinfo import VENDOR_ENV
+    from bertwb.train.device import CPU_FLAGS_ENV
 
     os.environ[CPU_FLAGS_ENV] = ""
     os.environ[VENDOR_ENV] = "AuthenticAMD"

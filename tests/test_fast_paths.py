@@ -34,7 +34,7 @@ from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks import losses
 from bertwb.tasks.pretraining.objective import PretrainingObjective
-from bertwb.train import device as train_device
+from bertwb import cpuinfo
 from bertwb.train.trainer import Trainer
 from conftest import stand_in_pairs
 
@@ -156,8 +156,8 @@ def test_fp32_products_leave_onednn_for_mkl_on_an_intel_cpu_and_give_linear_s_nu
     """By maker: oneDNN on AMD's CPUs and any other, MKL (``nn.Linear``, ``addmm``) on Intel's, where MKL measured
     faster; ``$BERTWB_CPU_VENDOR`` names the maker (the suite's is AMD's), else /proc/cpuinfo does."""
     assert fast_linear.onednn_preferred("AuthenticAMD") and not fast_linear.onednn_preferred("GenuineIntel")
-    assert train_device.cpu_vendor() == "AuthenticAMD" and fast_linear.onednn_preferred()  # conftest's maker
-    monkeypatch.setenv(train_device.VENDOR_ENV, "GenuineIntel")
+    assert cpuinfo.cpu_vendor() == "AuthenticAMD" and fast_linear.onednn_preferred()  # conftest's maker
+    monkeypatch.setenv(cpuinfo.VENDOR_ENV, "GenuineIntel")
     assert not fast_linear.onednn_preferred()
     torch.manual_seed(0)
     plain = BertForPreTraining(BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=2,

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
         "bertwb.config": "the typed sections of bertwb.yaml: what every part reads its settings from",
         "bertwb.faults": "the test-only fault hook that every writer calls",
         "bertwb.memory": "glibc's allocator settings, set before torch loads",
+        "bertwb.cpuinfo": "this CPU's facts (flags, maker) for the rules that choose by CPU",
         "bertwb.environment": "disk, permission and memory failures as one line, for any writer",
         "bertwb.textinput": "text as users give it (arguments, files, stdin): decoding and lines, for any reader",
         "bertwb.artifacts": "the files stages and runs leave (manifests, metrics, results), without torch",

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bertwb.train.device import cpu_vendor
+from bertwb.cpuinfo import cpu_vendor
 
 
 def onednn_available() -> bool:
@@ -40,7 +40,7 @@ MKL_FASTER = ("GenuineIntel",)  # makers whose CPUs ran BERT's fp32 products fas
 
 def onednn_preferred(vendor: str | None = None) -> bool:
     """The one rule for fp32 products on CPU (`OneDnnLinear`, the MLM head's scores): oneDNN where this torch has it
-    (`onednn_available`) and the CPU's maker (``vendor``, else `bertwb.train.device.cpu_vendor`) is not one whose
+    (`onednn_available`) and the CPU's maker (``vendor``, else `bertwb.cpuinfo.cpu_vendor`) is not one whose
     MKL measured faster (`MKL_FASTER`). By maker, not by a timing: the two differ by 3-15%, and a choice that
     flipped with the load would round differently from run to run."""
     return onednn_available() and (cpu_vendor() if vendor is None else vendor) not in MKL_FASTER

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import torch
 
-from bertwb import ui
+from bertwb import cpuinfo, ui
 from bertwb.errors import BertwbError
 
 
@@ -40,7 +40,6 @@ def resolve_device(name: str, origin: str = "--device", local_rank: int = 0) -> 
 
 
 CPU_FLAGS_ENV = "BERTWB_CPU_FLAGS"  # names the CPU flags instead of /proc/cpuinfo (the test suite: none)
-VENDOR_ENV = "BERTWB_CPU_VENDOR"  # names the CPU's maker instead of /proc/cpuinfo (the test suite: AMD's)
 # The CPU flags of bf16 matrix instructions, in the order a reason names them: AMX tiles, then AVX-512 dot products.
 BF16_MATRIX_FLAGS = ("amx_bf16", "avx512_bf16")
 # bf16 must beat fp32 by this factor in the matmul check: a margin over timing noise, so that a machine where the
@@ -137,26 +136,9 @@ def model_shapes(model: torch.nn.Module) -> tuple[int, int]:
 
 def cpu_flags() -> frozenset[str]:
     """The CPU flags the rule reads: ``$BERTWB_CPU_FLAGS`` (space-separated) where set, so a run can rule bf16 out
-    (``BERTWB_CPU_FLAGS=``) or try the rule for another CPU, else this CPU's own (`_cpuinfo`)."""
+    (``BERTWB_CPU_FLAGS=``) or try the rule for another CPU, else this CPU's own (`bertwb.cpuinfo.field`)."""
     named = os.environ.get(CPU_FLAGS_ENV)
-    return frozenset((named if named is not None else _cpuinfo("flags")).split())
-
-
-def cpu_vendor() -> str:
-    """The CPU's maker (``GenuineIntel``, ``AuthenticAMD``; "" where unknown): ``$BERTWB_CPU_VENDOR`` where set, else
-    /proc/cpuinfo's ``vendor_id``. `bertwb.fast.linear.onednn_preferred` reads it."""
-    named = os.environ.get(VENDOR_ENV)
-    return named if named is not None else _cpuinfo("vendor_id")
-
-
-@lru_cache(maxsize=None)
-def _cpuinfo(field: str) -> str:
-    """The first value of ``field`` in ``/proc/cpuinfo`` ("" where absent or unreadable: not Linux)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.split(":")[0].strip() == field), "")
-    except OSError:
-        return ""
+    return frozenset((named if named is not None else cpuinfo.field("flags")).split())
 
 
 @lru_cache(maxsize=None)
