@@ -76,6 +76,41 @@ def test_attention_with_dropout_is_plain_attention_with_the_same_masks(masked):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_s_hand_written_backward_is_the_derivative_of_its_forward(masked):
+    """gradcheck in float64: the analytic gradients of `_DroppedAttention` (written from the kept and the whole
+    probabilities, no mask) against finite differences, the dropout masks held by a seed at every call."""
+    q, k, v = (t.detach().double().requires_grad_() for t in _heads(batch=2, seq=6, dim=4))
+    mask = None
+    if masked:
+        keep = torch.ones(2, 6, dtype=torch.bool)
+        keep[1, 4:] = False
+        mask = keep[:, None, None, :]
+
+    def seeded(q, k, v):
+        torch.manual_seed(3)
+        return attention_with_dropout(q, k, v, mask, 0.3)
+
+    assert (seeded(q, k, v) - _plain_attention(q, k, v, mask, 0.0)).abs().max() > 0.01  # something was dropped
+    assert torch.autograd.gradcheck(seeded, (q, k, v), eps=1e-6, atol=1e-7)
+
+
+def test_attention_with_dropout_runs_in_bf16_under_autocast_as_the_plain_path_does():
+    q, k, v = (t.detach().bfloat16().requires_grad_() for t in _heads())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.manual_seed(7)
+        ours = attention_with_dropout(q, k, v, None, 0.1)
+        torch.manual_seed(7)
+        theirs = _plain_attention(q, k, v, None, 0.1)
+    assert ours.dtype == theirs.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, theirs, atol=2e-2, rtol=2e-2)
+    grads = torch.autograd.grad(ours.float().square().sum(), (q, k, v))
+    plain = torch.autograd.grad(theirs.float().square().sum(), (q, k, v))
+    for a, b in zip(grads, plain, strict=True):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a.float(), b.float(), atol=5e-2, rtol=5e-2)
+
+
 def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     x = torch.rand(1000, 1000) + 0.5  # positive, so a zero output is a dropped element
     x.requires_grad_()

@@ -1,17 +1,19 @@
-"""Attention with dropout on CPU: the math path of ``scaled_dot_product_attention``, leaner.
+"""Attention with dropout on CPU: the math path of ``scaled_dot_product_attention``, leaner, its backward by hand.
 
-With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that path
-with the scale and the mask folded into one batched matmul, a plain softmax (a row always has a real key
-to attend), and the probabilities dropped out by the packed dropout, as every other dropout of a fast
-model; dropout's scale multiplies the output, 1/4 to 1/16 the size of the probabilities. Without
-dropout, or off the CPU, it is the plain `SelfAttention.attend`.
+With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that path as one
+autograd function: the scale and the padding mask folded into one batched matmul, a plain softmax (a row always
+has a real key), the probabilities dropped with the packed dropout's decisions (a float 0/1 mask multiplied in
+place) and its scale on the output, 1/4 to 1/16 their size. Its backward needs no mask (`_DroppedAttention`).
+Without dropout, or off the CPU, it is the plain `SelfAttention.attend`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from bertwb.fast.dropout import drop_unscaled
+from bertwb.fast.dropout import dropout_mask
 from bertwb.model.bert import SelfAttention
 
 
@@ -27,16 +29,54 @@ class FastSelfAttention(SelfAttention):
 
 def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
                            dropout_p: float) -> torch.Tensor:
-    """softmax(q kᵀ / √d + mask) with packed dropout, times v: (B, A, T, d) each -> (B, A, T, d)."""
+    """softmax(q kᵀ / √d + mask) with packed dropout, times v: (B, A, T, d) each -> (B, A, T, d).
+
+    Under autocast q, k and v arrive in its dtype (the Linear layers' outputs) and every step runs in it, as
+    autocast runs the plain path's matmuls and softmax."""
     B, A, T, d = q.shape
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
     # (B, A, T, d) -> (B*A, T, d): one matrix per (sequence, head), as bmm wants them
-    q3, k3, v3 = (t.reshape(B * A, T, d) for t in (q, k, v))
+    q3, k3, v3 = (t.to(dtype).reshape(B * A, T, d) for t in (q, k, v))
     if attn_mask is None:
-        bias, beta = q3.new_zeros(1, 1, 1), 0.0
+        bias = None
     else:  # (B, 1, 1, T) True = attend -> additive (B*A, 1, T): 0 to attend, the most negative float not to
-        bias = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device)
-        bias = bias.masked_fill_(~attn_mask, torch.finfo(q.dtype).min).expand(B, A, 1, T).reshape(B * A, 1, T)
-        beta = 1.0
-    scores = torch.baddbmm(bias, q3, k3.transpose(1, 2), beta=beta, alpha=d ** -0.5)  # (B*A, T, T)
-    kept, scale = drop_unscaled(torch.softmax(scores, dim=-1).view(B, A, T, T), dropout_p)
-    return torch.matmul(kept, v3.view(B, A, T, d)).mul_(scale)  # (kept probabilities · scale) v
+        bias = torch.zeros(attn_mask.shape, dtype=dtype, device=q.device)
+        bias = bias.masked_fill_(~attn_mask, torch.finfo(dtype).min).expand(B, A, 1, T).reshape(B * A, 1, T)
+    with torch.autocast(q.device.type, enabled=False):  # the dtype is chosen above; backward runs without it too
+        return _DroppedAttention.apply(q3, k3, v3, bias, dropout_p).view(B, A, T, d)
+
+
+class _DroppedAttention(torch.autograd.Function):
+    """(q, k, v (G, T, d), additive key bias (G, 1, T) or None, p) -> dropout(softmax(q kᵀ/√d + bias)) v.
+
+    Saved: the probabilities P and the kept ones P' = P·keep (unscaled). For the scores' gradient, with
+    g = ∂L/∂P' and ∂L/∂P = g·keep, the softmax's rule P·(∂L/∂P − Σ ∂L/∂P·P) becomes P'·g − P·Σ(P'·g):
+    the mask itself is not needed, since P·keep is P'.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                p: float) -> torch.Tensor:
+        alpha = q.size(-1) ** -0.5
+        if bias is None:
+            scores = torch.baddbmm(q.new_zeros(1, 1, 1), q, k.transpose(1, 2), beta=0.0, alpha=alpha)
+        else:
+            scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=alpha)  # (G, T, T)
+        probs = torch.softmax(scores, dim=-1)
+        del scores
+        kept, scale = dropout_mask(probs.shape, p, probs.device, probs.dtype)  # 1 kept, 0 dropped
+        kept.mul_(probs)
+        ctx.save_for_backward(q, k, v, probs, kept)
+        ctx.alpha, ctx.scale = alpha, scale
+        return torch.bmm(kept, v).mul_(scale)  # (P'·scale) v, the scale on the smaller tensor
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, probs, kept = ctx.saved_tensors
+        grad = grad * ctx.scale  # ∂L/∂(P' v)
+        grad_v = torch.bmm(kept.transpose(1, 2), grad)
+        grad_scores = torch.bmm(grad, v.transpose(1, 2)).mul_(kept)  # g·P'
+        grad_scores.addcmul_(probs, grad_scores.sum(-1, keepdim=True), value=-1.0)  # − P·Σ(g·P')
+        grad_q = torch.bmm(grad_scores, k).mul_(ctx.alpha)
+        grad_k = torch.bmm(grad_scores.transpose(1, 2), q).mul_(ctx.alpha)
+        return grad_q, grad_k, grad_v, None, None

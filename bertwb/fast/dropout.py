@@ -29,22 +29,14 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    masked, scale = drop_unscaled(x, p)
-    return masked.mul_(scale)
-
-
-def drop_unscaled(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
-    """``x`` with `dropout_mask`'s dropped elements zeroed but the kept ones not yet scaled, and the scale.
-
-    For a caller that can apply the scale to a smaller tensor further on: attention scales its output,
-    (B, A, T, d), rather than its probabilities, (B, A, T, T). CPU only; gradients flow through."""
     keep, scale = dropout_mask(x.shape, p, x.device)
-    return _MaskFunction.apply(x, keep), scale
+    return _MaskFunction.apply(x, keep).mul_(scale)
 
 
 def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu",
-                 ) -> tuple[torch.Tensor, float]:
-    """A boolean keep-mask of ``shape`` dropping a share p, and the scale that keeps the expectation.
+                 dtype: torch.dtype = torch.bool) -> tuple[torch.Tensor, float]:
+    """A keep-mask of ``shape`` dropping a share p (True, or 1 in a float ``dtype``, where kept), and the scale
+    that keeps the expectation. A float mask is written by the comparison itself, without a bool one between.
 
     Each int64 draw of torch's generator (non-negative, so 63 random bits) is read as four 16-bit
     slices; an element is dropped when its slice's low 15 bits fall under round(p · 2¹⁵). The drop
@@ -55,13 +47,14 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.de
     n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     words &= 0x7FFF7FFF7FFF7FFF  # the low 15 bits of every 16-bit slice
-    keep = words.view(torch.int16)[:n].view(shape) >= threshold  # (n/4,) int64 -> (n,) int16 -> shape
+    slices = words.view(torch.int16)[:n].view(shape)  # (n/4,) int64 -> (n,) int16 -> shape
+    keep = torch.ge(slices, threshold, out=torch.empty(shape, dtype=dtype, device=device))
     return keep, (32768 / (32768 - threshold) if threshold < 32768 else 0.0)
 
 
 class _MaskFunction(torch.autograd.Function):
-    """x · keep forward, grad · keep backward. The bool mask multiplies as its bytes (0 or 1): multiplied
-    as bool, it is first widened to a float copy of x's size."""
+    """x · keep forward, grad · keep backward; the bool mask, one byte an element, is what backward keeps. torch
+    widens it to a float copy of x's size inside each product (as its uint8 view or as bool alike)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
