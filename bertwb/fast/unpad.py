@@ -9,6 +9,8 @@ back. Hidden states at padded positions are zeros here, where the plain model le
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from bertwb.model.bert import BertModel, Block
@@ -40,15 +42,56 @@ def packed_block(block: Block, x: torch.Tensor, real: torch.Tensor, B: int, T: i
     """`Block.forward` on packed tokens (N, H): the same post-LN layer, attention through the padded layout."""
     attn = block.attn
     H = x.size(-1)
-    A, d = attn.num_heads, H // attn.num_heads
+    where = (real // T, real % T, B, T, attn.num_heads)  # each real token's sequence and position
 
-    def heads(values: torch.Tensor) -> torch.Tensor:
-        # (N, H) -> (B*T, H) with zeros at padding -> (B, T, A, d) -> (B, A, T, d)
-        padded = values.new_zeros(B * T, H).index_copy_(0, real, values)
-        return padded.view(B, T, A, d).transpose(1, 2)
-
-    y = attn.attend(heads(attn.query(x)), heads(attn.key(x)), heads(attn.value(x)), attn_mask,
+    y = attn.attend(_ToHeads.apply(attn.query(x), *where), _ToHeads.apply(attn.key(x), *where),
+                    _ToHeads.apply(attn.value(x), *where), attn_mask,
                     attn.attention_dropout if attn.training else 0.0)  # (B, A, T, d)
-    y = y.transpose(1, 2).reshape(B * T, H).index_select(0, real)  # (B, A, T, d) -> (B*T, H) -> (N, H)
+    y = _FromHeads.apply(y, *where).view(-1, H)  # (B, A, T, d) -> (N, H)
     x = block.attn_norm(x + block.dropout(attn.proj(y)))
     return block.ffn_norm(x + block.dropout(block.ffn(x)))
+
+
+def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, B: int, T: int, A: int) -> torch.Tensor:
+    """Packed (N, H) -> (B, A, T, d) with zeros at padding, written in that layout in one pass: attention's
+    batched matmuls read it as it is, where a (B, T, A, d) tensor transposed would be copied first."""
+    N, H = values.shape
+    heads = values.new_zeros(B, A, T, H // A)
+    heads.transpose(1, 2)[rows, cols] = values.view(N, A, H // A)  # token n -> [rows[n], :, cols[n], :]
+    return heads
+
+
+def _gather(heads: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """(B, A, T, d) -> the real tokens' (N, A, d), heads side by side: `_scatter` undone."""
+    return heads.transpose(1, 2)[rows, cols]
+
+
+class _ToHeads(torch.autograd.Function):
+    """Packed tokens into attention's layout (`_scatter`); the gradient back by `_gather`."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, B: int, T: int,
+                A: int) -> torch.Tensor:
+        ctx.save_for_backward(rows, cols)
+        return _scatter(values, rows, cols, B, T, A)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, cols = ctx.saved_tensors
+        return _gather(grad, rows, cols).reshape(rows.numel(), -1), None, None, None, None, None
+
+
+class _FromHeads(torch.autograd.Function):
+    """Attention's output back to packed tokens (N, A, d) (`_gather`); the gradient by `_scatter`."""
+
+    @staticmethod
+    def forward(ctx: Any, heads: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, B: int, T: int,
+                A: int) -> torch.Tensor:
+        ctx.save_for_backward(rows, cols)
+        ctx.sizes = (B, T, A)
+        return _gather(heads, rows, cols)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, cols = ctx.saved_tensors
+        return _scatter(grad.reshape(rows.numel(), -1), rows, cols, *ctx.sizes), None, None, None, None, None
