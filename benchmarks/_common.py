@@ -1,11 +1,13 @@
-"""What every benchmark shares: the CPU's name, a GPU's bf16 peak, peak-RSS measurement of a command, the
-report file."""
+"""What every benchmark shares: the CPU's name, a GPU's bf16 peak, peak-RSS measurement of a command (which
+dies with the benchmark), the report file."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -59,11 +61,23 @@ def bf16_peak_tflops(device_name: str) -> float | None:
     return next((peak for pattern, peak in BF16_PEAK_TFLOPS if re.search(pattern, device_name)), None)
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec (``preexec_fn``): have Linux send it SIGTERM when the benchmark that
+    started it dies, so that a stopped benchmark does not leave a training run loading the next one. bertwb
+    takes SIGTERM as a stop: it saves a checkpoint and exits. Nothing off Linux."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run_with_peak_rss(command: list[str], cwd: Path | None = None, every_s: float = 0.02,
                       env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``command``; return (seconds, peak RSS in MB of it and its children). Exits if it fails."""
     started = time.perf_counter()
-    process = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = psutil.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           preexec_fn=die_with_parent)
     peak = 0
     while process.poll() is None:
         try:
@@ -206,7 +220,7 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> floa
 def run_bertwb(project: Path, *args: str) -> str:
     """``bertwb ARGS`` run in ``project`` with this checkout's code; its stdout. Exits with its output if it fails."""
     result = subprocess.run([sys.executable, "-m", "bertwb", *args], cwd=project, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=die_with_parent)
     if result.returncode != 0:
         sys.exit(f"bertwb {' '.join(args)} in {project} failed:\n{result.stdout}\n{result.stderr}")
     return result.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -796,3 +797,33 @@ def test_the_embedding_scale_benchmark_embeds_each_size_as_a_whole_command(tmp_p
     assert [row[0] for row in rows] == ["| 5", "| 20"] and all(float(row[2].replace(",", "")) > 0 for row in rows)
     assert re.search(r"Peak memory at 20 sentences is \*\*\d+\.\d\d×\*\* that at 5\.", result.stdout)
     assert benchmark_records() == before  # --no-append
+
+
+def test_a_command_a_benchmark_runs_dies_with_the_benchmark(tmp_path):
+    """A benchmark killed mid-run must not leave its bertwb child training and loading the next measurement."""
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    benchmark = ("import sys; sys.path.insert(0, {bench!r}); from _common import run_with_peak_rss; "
+                 "run_with_peak_rss([sys.executable, '-c', {child!r}])").format(
+                     bench=str(REPO / "benchmarks"), child=child)
+    parent = subprocess.Popen([PYTHON, "-c", benchmark])
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    assert psutil.pid_exists(pid)
+    parent.kill()
+    parent.wait()
+    for _ in range(100):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        psutil.Process(pid).kill()
+        raise AssertionError("the benchmark's child outlived it by 10 s")
