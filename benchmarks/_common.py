@@ -20,13 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def cpu_model() -> str:
     """The CPU's model name (platform.processor() is often empty on Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from bertwb.cpuinfo import field  # noqa: PLC0415 - bertwb's one /proc/cpuinfo reader
+
+    return field("model name") or platform.processor() or platform.machine()
 
 
 # The CPU flags of matrix and vector units a benchmark's reader needs to place its numbers (bf16's above all).
@@ -35,11 +31,9 @@ MATRIX_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "am
 
 def cpu_matrix_flags() -> list[str]:
     """Which of `MATRIX_FLAGS` this CPU's ``/proc/cpuinfo`` names, in that order (none off Linux)."""
-    try:
-        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), [])
-    except OSError:
-        flags = []
+    from bertwb.cpuinfo import field  # noqa: PLC0415
+
+    flags = field("flags").split()
     return [flag for flag in MATRIX_FLAGS if flag in flags]
 
 

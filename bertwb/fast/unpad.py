@@ -30,19 +30,21 @@ class UnpaddedBertModel(BertModel):
         attn_mask = attention_mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T): True = attend
         x = self.embeddings(input_ids, token_type_ids)
         packed = x.reshape(B * T, -1).index_select(0, real)  # (B, T, H) -> (N, H)
+        positions = (real // T, real % T)  # each real token's sequence and place in it, for every block
         for block in self.layers:
-            packed = packed_block(block, packed, real, B, T, attn_mask)
+            packed = packed_block(block, packed, positions, B, T, attn_mask)
         x = packed.new_zeros(B * T, packed.size(-1)).index_copy_(0, real, packed).view(B, T, -1)  # (N, H) -> (B, T, H)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
 
 
-def packed_block(block: Block, x: torch.Tensor, real: torch.Tensor, B: int, T: int,
+def packed_block(block: Block, x: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor], B: int, T: int,
                  attn_mask: torch.Tensor) -> torch.Tensor:
-    """`Block.forward` on packed tokens (N, H): the same post-LN layer, attention through the padded layout."""
+    """`Block.forward` on packed tokens (N, H), whose ``positions`` are (sequence, place) index pairs (N,) each:
+    the same post-LN layer, attention through the padded layout."""
     attn = block.attn
     H = x.size(-1)
-    where = (real // T, real % T, B, T, attn.num_heads)  # each real token's sequence and position
+    where = (*positions, B, T, attn.num_heads)
 
     y = attn.attend(_ToHeads.apply(attn.query(x), *where), _ToHeads.apply(attn.key(x), *where),
                     _ToHeads.apply(attn.value(x), *where), attn_mask,
