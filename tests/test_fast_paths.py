@@ -2,7 +2,8 @@
 
 * attention with dropout (`fast.attention.attention_with_dropout`) against plain softmax attention, with
   and without a padding mask: the same dropout masks from the same seed, the same gradients;
-* the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed;
+* the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed; its
+  residual sum (`fast.dropout.residual_dropout`) against ``x + dropout(y)``;
 * the oneDNN Linear (`fast.linear.OneDnnLinear`) against ``F.linear``: outputs and the three gradients, through
   oneDNN in fp32 on CPU and through ``F.linear`` under autocast, in float64 and with oneDNN switched off;
 * the MLM head's (V, n) output layout (`fast.mlm.TransposedMLMHead`) against the plain (n, V) one;
@@ -29,7 +30,7 @@ from bertwb.data.pair_batches import PairBatch
 from bertwb.fast.attention import attention_with_dropout
 from bertwb.fast import linear as fast_linear
 from bertwb.fast import mlm as fast_mlm
-from bertwb.fast.dropout import dropout
+from bertwb.fast.dropout import dropout, residual_dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks import losses
@@ -128,6 +129,31 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     assert not torch.equal(dropout(x, 0.1), y)
     assert dropout(x, 0.0) is x and dropout(x, 0.1, training=False) is x
     assert (dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_dropout_is_the_sum_with_dropout_s_decisions(dtype):
+    """x + dropout(y) in one function, as the packed encoder takes its residual sums: the same elements dropped
+    from the same seed as `dropout`, the same scale, the gradient whole to x and masked to y, in y's dtype."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 70, generator=gen).requires_grad_()
+    y = (torch.rand(300, 70, generator=gen) + 0.5).to(dtype).requires_grad_()
+    grad = torch.randn(300, 70, generator=gen)
+    torch.manual_seed(5)
+    ours = residual_dropout(x, y, 0.2)
+    ours_grads = torch.autograd.grad(ours, (x, y), grad)
+    torch.manual_seed(5)
+    theirs = x + dropout(y, 0.2)
+    theirs_grads = torch.autograd.grad(theirs, (x, y), grad)
+    assert ours.dtype == theirs.dtype == torch.float32
+    assert abs((ours.detach() == x.detach()).float().mean().item() - 0.2) < 0.01  # a fifth of y dropped
+    tolerance = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}  # theirs rounds y · scale to bf16
+    torch.testing.assert_close(ours, theirs, **tolerance)
+    assert ours_grads[1].dtype == dtype
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(a, b, **tolerance)
+    assert torch.equal(residual_dropout(x, y, 0.2, training=False), x + y)
+    assert torch.equal(residual_dropout(x, y, 0.0), x + y)
 
 
 def _count_onednn_products(monkeypatch) -> list[tuple[int, ...]]:
