@@ -461,12 +461,16 @@ def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
         torch.testing.assert_close(ours, theirs, atol=2e-6, rtol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("packs", [True, False])
 @pytest.mark.parametrize("kind", ["pretraining", "question_answering", "token_classification"])
-def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_real_tokens(kind):
-    """`fast.unpad` runs the blocks on a padded batch's real tokens only: every real position's output and every
-    parameter's gradient is the plain model's (without dropout, whose draws follow the tensors' shapes); a batch
-    without padding takes the plain path untouched."""
+def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_real_tokens(kind, packs, monkeypatch):
+    """`fast.unpad` runs the blocks on a padded batch's real tokens only (or, with little padding, on every
+    position): every real position's output and every parameter's gradient is the plain model's (without dropout,
+    whose draws follow the tensors' shapes); a batch without padding takes the plain path untouched."""
+    from bertwb.fast import unpad
     from bertwb.model.heads import new_model
+
+    monkeypatch.setattr(unpad, "PACK_ABOVE", 0.0 if packs else 1.0)
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
@@ -488,3 +492,24 @@ def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_rea
             torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
     with torch.no_grad():  # no padding: the plain forward itself
         torch.testing.assert_close(plain.bert(ids[:1], types[:1])[0], unpadded.bert(ids[:1], types[:1])[0])
+        torch.testing.assert_close(plain.bert(ids[:1], types[:1])[0], unpadded.bert(ids[:1], types[:1], mask[:1])[0])
+
+
+def test_the_encoder_packs_a_batch_only_above_its_share_of_padding(monkeypatch):
+    """Packing the real tokens costs gathers and scatters in every block; below `PACK_ABOVE` padding (on the QA
+    sets, nearly every batch) the blocks run on every position, and attention gets no padding bias at all when
+    nothing is padded."""
+    from bertwb.fast import unpad
+    from bertwb.model.heads import new_model
+
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64)
+    model = fast.install(new_model(config, "question_answering"))
+    seen = []
+    monkeypatch.setattr(unpad, "packed_block", lambda block, x, positions, B, T, mask: seen.append(
+        (positions is not None, mask is not None, x.size(0))) or x)
+    ids = torch.randint(5, VOCAB, (4, 25))
+    for padded in (0, 4, 5):  # of 100 positions; PACK_ABOVE is 0.04
+        mask = torch.ones(4, 25, dtype=torch.long)
+        mask[0, 25 - padded:] = 0
+        model.bert(ids, None, mask)
+    assert seen == [(False, False, 100), (False, True, 100), (True, True, 95)]

@@ -1,10 +1,10 @@
 """The encoder on a padded batch without computing the padding: every Linear, LayerNorm and GELU runs on the
 batch's real tokens only, packed into one (N, H) matrix; attention alone sees the padded (B, A, T, d) layout.
 
-Random batches (what fine-tuning draws) of mixed lengths are a third padding on QA data built from short
-and long contexts; the Linear layers are ~95% of a 128-token BERT layer's FLOPs, so this gives that third
-back. Hidden states at padded positions are zeros here, where the plain model leaves values nothing reads
-(losses and decoders mask padding); every real position is the plain model's up to float rounding.
+Random batches of mixed lengths are a third padding on QA data of short and long contexts; the Linear layers are
+~95% of a 128-token layer's FLOPs, so packing gives that third back. Below `PACK_ABOVE` padding the gathers cost
+more than the padded rows, and every position runs. Padded positions' hidden states are zeros when packed, else
+values nothing reads (losses and decoders mask padding); each residual sum takes its dropout in one pass.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from typing import Any
 
 import torch
 
+from bertwb.fast.dropout import residual_dropout
 from bertwb.model.bert import BertModel, Block
+
+
+PACK_ABOVE = 0.04  # the share of padded positions above which packing pays (benchmarks/log/2026-11.md)
 
 
 class UnpaddedBertModel(BertModel):
@@ -27,31 +31,42 @@ class UnpaddedBertModel(BertModel):
             token_type_ids = torch.zeros_like(input_ids)
         B, T = input_ids.shape
         real = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of the real tokens
-        attn_mask = attention_mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T): True = attend
+        padding = B * T - real.numel()
+        # (B, T) -> (B, 1, 1, T): True = attend; None when nothing is padded, so attention adds no bias
+        attn_mask = attention_mask.bool()[:, None, None, :] if padding else None
         x = self.embeddings(input_ids, token_type_ids)
-        packed = x.reshape(B * T, -1).index_select(0, real)  # (B, T, H) -> (N, H)
-        positions = (real // T, real % T)  # each real token's sequence and place in it, for every block
-        for block in self.layers:
-            packed = packed_block(block, packed, positions, B, T, attn_mask)
-        x = packed.new_zeros(B * T, packed.size(-1)).index_copy_(0, real, packed).view(B, T, -1)  # (N, H) -> (B, T, H)
+        if padding <= PACK_ABOVE * B * T:  # packing would cost more than the padded rows: every position runs
+            x = x.reshape(B * T, -1)
+            for block in self.layers:
+                x = packed_block(block, x, None, B, T, attn_mask)
+            x = x.view(B, T, -1)
+        else:
+            packed = x.reshape(B * T, -1).index_select(0, real)  # (B, T, H) -> (N, H)
+            positions = (real // T, real % T)  # each real token's sequence and place in it, for every block
+            for block in self.layers:
+                packed = packed_block(block, packed, positions, B, T, attn_mask)
+            x = packed.new_zeros(B * T, packed.size(-1)).index_copy_(0, real, packed)  # (N, H) -> (B·T, H)
+            x = x.view(B, T, -1)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
         return x, pooled
 
 
-def packed_block(block: Block, x: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor], B: int, T: int,
-                 attn_mask: torch.Tensor) -> torch.Tensor:
-    """`Block.forward` on packed tokens (N, H), whose ``positions`` are (sequence, place) index pairs (N,) each:
-    the same post-LN layer, attention through the padded layout."""
+def packed_block(block: Block, x: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor] | None, B: int, T: int,
+                 attn_mask: torch.Tensor | None) -> torch.Tensor:
+    """`Block.forward` on packed tokens (N, H), whose ``positions`` are (sequence, place) index pairs (N,) each, or
+    (None) on all B·T positions: the same post-LN layer, attention through the padded layout."""
     attn = block.attn
-    H = x.size(-1)
-    where = (*positions, B, T, attn.num_heads)
-
-    y = attn.attend(_ToHeads.apply(attn.query(x), *where), _ToHeads.apply(attn.key(x), *where),
-                    _ToHeads.apply(attn.value(x), *where), attn_mask,
-                    attn.attention_dropout if attn.training else 0.0)  # (B, A, T, d)
-    y = _FromHeads.apply(y, *where).view(-1, H)  # (B, A, T, d) -> (N, H)
-    x = block.attn_norm(x + block.dropout(attn.proj(y)))
-    return block.ffn_norm(x + block.dropout(block.ffn(x)))
+    if positions is None:  # every position: the tokens are the batch (B, T, H), attention the module's own
+        y = attn(x.view(B, T, -1), attn_mask).view(x.shape)
+    else:
+        where = (*positions, B, T, attn.num_heads)
+        heads = attn.attend(_ToHeads.apply(attn.query(x), *where), _ToHeads.apply(attn.key(x), *where),
+                            _ToHeads.apply(attn.value(x), *where), attn_mask,
+                            attn.attention_dropout if attn.training else 0.0)  # (B, A, T, d)
+        y = attn.proj(_FromHeads.apply(heads, *where).view(x.shape))  # (B, A, T, d) -> (N, H)
+    p = block.dropout.p if block.training else 0.0
+    x = block.attn_norm(residual_dropout(x, y, p))
+    return block.ffn_norm(residual_dropout(x, block.ffn(x), p))
 
 
 def _scatter(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, B: int, T: int, A: int) -> torch.Tensor:
