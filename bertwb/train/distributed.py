@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from typing import Any, Callable
 
 import torch
 
 from bertwb.errors import BertwbError
 from bertwb.train.device import resolve_device
+
+
+GIL_FREE_WAIT = 0.05  # seconds in which gloo's threads can take the GIL before the group goes (`Dist.close`)
 
 
 class Dist:
@@ -89,7 +93,15 @@ class Dist:
             torch.distributed.barrier(group=self.control)
 
     def close(self) -> None:
+        """Leave the process group, after `GIL_FREE_WAIT` seconds without the GIL.
+
+        gloo's worker threads drop a finished collective's tensors themselves, which takes the GIL. When an
+        exception (Ctrl-C) keeps the DDP model alive in its traceback until the CLI catches it, the model's
+        reducer drops the last reference to the group there, and the group's destructor joins those threads
+        while holding the GIL: if one still waits for it, neither moves (seen twice in the two-node test).
+        The wait lets them finish first."""
         if self.enabled and torch.distributed.is_initialized():
+            time.sleep(GIL_FREE_WAIT)
             torch.distributed.destroy_process_group()
 
 
