@@ -472,6 +472,13 @@ def test_the_parity_sides_take_turns_by_seed_so_one_repeat_runs_alternate_too(mo
     assert first_trained(1234, 3) == ["bertwb", "transformers", "bertwb"]
     assert first_trained(1234, 1) + first_trained(1235, 1) == ["bertwb", "transformers"]
 
+    # seconds are the mean over repeats (the speed-up: a ratio of summed times), each repeat's training time kept
+    taken = iter([10.0, 30.0, 1.0, 1.0, 20.0, 40.0, 1.0, 1.0, 60.0, 90.0, 1.0, 1.0])  # both train, both predict
+    monkeypatch.setattr(finetune_parity, "run_with_peak_rss", lambda command, cwd: (next(taken), 10.0))
+    times, _ = finetune_parity.run_sides(sides, 3, lambda side: {"f1": 1.0}, ("bertwb", "transformers"), 1234)
+    assert times["bertwb"]["train_runs"] == [10.0, 40.0, 60.0] and times["bertwb"]["train"] == 110.0 / 3
+    assert times["transformers"]["train_runs"] == [30.0, 20.0, 90.0] and times["transformers"]["predict"] == 1.0
+
 
 def test_the_current_results_table_has_short_cells_in_pipeline_order():
     """One row per benchmark and kind of machine, a headline a reader takes in at a glance, a machine, and a
