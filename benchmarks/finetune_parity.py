@@ -34,9 +34,9 @@ Usage: ``python benchmarks/finetune_parity.py --task tag|qa [--squad both|1.1|2.
   training command; prediction time and peak RSS of each command. The sides alternate, an odd seed's
   repeat in the other order, so that load or drift on a shared host hits both alike; seconds are the
   mean over repeats, so the speed-up is the ratio of the sides' summed times (a ratio of medians would pair
-  one seed's run with another's), each seed's own ratio listed beside it. Each repeat trains both sides with the next seed (shuffling and dropout), so the
-  scores are the mean over repeats, with each run's listed: one seed's score swings by a few points on
-  sets this small, more than the gap being judged.
+  one seed's run with another's), each seed's own ratio listed beside it. Each repeat trains both sides with
+  the next seed (shuffling and dropout), so the scores are the mean over repeats, with each run's listed: one
+  seed's score swings by a few points on sets this small, more than the gap being judged.
 * fp32 compute floor (fp32 runs): the matmul FLOPs of training on bertwb's own windows (`training_flops`,
   checked against torch's FLOP counter in the tests) over this machine's fp32 matmul peak: the least time any
   fp32 implementation could train in, so transformers' time over it is the most speed-up fp32 allows here.
@@ -530,7 +530,7 @@ def main() -> None:
         if "transformers" in by_side:
             theirs = by_side["transformers"]
             speedup = ours["examples_per_s"] / theirs["examples_per_s"]  # = their summed time over ours
-            each = ", ".join(f"{t / o:.2f}×" for o, t in zip(ours["train_runs"], theirs["train_runs"]))
+            each = ", ".join(f"{t / o:.2f}×" for o, t in zip(ours["train_runs"], theirs["train_runs"], strict=True))
             gap = ours[main] - theirs[main]
             verdict = (f"* Speed-up: **{speedup:.2f}×** transformers' training examples/s, summed over the seeds "
                        f"(each seed: {each}; target ≥ 1.5×: {'met' if speedup >= 1.5 else 'NOT met'}); "

@@ -88,3 +88,53 @@ def test_a_context_without_tokens_has_no_span_and_no_threshold_answers_it():
     prediction = _decode([[]], [(_logits(0, 1.0, {}), _logits(0, 1.0, {}))], version_2=True)
     assert (prediction["answer"], prediction["best_span"], prediction["no_answer_score"]) == ("", "", NO_SPAN)
     assert prediction["score"] == pytest.approx(1.0)  # [CLS] is the window's only choice
+
+
+def test_transformers_decoding_of_the_same_model_answers_as_bertwb_predict(tmp_path):
+    """Issue #46 asked whether bertwb's QA gap lay in its decoding. One model, two decoders: a model `bertwb finetune`
+    trained, exported to the Hugging Face format and decoded by the parity benchmark's transformers script (its docs'
+    offset mapping, n-best spans across windows, the [CLS] null score) answers every dev question as `bertwb predict`
+    does, on contexts of several windows with unanswerable questions among them. The model is barely trained, so
+    its spans are as good as any: what is compared is the choice among them, not their quality."""
+    transformers = pytest.importorskip("transformers")
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from conftest import PYTHON, REPO, Project
+    from publishedkit import tiny_published_model
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from make_finetune_data import build
+    from test_finetune_data import PROSE
+
+    build({"policy.txt": PROSE * 4}, tmp_path / "data", seed=1, dev_fraction=0.3, context_chars=400)
+    tiny_published_model(tmp_path / "published", transformers, "BertModel")
+    windows = {"max_seq_length": 64, "doc_stride": 24, "max_query_length": 24, "max_answer_length": 30, "n_best": 20}
+    project = Project(tmp_path)
+    project.write_config(yaml.safe_dump({"finetune": {"tasks": {"qa": {
+        "type": "qa", "train": str(tmp_path / "data" / "squad2_train.json"), "init_from": str(tmp_path / "published"),
+        "epochs": 1, "batch_size": 8, "lr": 1e-5, "device": "cpu", "precision": "fp32", **windows}}}}))
+    dev, ours, theirs, exported = (tmp_path / "data" / "squad2_dev.json", tmp_path / "ours.jsonl",
+                                   tmp_path / "theirs.jsonl", tmp_path / "exported")
+    project.run("finetune", "qa")
+    project.run("predict", "qa", str(dev), "--device", "cpu", "-o", str(ours))
+    project.run("export", str(exported), "--checkpoint", str(project.workspace / "finetune" / "qa"))
+    flags = [item for key, value in windows.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+    result = subprocess.run([PYTHON, str(REPO / "benchmarks" / "_hf_finetune.py"), "predict", "qa", "--model",
+                             str(exported), "--input", str(dev), "--out", str(theirs), "--version-2", *flags],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    ours_by_id = {row["id"]: row for row in map(json.loads, ours.read_text().splitlines())}
+    theirs_by_id = {row["id"]: row for row in map(json.loads, theirs.read_text().splitlines())}
+    assert ours_by_id.keys() == theirs_by_id.keys() and len(ours_by_id) >= 10
+    for field in ("answer", "best_span"):  # the answer, and the best span whatever the null decision
+        differ = {key: (row[field], theirs_by_id[key][field]) for key, row in ours_by_id.items()
+                  if row[field] != theirs_by_id[key][field]}
+        assert differ == {}, field
+    assert sum(bool(row["best_span"]) for row in ours_by_id.values()) > 0.9 * len(ours_by_id)
+    for key, row in ours_by_id.items():  # the null score: the [CLS] logits less the best span's, in both
+        assert row["no_answer_score"] == pytest.approx(theirs_by_id[key]["no_answer_score"], abs=1e-3), key
