@@ -128,6 +128,14 @@ def test_transformers_decoding_of_the_same_model_answers_as_bertwb_predict(tmp_p
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
 
+    import _hf_finetune
+
+    questions = [{"question": qa["question"], "context": paragraph["context"], "impossible": qa["is_impossible"]}
+                 for article in json.loads(dev.read_text())["data"] for paragraph in article["paragraphs"]
+                 for qa in paragraph["qas"]]
+    cut = _hf_finetune.qa_windows(transformers.BertTokenizerFast.from_pretrained(str(exported)), questions, 64, 0,
+                                  doc_stride=24, max_answer_length=30, max_query_length=24)  # bertwb's windows
+    assert len(cut) > 2 * len(questions) and any(q["impossible"] for q in questions)  # what the docstring says
     ours_by_id = {row["id"]: row for row in map(json.loads, ours.read_text().splitlines())}
     theirs_by_id = {row["id"]: row for row in map(json.loads, theirs.read_text().splitlines())}
     assert ours_by_id.keys() == theirs_by_id.keys() and len(ours_by_id) >= 10
