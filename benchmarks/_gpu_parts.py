@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import traceback
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -603,8 +604,15 @@ def ddp_probe(part: Part) -> None:
         version = torch.cuda.nccl.version() if backend == "nccl" else None
         nccl = ".".join(map(str, version)) if isinstance(version, tuple) else version
         part.record(backend=backend, nccl=nccl, steps=steps, loss=loss, world_size=world)
+        # The DDP model goes first, so the group dies inside destroy_process_group, which lets go of the GIL.
+        # Freed after it, by the reducer's dealloc, the group joins gloo's threads under the GIL, and one that
+        # waits for the GIL hangs both (distributed.py, `Dist.close`): CI saw this probe hang past its limit.
+        ddp = weakref.ref(trainer.step_model)
+        del trainer, model
+        gc.collect()
+        check(ddp() is None, "the DDP model outlived its trainer: the process group would be freed under the GIL")
     finally:
-        torch.distributed.destroy_process_group()
+        dist.close()
 
 
 # --- the profiler --------------------------------------------------------------------------------------

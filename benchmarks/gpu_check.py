@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,8 @@ from _gpu_parts import REPO, lock_entries
 
 PARTS_SCRIPT = Path(__file__).resolve().parent / "_gpu_parts.py"
 LOG_TAIL_LINES = 40
+HUNG_TAIL_LINES = 120  # a timed-out part's tail: the stacks of every thread of every Python process it had
+STACKS_WAIT_S = 0.5  # after each SIGABRT that makes one of its processes print its stacks, before the next
 LOG_CAP_BYTES = 2_000_000  # of each part's log in logs.txt: the device returns files of at most 16 MiB
 
 
@@ -44,15 +47,17 @@ class Plan:
     optional: bool = False
 
 
+# The dry run's limits catch hangs, not slowness: it runs on 2 CPUs that a test suite shares (CI's torchrun part
+# ran out of its 90 s; it takes 28 s on a quiet machine), so they are several times a quiet run's seconds.
 PLANS = (
     Plan("install", "Install", 90, 60, 20),
     Plan("cuda-tests", "tests/test_cuda.py", 120, 90, 30),
     Plan("steps", "Training steps: bertwb against transformers", 120, 90, 30),
     Plan("data", "Sample corpus → pairs", 60, 60, 15),
-    Plan("cli", "CLI run: interrupt, resume, evaluate, export, transformers load", 150, 120, 40, needs="data"),
-    Plan("torchrun", "torchrun --nproc-per-node 1", 90, 90, 30, needs="data"),
+    Plan("cli", "CLI run: interrupt, resume, evaluate, export, transformers load", 150, 240, 40, needs="data"),
+    Plan("torchrun", "torchrun --nproc-per-node 1", 90, 240, 30, needs="data"),
     Plan("profile", "Profile: top kernels and host overhead", 60, 60, 20),
-    Plan("compile", "Training steps with torch.compile", 200, 90, 60, optional=True),
+    Plan("compile", "Training steps with torch.compile", 200, 180, 60, optional=True),
 )
 # Packages of the runtime lock that the device image lacks and the parts import (KINDS.md's list, 2026-11;
 # it lacks blingfire, pysbd and seqeval too, which no part imports). install reports what is really missing.
@@ -63,7 +68,9 @@ MANYLINUX = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 @dataclass
 class Running:
-    """A part's process, started in a process group of its own so that its limit can end all of it."""
+    """A part's process, started in a process group of its own so that its limit can end all of it. Every
+    Python process in it has faulthandler on (PYTHONFAULTHANDLER), so a hang's SIGABRT prints where each
+    thread of each process stood before it ends, torchrun's workers and the bertwb commands included."""
 
     plan: Plan
     process: subprocess.Popen
@@ -76,21 +83,49 @@ def start_part(plan: Plan, work: Path, dry_run: bool, limit: float) -> Running:
     log = work / f"{plan.name}.log"
     command = [sys.executable, str(PARTS_SCRIPT), plan.name, "--work", str(work), *(["--dry-run"] if dry_run else [])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_no_core_files)
     return Running(plan, process, log, limit, time.perf_counter())
 
 
+def _no_core_files() -> None:
+    """In the part's process before it starts: the SIGABRT of a hang writes no core file."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of process group ``group``, oldest first (from /proc's stat files)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+        except (OSError, IndexError):  # ended while read
+            continue
+        if int(fields[2]) == group:  # state, parent, process group
+            members.append(int(stat.parent.name))
+    return sorted(members)
+
+
 def finish_part(part: Running, work: Path) -> dict[str, Any] | None:
-    """The part's row once it has ended, or None while it runs; past its limit its whole group is killed."""
+    """The part's row once it has ended, or None while it runs; past its limit its whole group gets SIGABRT
+    (each Python process prints its threads' stacks), process by process, and then SIGKILL."""
     seconds = time.perf_counter() - part.started
     code = part.process.poll()
     if code is None and seconds <= part.limit:
         return None
     if code is None:
-        os.killpg(part.process.pid, signal.SIGKILL)  # torchrun's workers and any bertwb command with it
+        for pid in group_members(part.process.pid):  # one at a time, so that their stacks do not interleave
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                continue
+            time.sleep(STACKS_WAIT_S)
+        try:
+            os.killpg(part.process.pid, signal.SIGKILL)  # torchrun's workers and any bertwb command with it
+        except ProcessLookupError:  # all of it ended at the SIGABRTs
+            pass
         part.process.wait()
     plan = part.plan
     path = work / f"{plan.name}.json"
@@ -108,7 +143,7 @@ def finish_part(part: Running, work: Path) -> dict[str, Any] | None:
            "markdown": result.get("markdown", ""), "log_tail": ""}
     if status in ("failed", "timed out"):
         lines = part.log.read_text(encoding="utf-8", errors="replace").splitlines()
-        row["log_tail"] = "\n".join(lines[-LOG_TAIL_LINES:])
+        row["log_tail"] = "\n".join(lines[-(HUNG_TAIL_LINES if code is None else LOG_TAIL_LINES):])
     return row
 
 

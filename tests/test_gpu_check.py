@@ -112,7 +112,8 @@ else:
 
 
 def test_a_hung_or_crashed_part_costs_only_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A hang is killed at its limit with its whole process group, keeping what it had recorded; a crash is
+    """A hang is killed at its limit with its whole process group, keeping what it had recorded and showing
+    where each of its processes stood; a crash is
     failed with its log's tail; a part that needs a failed one is skipped; the rest still run; the budget
     skips what no longer fits."""
     script = tmp_path / "fake_parts.py"
@@ -132,6 +133,9 @@ def test_a_hung_or_crashed_part_costs_only_itself(tmp_path: Path, monkeypatch: p
     hang, crash = parts["hang"], parts["crash"]
     assert hang["reason"] == "killed at its limit of 2 s" and 2 <= hang["seconds"] < 10
     assert "hang starts" in hang["log_tail"] and hang["headline"] == "hang headline"  # what it had recorded
+    # before the kill, each Python process of the part printed where it stood: the part and its child
+    assert hang["log_tail"].count("Fatal Python error: Aborted") == 2, hang["log_tail"]
+    assert 'fake_parts.py", line 15 in <module>' in hang["log_tail"] and 'File "<string>", line 1' in hang["log_tail"]
     assert crash["reason"] == "exited 1 without a result"
     assert "RuntimeError: a crash before any result" in crash["log_tail"]
     assert parts["after"]["reason"] == "needs the crash part, which is failed"
