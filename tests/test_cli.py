@@ -255,3 +255,27 @@ def test_init_writes_a_config_that_loads_to_the_defaults(tmp_path):
     assert cfg.pairs.masked_lm_prob == 0.15 and cfg.finetune.lr == 5e-5  # BERT's own recipe
     again = CliRunner().invoke(cli, ["init", str(tmp_path)])
     assert again.exit_code == 1 and "already exists; pass --force" in again.output
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0), (["bogus"], 2),
+                                        (["status", "--config", "/nonexistent.yaml"], 1)])
+def test_the_entry_point_freezes_the_collector_as_the_command_ends(args: list[str], code: int,
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    """`main`, the process's entry point, leaves the exit's garbage collections nothing to walk (gc.freeze),
+    whatever the command's exit code, which it keeps; `cli` called in-process (tests, scripts) freezes nothing."""
+    import gc
+    import sys
+
+    import bertwb.cli as entry
+
+    monkeypatch.setattr(entry.memory, "reexec_with_malloc_tunables", lambda: None)  # no re-exec of pytest
+    monkeypatch.setattr(entry.memory, "bound_kernel_cache", lambda: [])  # nor settings in its environment
+    monkeypatch.setattr(sys, "argv", ["bertwb", *args])
+    gc.unfreeze()
+    try:
+        assert CliRunner().invoke(cli, args).exit_code == code and gc.get_freeze_count() == 0
+        with pytest.raises(SystemExit) as ended:
+            entry.main()
+        assert ended.value.code == code and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
