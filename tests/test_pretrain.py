@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -494,6 +495,49 @@ def _close_rank(rank: int, port: int, out: str) -> None:
     dist.close()
     Path(out, f"{rank}.json").write_text(json.dumps(
         {"dynamo_before": dynamo_before, "open": open_threads, "closed": _gloo_threads()}))
+
+
+def _interrupted_rank(rank: int, port: int, out: str) -> None:
+    """Both ranks train a DDP model in `launch`; rank 0's stage is then interrupted (Ctrl-C) with the model
+    still a local of its frame. What is left of the group while the exception is still held is recorded."""
+    from bertwb.train.distributed import launch  # noqa: PLC0415
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                      LOCAL_RANK=str(rank))
+
+    def train(plan: object, dist: Dist) -> None:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        model(torch.ones(2, 4)).sum().backward()
+
+    def stages(session: Any) -> None:
+        session.send_plan("train")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        model(torch.ones(2, 4)).sum().backward()
+        raise KeyboardInterrupt  # as the trainer raises it after its checkpoint
+
+    try:
+        launch(stages, train, "cpu", "--device")
+        interrupted = False
+    except KeyboardInterrupt:  # the exception and its traceback are alive here, as in the CLI's handler
+        interrupted = True
+        left = _gloo_threads()
+    else:
+        left = _gloo_threads()
+    Path(out, f"{rank}.json").write_text(json.dumps({"interrupted": interrupted, "left": left}))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
+def test_an_interrupted_stage_leaves_no_process_group_behind_while_its_exception_is_handled(tmp_path: Path):
+    """Kept by the traceback's frames, rank 0's DDP model kept the gloo group alive past `Dist.close` until the
+    CLI dropped the exception; the group then died under the GIL, which hung the two-node test twice. `launch`
+    frees the failed stage's locals first: inside the handler, no gloo thread is left on either rank."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    torch.multiprocessing.spawn(_interrupted_rank, args=(port, str(tmp_path)), nprocs=2)
+    results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["interrupted"] for r in results] == [True, False]
+    assert [r["left"] for r in results] == [[], []], results
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")

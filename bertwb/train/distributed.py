@@ -9,9 +9,11 @@ failed. The other ranks train each plan they receive and never touch the engine.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import time
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -99,7 +101,8 @@ class Dist:
         exception (Ctrl-C) keeps the DDP model alive in its traceback until the CLI catches it, the model's
         reducer drops the last reference to the group there, and the group's destructor joins those threads
         while holding the GIL: if one still waits for it, neither moves (seen twice in the two-node test).
-        The wait lets them finish first."""
+        `launch` now frees a failed stage's locals first (`release_locals`); the wait stays for any other
+        holder, letting the threads finish first."""
         if self.enabled and torch.distributed.is_initialized():
             time.sleep(GIL_FREE_WAIT)
             torch.distributed.destroy_process_group()
@@ -140,5 +143,20 @@ def launch(run_stages: Callable[[Session], Any], train_received_plan: Callable[[
         while (plan := dist.broadcast(None)) is not None:
             train_received_plan(plan, dist)
         return None
+    except BaseException as failed:  # Ctrl-C, an error: the stage's frames are done, their locals can go
+        if dist.enabled:
+            release_locals(failed)
+        raise
     finally:
         dist.close()
+
+
+def release_locals(failed: BaseException) -> None:
+    """Free the locals of the finished frames ``failed``'s traceback holds, before the process group is destroyed.
+
+    A failed stage's frames hold its trainer, whose DDP model holds the group: kept alive by the exception until
+    the CLI drops it, the group was then freed by the model's reducer under the GIL, and its destructor joined
+    gloo's threads while one of them waited for the GIL (`Dist.close`). Freed here, the model goes first and the
+    group dies inside destroy_process_group, which releases the GIL. The traceback keeps its files and lines."""
+    traceback.clear_frames(failed.__traceback__)  # frames still running (this one, the caller's) are skipped
+    gc.collect()  # the trainer's own reference cycles
