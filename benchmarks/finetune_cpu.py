@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from bertwb import fast  # noqa: E402
 from bertwb.data.batching import Batches  # noqa: E402
 from bertwb.data.tokenizer import build_tokenizer  # noqa: E402
-from bertwb.memory import reexec_with_malloc_tunables  # noqa: E402
+from bertwb.memory import bound_kernel_cache, reexec_with_malloc_tunables  # noqa: E402
 from bertwb.model.bert import BertConfig  # noqa: E402
 from bertwb.model.heads import BertForSequenceClassification  # noqa: E402
 from bertwb.model.hf_names import hf_config_of, to_hf_state_dict  # noqa: E402
@@ -159,6 +159,7 @@ def main() -> None:
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     reexec_with_malloc_tunables([sys.executable, __file__, *sys.argv[1:]])  # as `bertwb finetune`, both sides
+    bound_kernel_cache()  # torch's CPU kernel caches bounded as every bertwb command bounds them; both sides
     import transformers
 
     torch.set_num_threads(args.threads)

@@ -69,7 +69,7 @@ from bertwb.tasks.pretraining.flops import useful_flops_per_pair  # noqa: E402
 from bertwb.tasks.pretraining.objective import PretrainingObjective  # noqa: E402
 from bertwb.train.device import choose_precision  # noqa: E402
 from bertwb.train.trainer import Trainer  # noqa: E402
-from bertwb.memory import keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
+from bertwb.memory import bound_kernel_cache, keep_freed_memory, reexec_with_malloc_tunables  # noqa: E402
 
 SHAPES = {"L4 H256": {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "intermediate_size": 1024},
           "L2 H128": {"num_layers": 2, "hidden_size": 128, "num_heads": 2, "intermediate_size": 512}}  # --tiny
@@ -192,6 +192,7 @@ def main() -> None:
     if not precisions or any(p not in PRECISIONS for p in precisions):
         parser.error(f"--precision {args.precision!r}: give fp32, bf16 or fp32,bf16")
     reexec_with_malloc_tunables([sys.executable, __file__, *sys.argv[1:]])  # as `bertwb pretrain`, both sides
+    bound_kernel_cache()  # torch's CPU kernel caches bounded as every bertwb command bounds them; both sides
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as `bertwb pretrain` does on CPU; process-wide, so both sides run with it
     host = machine()
