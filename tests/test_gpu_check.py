@@ -115,9 +115,8 @@ else:
 
 def test_a_hung_or_crashed_part_costs_only_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A hang is killed at its limit with its whole process group, keeping what it had recorded and showing
-    where each of its processes stood; a crash is
-    failed with its log's tail; a part that needs a failed one is skipped; the rest still run; the budget
-    skips what no longer fits."""
+    where each of its processes stood; a crash is failed with its log's tail; a part that needs a failed one
+    is skipped; the rest still run; the budget skips what no longer fits."""
     script = tmp_path / "fake_parts.py"
     script.write_text(FAKE_PARTS)
     monkeypatch.setattr(gpu_check, "PARTS_SCRIPT", script)

@@ -515,9 +515,9 @@ def _interrupted_rank(rank: int, port: int, out: str) -> None:
         model(torch.ones(2, 4)).sum().backward()
         raise KeyboardInterrupt  # as the trainer raises it after its checkpoint
 
+    interrupted = False
     try:
         launch(stages, train, "cpu", "--device")
-        interrupted = False
     except KeyboardInterrupt:  # the exception and its traceback are alive here, as in the CLI's handler
         interrupted = True
         left = _gloo_threads()

@@ -101,8 +101,8 @@ class Dist:
         exception (Ctrl-C) keeps the DDP model alive in its traceback until the CLI catches it, the model's
         reducer drops the last reference to the group there, and the group's destructor joins those threads
         while holding the GIL: if one still waits for it, neither moves (seen twice in the two-node test).
-        `launch` now frees a failed stage's locals first (`release_locals`); the wait stays for any other
-        holder, letting the threads finish first."""
+        `launch` frees a failed stage's locals before this (`release_locals`); the wait stays for any other
+        holder of the group, letting the threads finish first."""
         if self.enabled and torch.distributed.is_initialized():
             time.sleep(GIL_FREE_WAIT)
             torch.distributed.destroy_process_group()
