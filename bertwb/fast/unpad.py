@@ -25,18 +25,16 @@ class UnpaddedBertModel(BertModel):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if attention_mask is None:
-            return super().forward(input_ids, token_type_ids, attention_mask)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         B, T = input_ids.shape
-        real = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of the real tokens
-        padding = B * T - real.numel()
+        real = None if attention_mask is None else attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,) flat
+        padding = 0 if real is None else B * T - real.numel()  # positions of the real tokens, and the rest
         # (B, T) -> (B, 1, 1, T): True = attend; None when nothing is padded, so attention adds no bias
         attn_mask = attention_mask.bool()[:, None, None, :] if padding else None
         x = self.embeddings(input_ids, token_type_ids).reshape(B * T, -1)
         positions = None  # at or under PACK_ABOVE padding every position runs: packing would cost more
-        if padding > PACK_ABOVE * B * T:
+        if real is not None and padding > PACK_ABOVE * B * T:
             x = x.index_select(0, real)  # (B·T, H) -> (N, H)
             positions = (real // T, real % T)  # each real token's sequence and place in it, for every block
         for block in self.layers:
