@@ -2,8 +2,9 @@
 
 * attention with dropout (`fast.attention.attention_with_dropout`) against plain softmax attention, with
   and without a padding mask: the same dropout masks from the same seed, the same gradients;
-* the packed dropout (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a seed; its
-  residual sum (`fast.dropout.residual_dropout`) against ``x + dropout(y)``;
+* the dropout drawn as positions (`fast.dropout.dropout`): its drop rate, scale, gradient and determinism under a
+  seed; the positions' independence (`dropped_positions`); its residual sum (`fast.dropout.residual_dropout`)
+  against ``x + dropout(y)``;
 * the oneDNN Linear (`fast.linear.OneDnnLinear`) against ``F.linear``: outputs and the three gradients, through
   oneDNN in fp32 on CPU and through ``F.linear`` under autocast, in float64 and with oneDNN switched off;
 * the MLM head's (V, n) output layout (`fast.mlm.TransposedMLMHead`) against the plain (n, V) one;
@@ -30,7 +31,7 @@ from bertwb.data.pair_batches import PairBatch
 from bertwb.fast.attention import attention_with_dropout
 from bertwb.fast import linear as fast_linear
 from bertwb.fast import mlm as fast_mlm
-from bertwb.fast.dropout import dropout, residual_dropout
+from bertwb.fast.dropout import dropout, dropped_positions, residual_dropout
 from bertwb.fast.mlm import VocabCrossEntropy, mlm_loss_sum
 from bertwb.model.bert import BertConfig, BertForPreTraining
 from bertwb.tasks import losses
@@ -119,16 +120,52 @@ def test_dropout_drops_its_share_keeps_the_mean_and_masks_the_gradient():
     y = dropout(x, 0.1)
     dropped = y == 0
     assert abs(dropped.float().mean().item() - 0.1) < 0.002  # 1M draws: ±0.002 is 6.7 standard deviations
-    assert [abs(dropped[:, i::4].float().mean().item() - 0.1) < 0.003 for i in range(4)] == [True] * 4  # each slice
-    torch.testing.assert_close(y[~dropped], x[~dropped] * (32768 / (32768 - 3277)))
-    assert abs(y.mean().item() / x.mean().item() - 1) < 0.003  # expectation kept: the scale matches the rate
+    torch.testing.assert_close(y[~dropped], x[~dropped] / 0.9)  # the exact rate, so the exact scale
+    assert abs(y.mean().item() / x.mean().item() - 1) < 0.003  # expectation kept
     (grad,) = torch.autograd.grad(y.sum(), x)
-    torch.testing.assert_close(grad, (~dropped).float() * (32768 / (32768 - 3277)))
+    torch.testing.assert_close(grad, (~dropped).float() / 0.9)
     torch.manual_seed(0)
-    assert torch.equal(dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the masks
+    assert torch.equal(dropout(x, 0.1), y)  # torch's generator decides: a seed repeats the positions
     assert not torch.equal(dropout(x, 0.1), y)
     assert dropout(x, 0.0) is x and dropout(x, 0.1, training=False) is x
-    assert (dropout(torch.ones(5, 7), 0.9) != 0).sum() < 35  # odd sizes: n not a multiple of 4
+    assert torch.equal(dropout(x.detach(), 1.0), torch.zeros_like(x))
+    transposed = x.detach().t()  # not contiguous: positions count in the tensor's own order, as a mask's would
+    torch.manual_seed(1)
+    ours = dropout(transposed, 0.1)
+    torch.manual_seed(1)
+    assert torch.equal(ours, dropout(transposed.contiguous(), 0.1))
+
+
+@pytest.mark.parametrize("p", [0.02, 0.1, 0.5, 0.7, 0.97])
+def test_dropped_positions_drop_each_element_independently_at_rate_p(p):
+    """Drawn as gaps, the positions must still be independent Bernoulli(p) decisions: the rate, the rate in every
+    stretch (no drift along the tensor), the chance that an element is dropped after a dropped one (no
+    correlation between neighbours), and the lengths of kept runs (geometric); p above ½ draws the kept ones."""
+    torch.manual_seed(int(p * 100))
+    n = 400_000
+    positions = dropped_positions(n, p)
+    assert positions.dtype == torch.int64 and bool((positions[1:] > positions[:-1]).all())  # increasing, distinct
+    assert 0 <= int(positions[0]) and int(positions[-1]) < n
+    drops = torch.zeros(n, dtype=torch.bool).index_fill_(0, positions, True)
+    sd = (p * (1 - p) / n) ** 0.5
+    assert abs(drops.float().mean().item() - p) < 6 * sd
+    quarters = drops.view(4, -1).float().mean(1)
+    assert bool(((quarters - p).abs() < 6 * 2 * sd).all()), quarters
+    after_drop = drops[1:][drops[:-1]].float().mean().item()  # P(drop | the element before was dropped)
+    assert abs(after_drop - p) < 6 * (p * (1 - p) / (n * p)) ** 0.5
+    gaps = torch.diff(positions) - 1  # kept elements between two dropped ones: geometric, P(gap = 0) = p
+    assert abs((gaps == 0).float().mean().item() - p) < 6 * (p * (1 - p) / gaps.numel()) ** 0.5
+    assert abs(gaps.float().mean().item() - (1 - p) / p) < 6 * ((1 - p) / p ** 2 / gaps.numel()) ** 0.5
+
+
+def test_dropped_positions_at_the_edges():
+    assert dropped_positions(0, 0.1).numel() == 0 and dropped_positions(10, 0.0).numel() == 0
+    assert torch.equal(dropped_positions(7, 1.0), torch.arange(7))
+    assert all(bool((dropped_positions(3, 0.4) < 3).all()) for _ in range(200))  # never past the end
+    torch.manual_seed(3)
+    first = dropped_positions(5_000, 0.3)
+    torch.manual_seed(3)
+    assert torch.equal(dropped_positions(5_000, 0.3), first)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -466,7 +503,7 @@ def test_training_step_matches_the_plain_pytorch_step(monkeypatch):
 def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_real_tokens(kind, packs, monkeypatch):
     """`fast.unpad` runs the blocks on a padded batch's real tokens only (or, with little padding, on every
     position): every real position's output and every parameter's gradient is the plain model's (without dropout,
-    whose draws follow the tensors' shapes); a batch without padding takes the plain path untouched."""
+    whose draws follow the tensors' shapes); a batch without padding or without a mask gives the plain outputs."""
     from bertwb.fast import unpad
     from bertwb.model.heads import new_model
 
@@ -498,7 +535,7 @@ def test_unpadded_encoder_gives_the_plain_encoder_s_outputs_and_gradients_on_rea
 def test_the_encoder_packs_a_batch_only_above_its_share_of_padding(monkeypatch):
     """Packing the real tokens costs gathers and scatters in every block; below `PACK_ABOVE` padding (on the QA
     sets, nearly every batch) the blocks run on every position, and attention gets no padding bias at all when
-    nothing is padded."""
+    nothing is padded; a batch without a mask takes the same blocks, whose residual sums take dropout in one pass."""
     from bertwb.fast import unpad
     from bertwb.model.heads import new_model
 
@@ -512,4 +549,5 @@ def test_the_encoder_packs_a_batch_only_above_its_share_of_padding(monkeypatch):
         mask = torch.ones(4, 25, dtype=torch.long)
         mask[0, 25 - padded:] = 0
         model.bert(ids, None, mask)
-    assert seen == [(False, False, 100), (False, True, 100), (True, True, 95)]
+    model.bert(ids, None, None)  # no mask at all (a QA batch of full windows): the same blocks, no bias
+    assert seen == [(False, False, 100), (False, True, 100), (True, True, 95), (False, False, 100)]

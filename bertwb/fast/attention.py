@@ -2,8 +2,8 @@
 
 With dropout, ``F.scaled_dot_product_attention`` on CPU falls back to its math path. This is that path as one
 autograd function: the scale and the padding mask folded into one batched matmul, a plain softmax (a row always
-has a real key), the probabilities dropped with the packed dropout's decisions (a float 0/1 mask multiplied in
-place) and its scale on the output, 1/4 to 1/16 their size. Its backward needs no mask (`_DroppedAttention`).
+has a real key), the probabilities dropped at the positions `bertwb.fast.dropout` draws (zeros written into a
+copy) and its scale on the output, 1/4 to 1/16 their size. Its backward needs no mask (`_DroppedAttention`).
 Without dropout, or off the CPU, it is the plain `SelfAttention.attend`.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bertwb.fast.dropout import dropout_mask
+from bertwb.fast.dropout import dropped_positions
 from bertwb.model.bert import SelfAttention
 
 
@@ -29,7 +29,7 @@ class FastSelfAttention(SelfAttention):
 
 def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
                            dropout_p: float) -> torch.Tensor:
-    """softmax(q kᵀ / √d + mask) with packed dropout, times v: (B, A, T, d) each -> (B, A, T, d).
+    """softmax(q kᵀ / √d + mask) with dropout at `dropped_positions`, times v: (B, A, T, d) each -> (B, A, T, d).
 
     Under autocast q, k and v arrive in its dtype (the Linear layers' outputs) and every step runs in it, as
     autocast runs the plain path's matmuls and softmax."""
@@ -64,8 +64,9 @@ class _DroppedAttention(torch.autograd.Function):
             scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=alpha)  # (G, T, T)
         probs = torch.softmax(scores, dim=-1)
         del scores
-        kept, scale = dropout_mask(probs.shape, p, probs.device, probs.dtype)  # 1 kept, 0 dropped
-        kept.mul_(probs)
+        kept = probs.clone()  # P' = P with zeros at the dropped positions; P itself is kept for backward
+        kept.view(-1).index_fill_(0, dropped_positions(probs.numel(), p, probs.device), 0)
+        scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(q, k, v, probs, kept)
         ctx.alpha, ctx.scale = alpha, scale
         return torch.bmm(kept, v).mul_(scale)  # (P'·scale) v, the scale on the smaller tensor
