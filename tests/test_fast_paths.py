@@ -49,7 +49,7 @@ def _heads(batch=3, heads=2, seq=12, dim=16, seed=0):
 
 
 def _plain_attention(q, k, v, mask, p):
-    """softmax(q kᵀ / √d) over the keys ``mask`` keeps, dropped out by the packed dropout, times v."""
+    """softmax(q kᵀ / √d) over the keys ``mask`` keeps, dropped out by the fast dropout, times v."""
     scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -453,8 +453,8 @@ def _fast_step(model, batch) -> torch.Tensor:
 
 def _plain_step(model, batch, monkeypatch) -> torch.Tensor:
     """The same step in plain PyTorch: plain attention, the plain loss (F.cross_entropy), per-tensor AdamW; dropout
-    with the packed dropout's masks so that both sides drop the same elements."""
-    # the packed dropout, and the unpadded encoder (its own test holds it to the plain one) so that dropout draws
+    at the fast dropout's positions so that both sides drop the same elements."""
+    # the fast dropout, and the unpadded encoder (its own test holds it to the plain one) so that dropout draws
     # over the same real tokens on both sides
     fast.install(model, pieces=("dropout", "unpad"))
     monkeypatch.setattr(type(model.bert.layers[0].attn), "attend",
