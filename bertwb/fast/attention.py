@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bertwb.fast.dropout import dropped_positions
+from bertwb.fast.dropout import dropped_positions, keep_scale
 from bertwb.model.bert import SelfAttention
 
 
@@ -66,7 +66,7 @@ class _DroppedAttention(torch.autograd.Function):
         del scores
         kept = probs.clone()  # P' = P with zeros at the dropped positions; P itself is kept for backward
         kept.view(-1).index_fill_(0, dropped_positions(probs.numel(), p, probs.device), 0)
-        scale = 1.0 / (1.0 - p)
+        scale = keep_scale(p)
         ctx.save_for_backward(q, k, v, probs, kept)
         ctx.alpha, ctx.scale = alpha, scale
         return torch.bmm(kept, v).mul_(scale)  # (P'·scale) v, the scale on the smaller tensor

@@ -29,7 +29,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    return _Dropout.apply(x, dropped_positions(x.numel(), p, x.device), _scale(p))
+    return _Dropout.apply(x, dropped_positions(x.numel(), p, x.device), keep_scale(p))
 
 
 def dropped_positions(n: int, p: float, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -63,7 +63,7 @@ def _rare_positions(n: int, p: float, device: torch.device | str) -> torch.Tenso
     return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
-def _scale(p: float) -> float:
+def keep_scale(p: float) -> float:
     """What the kept elements are multiplied by so that dropout keeps the expected value."""
     return 1.0 / (1.0 - p) if p < 1.0 else 0.0
 
@@ -98,7 +98,7 @@ def residual_dropout(x: torch.Tensor, y: torch.Tensor, p: float, training: bool 
         return x + y
     if y.device.type != "cpu":
         return x + F.dropout(y, p, training=True)
-    return _ResidualDropout.apply(x, y, dropped_positions(y.numel(), p, y.device), _scale(p))
+    return _ResidualDropout.apply(x, y, dropped_positions(y.numel(), p, y.device), keep_scale(p))
 
 
 class _ResidualDropout(torch.autograd.Function):
